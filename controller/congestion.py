@@ -1,0 +1,139 @@
+"""Per-second port rates → decisions to program or roll back congestion handling.
+
+A sample is *hot* when the port is both nearly full (tx / capacity ≥
+`utilisation`) and losing packets (drops / (sent + dropped) ≥ `loss_ratio`).
+Utilisation alone is not enough: a single elastic TCP flow fills a link to
+~100 % while its congestion control keeps loss near zero. That is the link
+doing its job, not the congestion to answer. With `loss_ratio` 0 utilisation
+alone decides, both to declare congestion and to clear it.
+
+Hysteresis keeps a flood from flapping: congestion begins after `samples`
+consecutive hot samples and clears only after `hold_seconds` of continuous
+calm. A hot sample is never calm, so a steady input, whatever the thresholds,
+causes at most one transition.
+
+Pure: time is injected as `now`, as in Faucet's valve.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PROGRAM = "program"     # congestion began
+ROLLBACK = "rollback"   # congestion cleared
+
+
+@dataclass(frozen=True)
+class CongestionConfig:
+    utilisation: float = 0.9         # tx rate / capacity at or above which a sample can be hot
+    loss_ratio: float = 0.01         # loss at or above which a sample can be hot; 0: utilisation decides
+    samples: int = 2                 # consecutive hot samples to declare congestion
+    clear_utilisation: float = 0.5   # a sample is calm if utilisation is below this...
+    clear_loss_ratio: float = 0.001  # ...or loss is below this
+    hold_seconds: float = 3.0        # calm for this long (continuously) before congestion clears
+
+    def is_hot(self, utilisation: float, loss_ratio: float) -> bool:
+        return utilisation >= self.utilisation and loss_ratio >= self.loss_ratio
+
+    def is_calm(self, utilisation: float, loss_ratio: float) -> bool:
+        low_loss = self.loss_ratio > 0 and loss_ratio < self.clear_loss_ratio
+        return (utilisation < self.clear_utilisation or low_loss) and not self.is_hot(utilisation, loss_ratio)
+
+
+@dataclass(frozen=True)
+class PortSample:
+    """What the detector needs from one poll of one port."""
+    tx_bps: float
+    tx_pps: float
+    drops_ps: float      # queue drops + port tx drops per second
+    capacity_bps: float
+
+    def __post_init__(self) -> None:
+        if self.capacity_bps <= 0:
+            raise ValueError(f"capacity_bps must be positive, got {self.capacity_bps}")
+
+    @property
+    def utilisation(self) -> float:
+        return self.tx_bps / self.capacity_bps
+
+    @property
+    def loss_ratio(self) -> float:
+        offered = self.tx_pps + self.drops_ps
+        return self.drops_ps / offered if offered else 0.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str          # PROGRAM or ROLLBACK
+    at: float            # the injected time of the sample that decided it
+    utilisation: float   # of that sample
+    loss_ratio: float    # of that sample
+    reason: str          # one human line with those numbers
+
+
+_BITRATE_UNITS = (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3), ("bit/s", 1))
+
+
+def _bitrate(bps: float) -> str:
+    unit, scale = next(((u, s) for u, s in _BITRATE_UNITS if bps >= s), _BITRATE_UNITS[-1])
+    return f"{bps / scale:.2f}".rstrip("0").rstrip(".") + f" {unit}"
+
+
+def _load(sample: PortSample) -> str:
+    return (f"tx {_bitrate(sample.tx_bps)} = {sample.utilisation:.1%} of {_bitrate(sample.capacity_bps)}, "
+            f"loss {sample.loss_ratio:.1%}")
+
+
+class PortCongestion:
+    """Hysteresis state machine for one port."""
+
+    def __init__(self, config: CongestionConfig):
+        self._config = config
+        self._congested = False
+        self._hot_streak = 0                   # consecutive hot samples while not congested
+        self._calm_since: float | None = None  # first sample of the current calm run while congested
+
+    @property
+    def congested(self) -> bool:
+        return self._congested
+
+    def observe(self, sample: PortSample, now: float) -> Decision | None:
+        config = self._config
+        utilisation, loss_ratio = sample.utilisation, sample.loss_ratio
+        if not self._congested:
+            self._hot_streak = self._hot_streak + 1 if config.is_hot(utilisation, loss_ratio) else 0
+            if self._hot_streak < config.samples:
+                return None
+            self._congested, self._hot_streak = True, 0
+            reason = f"{_load(sample)} ≥ {config.loss_ratio:.1%} for {config.samples} samples"
+            return Decision(PROGRAM, now, utilisation, loss_ratio, reason)
+        if not config.is_calm(utilisation, loss_ratio):
+            self._calm_since = None
+            return None
+        if self._calm_since is None:
+            self._calm_since = now
+        calm_for = now - self._calm_since
+        if calm_for < config.hold_seconds:
+            return None
+        self._congested, self._calm_since = False, None
+        reason = f"{_load(sample)}, calm for {calm_for:g} s ≥ {config.hold_seconds:g} s"
+        return Decision(ROLLBACK, now, utilisation, loss_ratio, reason)
+
+
+class CongestionMonitor:
+    """Detectors for many ports, keyed by (dp_id, port_no)."""
+
+    def __init__(self, config: CongestionConfig):
+        self._config = config
+        self._ports: dict[tuple[int, int], PortCongestion] = {}
+
+    def observe(self, dp_id: int, port_no: int, sample: PortSample, now: float) -> Decision | None:
+        detector = self._ports.get((dp_id, port_no))
+        if detector is None:
+            detector = self._ports[dp_id, port_no] = PortCongestion(self._config)
+        return detector.observe(sample, now)
+
+    def forget_datapath(self, dp_id: int) -> None:
+        self._ports = {key: detector for key, detector in self._ports.items() if key[0] != dp_id}
+
+    def congested(self) -> set[tuple[int, int]]:
+        return {key for key, detector in self._ports.items() if detector.congested}

@@ -1,0 +1,39 @@
+"""Policy → the OpenFlow 1.3 flow entries a switch should hold.
+
+Pure: the adapter turns each FlowEntry into an OFPFlowMod. Steering a traffic
+class into its queue takes `set_queue` on the kernel datapath; the userspace
+datapath ignores it (all packets leave through one AF_PACKET socket), so there
+the flow also marks the packet's DSCP and a tc filter on the port maps the mark
+to the HTB class (see controller/tc_filters.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from controller.policy import Policy, SwitchPolicy
+
+# Identifies this controller's flows so it can replace exactly its own.
+COOKIE = 0x5153_0000_0000_0000
+COOKIE_MASK = 0xFFFF_0000_0000_0000
+
+
+@dataclass(frozen=True)
+class FlowEntry:
+    priority: int
+    match: tuple[tuple[str, Any], ...]
+    actions: tuple[tuple[Any, ...], ...]   # ("set_field", name, value) | ("set_queue", id) | ("output", port)
+
+
+def desired_flows(policy: Policy, switch: SwitchPolicy, reserving: frozenset[int],
+                  mark_dscp: bool) -> tuple[FlowEntry, ...]:
+    """Flows for `switch` while the ports in `reserving` have their class queues in force."""
+    entries = []
+    for rule in switch.flows:
+        steer: tuple[tuple[Any, ...], ...] = ()
+        if rule.traffic_class is not None and rule.outputs[0] in reserving:
+            cls = policy.traffic_class(rule.traffic_class)
+            steer = ((("set_field", "ip_dscp", cls.dscp),) if mark_dscp else ()) + (("set_queue", cls.queue),)
+        entries.append(FlowEntry(rule.priority, rule.match,
+                                 steer + tuple(("output", port) for port in rule.outputs)))
+    return tuple(entries)

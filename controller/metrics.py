@@ -1,0 +1,83 @@
+"""Prometheus metrics of the controller: polled switch counters through a custom collector.
+
+Counters come from the switches, so they are exposed as they were last read
+(a collector), not incremented here. Base units, `_total` on counters.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from controller.stats import ALL_ONES, PortCounters, QueueCounters
+
+PORT_COUNTERS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets",
+                 "rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
+QUEUE_COUNTERS = ("tx_bytes", "tx_packets", "tx_errors")
+
+
+@dataclass
+class Snapshot:
+    """What the controller knows now; keys are (dp_id, port_no[, queue_id])."""
+    ports: dict[tuple[int, int], PortCounters] = field(default_factory=dict)
+    queues: dict[tuple[int, int, int], QueueCounters] = field(default_factory=dict)
+    capacity_bps: dict[tuple[int, int], int] = field(default_factory=dict)
+    congested: dict[tuple[int, int], bool] = field(default_factory=dict)
+    programmed: dict[tuple[int, int], bool] = field(default_factory=dict)
+    events: dict[tuple[int, int, str], int] = field(default_factory=dict)
+    policy: str | None = None
+    load_error: bool = False
+
+
+def _dp(dp_id: int) -> str:
+    return f"{dp_id:016x}"
+
+
+class ControllerCollector(Collector):
+    def __init__(self, snapshot: Callable[[], Snapshot]):
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._snapshot()
+        for name in PORT_COUNTERS:
+            family = CounterMetricFamily(f"ovsqos_port_{name}", f"Port {name.replace('_', ' ')} read from the switch",
+                                         labels=["dp_id", "port"])
+            for (dp, port), counters in sorted(snap.ports.items()):
+                value = getattr(counters, name)
+                if value != ALL_ONES:   # the switch does not count it
+                    family.add_metric([_dp(dp), str(port)], value)
+            yield family
+        for name in QUEUE_COUNTERS:
+            family = CounterMetricFamily(f"ovsqos_queue_{name}", f"Queue {name.replace('_', ' ')} read from the "
+                                         "switch (linux-htb: tx errors are the class's drops)",
+                                         labels=["dp_id", "port", "queue"])
+            for (dp, port, queue), counters in sorted(snap.queues.items()):
+                value = getattr(counters, name)
+                if value != ALL_ONES:
+                    family.add_metric([_dp(dp), str(port), str(queue)], value)
+            yield family
+        yield _per_port("ovsqos_port_capacity_bytes_per_second", "Capacity of the port in the policy",
+                        {k: v / 8 for k, v in snap.capacity_bps.items()})
+        yield _per_port("ovsqos_port_congested", "1 while the port is congested", snap.congested)
+        yield _per_port("ovsqos_port_queues_programmed", "1 while reservation queues are in force on the port",
+                        snap.programmed)
+        events = CounterMetricFamily("ovsqos_qos_events", "Reservation queues programmed or rolled back",
+                                     labels=["dp_id", "port", "action"])
+        for (dp, port, action), count in sorted(snap.events.items()):
+            events.add_metric([_dp(dp), str(port), action], count)
+        yield events
+        info = GaugeMetricFamily("ovsqos_policy_info", "The policy in force", labels=["policy"])
+        if snap.policy is not None:
+            info.add_metric([snap.policy], 1)
+        yield info
+        yield GaugeMetricFamily("ovsqos_policy_load_error", "1 when the last policy load or apply failed",
+                                value=int(snap.load_error))
+
+
+def _per_port(name: str, doc: str, values: dict[tuple[int, int], float]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=["dp_id", "port"])
+    for (dp, port), value in sorted(values.items()):
+        family.add_metric([_dp(dp), str(port)], float(value))
+    return family

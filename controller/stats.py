@@ -1,0 +1,134 @@
+"""OpenFlow port and queue counters → per-second rates.
+
+Pure: the caller passes the counters of each stats reply and a monotonic `now`,
+so wraps, resets and late or missing replies are tested without a switch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from operator import attrgetter
+
+ALL_ONES = 2**64 - 1     # OpenFlow "counter not supported"
+_COUNTER_SPAN = 2**64    # OpenFlow counters are 64-bit
+_WRAP_FLOOR = 2**63      # a counter that fell from above this wrapped; from below it, it was reset
+
+
+@dataclass(frozen=True, slots=True)
+class PortCounters:
+    """One OFPPortStats entry."""
+    rx_bytes: int
+    tx_bytes: int
+    rx_packets: int
+    tx_packets: int
+    rx_dropped: int
+    tx_dropped: int
+    rx_errors: int
+    tx_errors: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounters:
+    """One OFPQueueStats entry; OVS reports the HTB class drops as tx_errors."""
+    tx_bytes: int
+    tx_packets: int
+    tx_errors: int
+
+
+# Rate fields are in the order of the counters they come from.
+@dataclass(frozen=True, slots=True)
+class PortRates:
+    """Per second; None where the switch reported the counter as unsupported."""
+    rx_bps: float | None
+    tx_bps: float | None
+    rx_pps: float | None
+    tx_pps: float | None
+    rx_drops_ps: float | None
+    tx_drops_ps: float | None
+    rx_errors_ps: float | None
+    tx_errors_ps: float | None
+    interval: float      # seconds between the two samples
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRates:
+    """Per second; None where the switch reported the counter as unsupported."""
+    tx_bps: float | None
+    tx_pps: float | None
+    tx_errors_ps: float | None
+    interval: float      # seconds between the two samples
+
+
+@dataclass(frozen=True, slots=True)
+class _Baseline:
+    values: tuple[int, ...]
+    at: float
+
+
+def _counter_layout(counters_type: type) -> tuple[attrgetter, tuple[int, ...]]:
+    """Reads a counters object as a tuple; each field's factor to its rate unit (bytes → bits)."""
+    names = [f.name for f in fields(counters_type)]
+    return attrgetter(*names), tuple(8 if name.endswith("_bytes") else 1 for name in names)
+
+
+_READ_PORT, _PORT_SCALES = _counter_layout(PortCounters)
+_READ_QUEUE, _QUEUE_SCALES = _counter_layout(QueueCounters)
+
+
+def _deltas(old: tuple[int, ...], new: tuple[int, ...]) -> list[int | None] | None:
+    """Increase of each counter (None if unsupported), or None if any counter was reset."""
+    deltas: list[int | None] = []
+    for before, after in zip(old, new):
+        if before == ALL_ONES or after == ALL_ONES:
+            deltas.append(None)
+        elif after >= before:
+            deltas.append(after - before)
+        elif before > _WRAP_FLOOR:
+            deltas.append(after + _COUNTER_SPAN - before)
+        else:
+            return None
+    return deltas
+
+
+class RateTracker:
+    """Keeps the previous sample per key and turns the next one into rates."""
+
+    def __init__(self, max_gap: float = 10.0):
+        self._max_gap = max_gap
+        # dp_id → (port_no, queue_id, or None for the port itself) → last accepted sample
+        self._baselines: dict[int, dict[tuple[int, int | None], _Baseline]] = {}
+
+    def port(self, dp_id: int, port_no: int, counters: PortCounters, now: float) -> PortRates | None:
+        measured = self._measure(dp_id, (port_no, None), _READ_PORT(counters), _PORT_SCALES, now)
+        return None if measured is None else PortRates(*measured[0], interval=measured[1])
+
+    def queue(self, dp_id: int, port_no: int, queue_id: int, counters: QueueCounters,
+              now: float) -> QueueRates | None:
+        measured = self._measure(dp_id, (port_no, queue_id), _READ_QUEUE(counters), _QUEUE_SCALES, now)
+        return None if measured is None else QueueRates(*measured[0], interval=measured[1])
+
+    def forget_datapath(self, dp_id: int) -> None:
+        self._baselines.pop(dp_id, None)
+
+    def forget_port(self, dp_id: int, port_no: int) -> None:
+        baselines = self._baselines.get(dp_id, {})
+        for key in [key for key in baselines if key[0] == port_no]:
+            del baselines[key]
+
+    def _measure(self, dp_id: int, key: tuple[int, int | None], values: tuple[int, ...],
+                 scales: tuple[int, ...], now: float) -> tuple[list[float | None], float] | None:
+        """Rates since the baseline and the interval, then `values` becomes the baseline."""
+        baselines = self._baselines.setdefault(dp_id, {})
+        previous = baselines.get(key)
+        if previous is not None and now <= previous.at:
+            return None  # duplicate or late reply: keep the baseline already held
+        baselines[key] = _Baseline(values, now)
+        if previous is None:
+            return None
+        interval = now - previous.at
+        if interval > self._max_gap:
+            return None  # an average over a long gap would hide the bursts in it
+        deltas = _deltas(previous.values, values)
+        if deltas is None:
+            return None  # switch restarted or port re-created: start again from this sample
+        return [None if delta is None else delta * scale / interval
+                for delta, scale in zip(deltas, scales)], interval

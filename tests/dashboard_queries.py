@@ -1,0 +1,201 @@
+"""Read the PromQL expressions out of the Grafana dashboards in dashboards/.
+
+Used by tests/unit/test_dashboards.py (static checks with promtool) and meant
+for an integration test that runs every dashboard query against a real
+Prometheus after a study run::
+
+    from tests.dashboard_queries import all_dashboard_expressions
+
+    for dashboard, panel, expr in all_dashboard_expressions():
+        result = query_prometheus(expr)          # /api/v1/query?query=expr
+        ...
+
+Grafana template variables are replaced by concrete values so the expressions
+are plain PromQL: the built-in interval variables by durations (see
+DEFAULT_VARIABLES) and the dashboards' own variables ($policy, $dp_id, $port,
+all multi-value and used only inside =~ matchers) by ".*", i.e. "All".
+Override any of them with the ``variables`` argument, e.g.
+``{"__rate_interval": "4s", "policy": "reservation"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Iterable, Mapping, NamedTuple
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DASHBOARD_DIR = REPO_ROOT / "dashboards"
+
+# Every metric the controller (127.0.0.1:9101) and the study launcher
+# (127.0.0.1:9102) export, with its Prometheus type. Dashboards may use only
+# these names.
+EXPORTED_METRICS: dict[str, str] = {
+    # controller: port counters {dp_id, port}
+    "ovsqos_port_rx_bytes_total": "counter",
+    "ovsqos_port_tx_bytes_total": "counter",
+    "ovsqos_port_rx_packets_total": "counter",
+    "ovsqos_port_tx_packets_total": "counter",
+    "ovsqos_port_rx_dropped_total": "counter",
+    "ovsqos_port_tx_dropped_total": "counter",
+    "ovsqos_port_rx_errors_total": "counter",
+    "ovsqos_port_tx_errors_total": "counter",
+    # controller: queue counters {dp_id, port, queue}
+    "ovsqos_queue_tx_bytes_total": "counter",
+    "ovsqos_queue_tx_packets_total": "counter",
+    "ovsqos_queue_tx_errors_total": "counter",
+    # controller: port state {dp_id, port}
+    "ovsqos_port_capacity_bytes_per_second": "gauge",
+    "ovsqos_port_congested": "gauge",
+    "ovsqos_port_queues_programmed": "gauge",
+    # controller: QoS events {dp_id, port, action}
+    "ovsqos_qos_events_total": "counter",
+    # controller: policy
+    "ovsqos_policy_info": "gauge",
+    "ovsqos_policy_load_error": "gauge",
+    # launcher
+    "ovsqos_study_flow_throughput_bytes_per_second": "gauge",
+    "ovsqos_study_udp_offered_bytes_per_second": "gauge",
+}
+
+# Values for Grafana's built-in variables. The rate window spans several 1 s
+# scrapes; Grafana itself uses max(4 * scrape interval, step + scrape interval).
+DEFAULT_VARIABLES: dict[str, str] = {
+    "__rate_interval": "10s",
+    "__interval": "1s",
+    "__range": "5m",
+    "__range_s": "300",
+    "__range_ms": "300000",
+    "__interval_ms": "1000",
+}
+# Value for a dashboard's own (multi-value, "All"-capable) variables.
+ALL_VALUE = ".*"
+
+_VARIABLE_RE = re.compile(
+    r"\$\{(?P<braced>\w+)(?::[^}]*)?\}"  # ${name} or ${name:format}
+    r"|\[\[(?P<bracketed>\w+)(?::[^\]]*)?\]\]"  # [[name]] (deprecated syntax)
+    r"|\$(?P<plain>\w+)"  # $name
+)
+
+
+class DashboardQuery(NamedTuple):
+    dashboard: str  # file name without .json, e.g. "qos-controller"
+    panel: str  # panel title
+    expr: str  # PromQL with template variables substituted
+
+
+def substitute_variables(expr: str, variables: Mapping[str, str] | None = None) -> str:
+    """Replace Grafana template variables in ``expr`` with concrete values.
+
+    Built-in ``$__*`` variables take DEFAULT_VARIABLES (an unknown one raises
+    KeyError, so a typo cannot slip through); other variables take ALL_VALUE
+    unless ``variables`` names them.
+    """
+    values = {**DEFAULT_VARIABLES, **(variables or {})}
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group("braced") or match.group("bracketed") or match.group("plain")
+        if name in values:
+            return values[name]
+        if name.startswith("__"):
+            raise KeyError(f"unknown Grafana built-in variable ${name} in {expr!r}")
+        return ALL_VALUE
+
+    return _VARIABLE_RE.sub(replace, expr)
+
+
+def dashboard_paths(directory: Path = DASHBOARD_DIR) -> list[Path]:
+    """The dashboard JSON files (what Grafana's file provider loads)."""
+    return sorted(directory.glob("*.json"))
+
+
+def iter_panels(panels: Iterable[dict]) -> Iterable[dict]:
+    """All panels, including those nested in (collapsed) rows."""
+    for panel in panels:
+        yield panel
+        yield from iter_panels(panel.get("panels", []))
+
+
+def load_dashboard(path: Path | str) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def dashboard_expressions(
+    path: Path | str, variables: Mapping[str, str] | None = None
+) -> list[DashboardQuery]:
+    """(dashboard, panel title, expr) for every Prometheus target in ``path``.
+
+    Hidden targets are skipped (Grafana does not show them either).
+    """
+    path = Path(path)
+    dashboard = load_dashboard(path)
+    queries = []
+    for panel in iter_panels(dashboard.get("panels", [])):
+        for target in panel.get("targets", []):
+            expr = target.get("expr")
+            if not expr or target.get("hide"):
+                continue
+            queries.append(
+                DashboardQuery(path.stem, panel.get("title", ""), substitute_variables(expr, variables))
+            )
+    return queries
+
+
+def all_dashboard_expressions(
+    variables: Mapping[str, str] | None = None, directory: Path = DASHBOARD_DIR
+) -> list[DashboardQuery]:
+    """dashboard_expressions() over every dashboard in ``directory``."""
+    return [q for path in dashboard_paths(directory) for q in dashboard_expressions(path, variables)]
+
+
+_LABEL_VALUES_RE = re.compile(r"^\s*label_values\(\s*(?P<selector>.*?)\s*,\s*\w+\s*\)\s*$", re.S)
+
+
+def variable_queries(
+    path: Path | str, variables: Mapping[str, str] | None = None
+) -> list[DashboardQuery]:
+    """(dashboard, variable name, selector) for each query-type template variable.
+
+    ``label_values(selector, label)`` is reduced to its selector (plain PromQL);
+    other query forms are returned as they are.
+    """
+    path = Path(path)
+    out = []
+    for var in load_dashboard(path).get("templating", {}).get("list", []):
+        if var.get("type") != "query":
+            continue
+        query = var.get("query")
+        if isinstance(query, dict):
+            query = query.get("query", "")
+        query = query or var.get("definition", "")
+        match = _LABEL_VALUES_RE.match(query)
+        if match:
+            query = match.group("selector")
+        out.append(DashboardQuery(path.stem, var["name"], substitute_variables(query, variables)))
+    return out
+
+
+_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"' r"|'(?:[^'\\]|\\.)*'" r"|`[^`]*`")
+_GROUPING_RE = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_IDENT_RE = re.compile(r"(?<![\w:.])([A-Za-z_:][\w:]*)(?![\w:])(?!\s*\()")
+_PROMQL_KEYWORDS = {
+    "and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
+    "group_left", "group_right", "inf", "nan", "atan2",
+}
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names that a PromQL expression selects.
+
+    A small lexer, not a parser: it drops strings, label matchers, range and
+    subquery brackets and grouping label lists, then keeps the identifiers
+    that are neither function calls nor keywords.
+    """
+    text = _STRING_RE.sub('""', expr)
+    text = re.sub(r"\{[^}]*\}", " ", text)
+    text = re.sub(r"\[[^\]]*\]", " ", text)
+    text = _GROUPING_RE.sub(" ", text)
+    return {
+        name for name in _IDENT_RE.findall(text) if name.lower() not in _PROMQL_KEYWORDS
+    }

@@ -1,0 +1,163 @@
+import pytest
+
+from controller.congestion import (PROGRAM, ROLLBACK, CongestionConfig, CongestionMonitor, PortCongestion,
+                                   PortSample)
+
+CAPACITY = 10e6
+DEFAULT = CongestionConfig()
+
+
+def sample(utilisation: float, loss_ratio: float) -> PortSample:
+    """A poll of a 10 Mbit/s port offered 1000 packets per second."""
+    drops = 1000 * loss_ratio
+    return PortSample(tx_bps=utilisation * CAPACITY, tx_pps=1000 - drops, drops_ps=drops,
+                      capacity_bps=CAPACITY)
+
+
+HOT = sample(0.99, 0.05)
+CALM = sample(0.1, 0.0)
+FULL_NO_LOSS = sample(1.0, 0.0)   # one elastic TCP flow filling the link
+LUKEWARM = sample(0.7, 0.005)     # neither hot nor calm under the default config
+
+
+def feed(detector: PortCongestion, samples, start: float = 0.0) -> list:
+    """Observe one sample per second; the decisions as (action, at)."""
+    decisions = (detector.observe(s, start + i) for i, s in enumerate(samples))
+    return [(d.action, d.at) for d in decisions if d is not None]
+
+
+def congested_detector(config: CongestionConfig = DEFAULT) -> PortCongestion:
+    detector = PortCongestion(config)
+    assert feed(detector, [HOT] * config.samples) == [(PROGRAM, config.samples - 1.0)]
+    return detector
+
+
+def test_programs_after_the_configured_consecutive_hot_samples():
+    detector = PortCongestion(CongestionConfig(samples=3))
+    assert feed(detector, [HOT, HOT, HOT]) == [(PROGRAM, 2.0)]
+    assert detector.congested
+
+
+def test_a_cold_sample_between_hot_ones_restarts_the_count():
+    detector = PortCongestion(DEFAULT)
+    assert feed(detector, [HOT, LUKEWARM, HOT, CALM, HOT]) == []
+    assert not detector.congested
+    assert feed(detector, [HOT], start=5.0) == [(PROGRAM, 5.0)]
+
+
+def test_high_utilisation_without_loss_never_programs():
+    detector = PortCongestion(DEFAULT)
+    assert feed(detector, [FULL_NO_LOSS] * 100) == []
+
+
+def test_loss_without_high_utilisation_never_programs():
+    detector = PortCongestion(DEFAULT)
+    assert feed(detector, [sample(0.5, 0.3)] * 100) == []
+
+
+def test_zero_loss_ratio_lets_utilisation_alone_decide_both_ways():
+    detector = PortCongestion(CongestionConfig(loss_ratio=0.0))
+    assert feed(detector, [FULL_NO_LOSS] * 100) == [(PROGRAM, 1.0)]
+    # loss-free but half full is not calm: only utilisation below clear_utilisation clears
+    assert feed(detector, [sample(0.7, 0.0)] * 10, start=100.0) == []
+    assert feed(detector, [CALM] * 4, start=110.0) == [(ROLLBACK, 113.0)]
+
+
+def test_steady_flood_programs_exactly_once_and_never_rolls_back():
+    detector = PortCongestion(DEFAULT)
+    assert feed(detector, [HOT] * 100) == [(PROGRAM, 1.0)]
+    assert detector.congested
+
+
+def test_clearing_needs_hold_seconds_of_continuous_calm():
+    detector = congested_detector()
+    assert feed(detector, [CALM, CALM, CALM], start=10.0) == []
+    assert detector.congested
+    assert feed(detector, [CALM], start=13.0) == [(ROLLBACK, 13.0)]
+    assert not detector.congested
+
+
+@pytest.mark.parametrize("interruption", [HOT, LUKEWARM])
+def test_interrupted_calm_restarts_the_hold_timer(interruption):
+    detector = congested_detector()
+    assert feed(detector, [CALM, CALM, interruption, CALM, CALM, CALM], start=10.0) == []
+    assert feed(detector, [CALM], start=16.0) == [(ROLLBACK, 16.0)]
+
+
+def test_hold_is_measured_in_injected_seconds_not_samples():
+    detector = congested_detector()
+    assert detector.observe(CALM, 10.0) is None
+    assert detector.observe(CALM, 12.9) is None
+    assert detector.observe(CALM, 13.0).action == ROLLBACK
+
+
+def test_full_link_without_loss_is_calm_so_congestion_clears():
+    detector = congested_detector()
+    assert feed(detector, [FULL_NO_LOSS] * 4, start=10.0) == [(ROLLBACK, 13.0)]
+
+
+def test_rollback_then_a_new_flood_is_a_new_episode():
+    detector = PortCongestion(DEFAULT)
+    # the flood returns right after the rollback: the new episode still needs its own hot samples
+    assert feed(detector, [HOT] * 5 + [CALM] * 4 + [HOT] * 5) == [
+        (PROGRAM, 1.0), (ROLLBACK, 8.0), (PROGRAM, 10.0)]
+
+
+def test_a_sample_both_hot_and_calm_by_thresholds_counts_as_hot_so_it_cannot_flap():
+    config = CongestionConfig(loss_ratio=0.01, clear_loss_ratio=0.1)
+    detector = PortCongestion(config)
+    assert feed(detector, [HOT] * 100) == [(PROGRAM, 1.0)]
+
+
+def test_decision_carries_the_numbers_of_the_deciding_sample():
+    detector = PortCongestion(DEFAULT)
+    flood = PortSample(tx_bps=4.98e6, tx_pps=688, drops_ps=312, capacity_bps=5e6)
+    detector.observe(flood, 0.0)
+    decision = detector.observe(flood, 1.0)
+    assert (decision.action, decision.at) == (PROGRAM, 1.0)
+    assert decision.utilisation == pytest.approx(0.996)
+    assert decision.loss_ratio == pytest.approx(0.312)
+    assert decision.reason == "tx 4.98 Mbit/s = 99.6% of 5 Mbit/s, loss 31.2% ≥ 1.0% for 2 samples"
+
+
+def test_rollback_reason_has_the_calm_numbers():
+    detector = congested_detector()
+    calm = PortSample(tx_bps=250e6, tx_pps=20_000, drops_ps=0, capacity_bps=1e9)
+    assert detector.observe(calm, 10.0) is None
+    decision = detector.observe(calm, 13.5)
+    assert (decision.action, decision.utilisation, decision.loss_ratio) == (ROLLBACK, 0.25, 0.0)
+    assert decision.reason == "tx 250 Mbit/s = 25.0% of 1 Gbit/s, loss 0.0%, calm for 3.5 s ≥ 3 s"
+
+
+def test_loss_ratio_is_zero_when_nothing_is_offered():
+    assert PortSample(tx_bps=0, tx_pps=0, drops_ps=0, capacity_bps=CAPACITY).loss_ratio == 0.0
+
+
+@pytest.mark.parametrize("capacity", [0, -1e6])
+def test_capacity_must_be_positive(capacity):
+    with pytest.raises(ValueError):
+        PortSample(tx_bps=0, tx_pps=0, drops_ps=0, capacity_bps=capacity)
+
+
+def test_monitor_keeps_ports_independent():
+    monitor = CongestionMonitor(DEFAULT)
+    assert monitor.observe(1, 1, HOT, 0.0) is None
+    assert monitor.observe(1, 2, HOT, 0.0) is None
+    assert monitor.observe(1, 2, CALM, 1.0) is None
+    assert monitor.observe(1, 1, HOT, 1.0).action == PROGRAM
+    assert monitor.observe(2, 1, HOT, 1.0) is None   # same port number on another datapath
+    assert monitor.congested() == {(1, 1)}
+
+
+def test_monitor_forget_datapath_drops_its_ports_state():
+    monitor = CongestionMonitor(DEFAULT)
+    for dp in (1, 2):
+        monitor.observe(dp, 1, HOT, 0.0)
+        monitor.observe(dp, 1, HOT, 1.0)
+    monitor.observe(1, 2, HOT, 1.0)
+    assert monitor.congested() == {(1, 1), (2, 1)}
+    monitor.forget_datapath(1)
+    assert monitor.congested() == {(2, 1)}
+    assert monitor.observe(1, 1, HOT, 2.0) is None   # a fresh detector needs its own hot samples
+    assert monitor.observe(1, 2, HOT, 2.0) is None   # the half-counted streak was forgotten too
+    assert monitor.observe(1, 1, HOT, 3.0).action == PROGRAM

@@ -1,0 +1,101 @@
+"""Talking to the controller over its REST API, and starting one when none is running."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+REPO = Path(__file__).resolve().parents[1]
+OPENFLOW = ("127.0.0.1", 6653)
+API = "http://127.0.0.1:8080/qos/v1"
+
+
+class ControllerError(RuntimeError):
+    """The controller is unreachable or refused a request."""
+
+
+class ControllerClient:
+    def __init__(self, api: str = API):
+        self.api = api
+
+    def status(self) -> dict:
+        return self._call("GET", "/status")
+
+    def put_policy(self, document: Any) -> str:
+        return self._call("PUT", "/policy", document)["applied"]
+
+    def wait(self, ready: Callable[[dict], bool], timeout: float, what: str) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.status()
+            if ready(status):
+                return status
+            if time.monotonic() > deadline:
+                raise ControllerError(f"controller: {what} not reached within {timeout:g} s")
+            time.sleep(0.2)
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.api + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return json.load(resp)
+        except urllib.error.HTTPError as err:
+            raise ControllerError(json.load(err).get("error", str(err))) from None
+        except (urllib.error.URLError, OSError) as err:
+            raise ControllerError(f"controller REST API at {self.api} unreachable ({err})") from None
+
+
+def _listening(addr: tuple[str, int]) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(addr) == 0
+
+
+@contextmanager
+def controller(log_path: Path, config: Path = REPO / "controller" / "qos.conf") -> Iterator[ControllerClient]:
+    """The controller already on 127.0.0.1:6653, or one started here and stopped at the end."""
+    client = ControllerClient()
+    if _listening(OPENFLOW):
+        try:
+            client.status()
+        except ControllerError:
+            raise ControllerError("something listens on 127.0.0.1:6653 but the QoS controller's REST API "
+                                  "does not answer; stop it, or start controller/qos_app.py there") from None
+        yield client
+        return
+    manager = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin" / "osken-manager"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([str(manager), "--config-file", str(config), str(REPO / "controller" / "qos_app.py")],
+                                stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (_listening(OPENFLOW) and _answers(client)):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise ControllerError(f"controller did not start; see {log_path}")
+            time.sleep(0.2)
+        yield client
+    finally:
+        proc.send_signal(signal.SIGTERM)   # the app removes its QoS rows on the way out
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _answers(client: ControllerClient) -> bool:
+    try:
+        client.status()
+        return True
+    except ControllerError:
+        return False

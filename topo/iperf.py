@@ -1,0 +1,70 @@
+"""iperf3 command lines and the analysis of their JSON output (pure).
+
+Throughput is what the receiver got: the server's intervals, which the client
+brings back with --get-server-output. Interval times are relative to the test's
+start; the launcher records when it started each client, and step windows are
+matched to intervals by overlap, so a late start never drops a second.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+TCP_PORT, UDP_PORT = 5201, 5202
+
+
+@dataclass(frozen=True)
+class Interval:
+    start: float
+    end: float
+    bps: float
+    retransmits: int = 0
+
+
+def server_args(port: int) -> list[str]:
+    return ["iperf3", "-s", "-J", "-p", str(port)]
+
+
+def client_args(server_ip: str, port: int, seconds: float, udp_mbps: float | None = None,
+                congestion_control: str | None = None) -> list[str]:
+    args = ["iperf3", "-c", server_ip, "-p", str(port), "-t", f"{seconds:g}", "-i", "1", "-J",
+            "--get-server-output"]
+    if udp_mbps is not None:
+        args += ["-u", "-b", f"{udp_mbps:g}M"]
+    if congestion_control:
+        args += ["-C", congestion_control]
+    return args
+
+
+def received(doc: dict[str, Any]) -> list[Interval]:
+    """Per-second intervals as the receiver (server) saw them."""
+    server = doc.get("server_output_json") or {}
+    return [Interval(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"])
+            for i in server.get("intervals", [])]
+
+
+def sent(doc: dict[str, Any]) -> list[Interval]:
+    """Per-second intervals as the sender saw them (TCP retransmits live here)."""
+    return [Interval(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"],
+                     i["sum"].get("retransmits", 0))
+            for i in doc.get("intervals", [])]
+
+
+def error(doc: dict[str, Any]) -> str | None:
+    return doc.get("error")
+
+
+def window_mean_bps(intervals: list[Interval], offset: float, start: float, end: float) -> float | None:
+    """Mean rate over [start, end] (launcher time), intervals shifted by `offset` and weighted by overlap."""
+    weights = [(_overlap(i, offset, start, end), i.bps) for i in intervals]
+    total = sum(w for w, _ in weights)
+    return sum(w * bps for w, bps in weights) / total if total > 0 else None
+
+
+def window_retransmits(intervals: list[Interval], offset: float, start: float, end: float) -> int:
+    return round(sum(i.retransmits * _overlap(i, offset, start, end) / (i.end - i.start)
+                     for i in intervals if i.end > i.start))
+
+
+def _overlap(i: Interval, offset: float, start: float, end: float) -> float:
+    return max(0.0, min(i.end + offset, end) - max(i.start + offset, start))

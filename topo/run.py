@@ -1,0 +1,184 @@
+"""The study launcher:  sudo python3 topo/run.py --policy none reserve auto [--quick] [--out DIR]
+
+Runs each policy in turn on a fresh Mininet network under the QoS controller (one already on
+127.0.0.1:6653, or one it starts and stops), then writes raw iperf3 JSON, summary.json, a table
+and a figure to DIR (default results/<timestamp>/).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_PYTHON = REPO / ".venv" / "bin" / "python"
+
+
+def _reexec_in_venv() -> None:
+    """Run under the project's venv whatever `python3` root has on PATH."""
+    if Path(sys.prefix).resolve() == (REPO / ".venv").resolve():
+        return
+    if not VENV_PYTHON.exists():
+        sys.exit(f"error: {REPO / '.venv'} is missing; run scripts/setup.sh first (as root)")
+    os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    _reexec_in_venv()
+    sys.path.insert(0, str(REPO))
+
+import argparse  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+import yaml  # noqa: E402
+
+from controller.policy import PolicyError, parse_policy  # noqa: E402
+from topo import capabilities, results  # noqa: E402
+from topo.controller_client import ControllerError, controller  # noqa: E402
+from topo.progress import ProgressBar  # noqa: E402
+from topo.scenario import Scenario, ScenarioError, load_scenario  # noqa: E402
+from topo.study import Progress, StudyError, run_policy  # noqa: E402
+
+USAGE_ERROR = 2
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="topo/run.py", description=__doc__.splitlines()[0])
+    p.add_argument("--policy", nargs="+", default=["none", "reserve"], metavar="NAME",
+                   help="policies/<NAME>.yaml (or a path), run in this order (default: none reserve)")
+    p.add_argument("--quick", action="store_true", help="hold each step about 3 s: a run well under 2 minutes")
+    p.add_argument("--out", type=Path, help="results folder (default results/<timestamp>)")
+    p.add_argument("--scenario", type=Path, help="YAML file of scenario fields (flags override it)")
+    p.add_argument("--bottleneck", help="bottleneck rate, e.g. 5Mbit (default 5Mbit)")
+    p.add_argument("--delay", help="one-way delay on the h1–h4 path where netem exists, e.g. 5ms; 'none' for none")
+    p.add_argument("--udp-steps", help="offered UDP rates in Mbit/s, e.g. 0,2,4,6,8,10,12")
+    p.add_argument("--step-seconds", type=float, help="how long each UDP step lasts (default 10)")
+    p.add_argument("--queue-packets", type=int, help="FIFO limit of the bottleneck queues (default 25)")
+    p.add_argument("--cc", dest="tcp_congestion_control", help="TCP congestion control (default: the kernel's)")
+    p.add_argument("--datapath", choices=("auto", "user", "kernel"), default="auto",
+                   help="OVS datapath; auto picks kernel where the OVS module is loaded, else userspace")
+    return p.parse_args(argv)
+
+
+def scenario_from(args: argparse.Namespace) -> Scenario:
+    steps = None
+    if args.udp_steps:
+        try:
+            steps = [float(s) for s in args.udp_steps.split(",")]
+        except ValueError:
+            raise ScenarioError(f"--udp-steps: {args.udp_steps!r} is not a comma-separated list of numbers") from None
+    scenario = load_scenario(args.scenario, {"bottleneck": args.bottleneck, "delay": args.delay,
+                                             "udp_steps_mbps": steps,
+                                             "tcp_congestion_control": args.tcp_congestion_control,
+                                             "queue_packets": args.queue_packets})
+    if args.quick:
+        scenario = scenario.quick()
+    if args.step_seconds is not None:
+        scenario = load_scenario(None, {**_fields(scenario), "step_seconds": args.step_seconds})
+    return scenario
+
+
+def policy_documents(names: list[str], capacity_bps: int) -> dict[str, dict]:
+    """Load and validate every policy before anything starts; capacities become the bottleneck's."""
+    documents = {}
+    for name in names:
+        path = Path(name) if name.endswith((".yaml", ".yml")) else REPO / "policies" / f"{name}.yaml"
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except OSError:
+            raise PolicyError(f"--policy {name}: no file {path}; choose one of "
+                              f"{', '.join(p.stem for p in sorted((REPO / 'policies').glob('*.yaml')))}") from None
+        except yaml.YAMLError as err:
+            raise PolicyError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        for switch in (doc or {}).get("switches", {}).values():
+            for port in (switch or {}).get("ports", {}).values():
+                port["capacity"] = capacity_bps
+        policy = parse_policy(doc)
+        documents[policy.name] = doc
+    return documents
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        scenario = scenario_from(args)
+        documents = policy_documents(args.policy, scenario.bottleneck_bps)
+    except (ScenarioError, PolicyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return USAGE_ERROR
+    if os.geteuid() != 0:
+        print("error: run as root: Mininet and Open vSwitch need it (sudo python3 topo/run.py ...)", file=sys.stderr)
+        return USAGE_ERROR
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+    caps = capabilities.probe_all()
+    env = capabilities.environment(caps)
+    if capabilities.doctor_exit_code(caps):
+        print(capabilities.verdict(caps), "Run: python3 topo/run.py doctor", file=sys.stderr)
+        return 1
+    delay = scenario.delay if scenario.delay and env["netem"] else None
+    notes = []
+    if scenario.delay and not delay:
+        notes.append(f"netem is missing from this kernel: the {scenario.delay} delay is NOT applied")
+    if scenario.tcp_congestion_control and scenario.tcp_congestion_control not in env["tcp_congestion_control"]:
+        print(f"error: --cc {scenario.tcp_congestion_control}: this kernel offers only "
+              f"{', '.join(env['tcp_congestion_control'])}", file=sys.stderr)
+        return USAGE_ERROR
+    datapath = args.datapath if args.datapath != "auto" else ("kernel" if "system" in env["datapath_types"] else "user")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+
+    out = args.out or REPO / "results" / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, Any] = {
+        "scenario": {**_fields(scenario), "tcp_seconds": scenario.tcp_seconds},
+        "bottleneck_mbps": scenario.bottleneck_bps / 1e6,
+        "environment": {**env, "datapath": "netdev (userspace)" if datapath == "user" else "system (kernel)",
+                        "delay_applied": delay, "notes": notes},
+        "policies": {},
+    }
+    bar = ProgressBar(total=scenario.tcp_seconds * len(documents))
+    try:
+        with controller(out / "controller.log") as client:
+            for index, (name, doc) in enumerate(documents.items()):
+                bar.start_part(f"{name} ({index + 1}/{len(documents)})", index * scenario.tcp_seconds)
+                result = run_policy(doc, scenario, client, out / "raw" / name, datapath, delay,
+                                    Progress(tick=bar.tick))
+                result.update(_reservation(doc, scenario.bottleneck_bps))
+                summary["policies"][name] = result
+        bar.finish()
+    except KeyboardInterrupt:
+        bar.finish()
+        print("interrupted: network, processes and queues cleaned up", file=sys.stderr)
+        return 130
+    except (ControllerError, StudyError) as err:
+        bar.finish()
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    results.write_json(out / "summary.json", summary)
+    (out / "table.md").write_text(results.table(summary))
+    results.figure(summary, out / "throughput.png")
+    print(results.table(summary))
+    print(f"results in {out}")
+    return 0
+
+
+def _reservation(doc: dict, capacity_bps: int) -> dict[str, float]:
+    """The TCP class's reserved rate, for policies that can reserve."""
+    policy = parse_policy(doc)
+    tcp = next((c for c in policy.classes if c.name == "tcp"), None)
+    reserves = any(p.queues != "fifo" for s in policy.switches for p in s.ports)
+    return {"tcp_reservation_mbps": round(tcp.min_share * capacity_bps / 1e6, 3)} if tcp and reserves else {}
+
+
+def _fields(scenario: Scenario) -> dict[str, Any]:
+    return {"bottleneck": scenario.bottleneck_bps, "delay": scenario.delay,
+            "udp_steps_mbps": list(scenario.udp_steps_mbps), "step_seconds": scenario.step_seconds,
+            "settle_seconds": scenario.settle_seconds, "cooldown_seconds": scenario.cooldown_seconds,
+            "tcp_congestion_control": scenario.tcp_congestion_control, "queue_packets": scenario.queue_packets}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

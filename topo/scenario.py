@@ -1,0 +1,87 @@
+"""The study's parameters: defaults, a YAML scenario file, command-line overrides, validation.
+
+Pure. Every problem is a ScenarioError naming the field.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controller.policy import PolicyError, parse_rate
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot run; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    bottleneck_bps: int = 5_000_000
+    delay: str | None = "5ms"             # one way on the h1–h4 path; needs netem
+    udp_steps_mbps: tuple[float, ...] = (0, 2, 4, 6, 8, 10, 12)
+    step_seconds: float = 10.0
+    settle_seconds: float = 1.0           # left out of each step's mean
+    cooldown_seconds: float = 8.0         # TCP alone after the last step (auto's roll-back shows here)
+    tcp_congestion_control: str | None = None   # None: the kernel's default
+    queue_packets: int = 25               # FIFO limit of the bottleneck's queues (the study's max_queue_size)
+
+    @property
+    def tcp_seconds(self) -> float:
+        return len(self.udp_steps_mbps) * self.step_seconds + self.cooldown_seconds
+
+    def quick(self) -> Scenario:
+        """The same steps held about 3 s: a whole run well under 2 minutes."""
+        return dataclasses.replace(self, step_seconds=3.0, cooldown_seconds=6.0)
+
+
+def load_scenario(path: str | Path | None, overrides: dict[str, Any]) -> Scenario:
+    doc: dict[str, Any] = {}
+    if path is not None:
+        try:
+            doc = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise ScenarioError(f"{path}: cannot read scenario ({err}); check the file") from None
+        if not isinstance(doc, dict):
+            raise ScenarioError(f"{path}: a scenario is a mapping of fields to values")
+    doc.update({k: v for k, v in overrides.items() if v is not None})
+    return parse_scenario(doc)
+
+
+def parse_scenario(doc: dict[str, Any]) -> Scenario:
+    fields = {f.name for f in dataclasses.fields(Scenario)} - {"bottleneck_bps"} | {"bottleneck"}
+    for key in doc:
+        if key not in fields:
+            raise ScenarioError(f"{key}: unknown scenario field; use one of {', '.join(sorted(fields))}")
+    values: dict[str, Any] = {}
+    if "bottleneck" in doc:
+        try:
+            values["bottleneck_bps"] = parse_rate(doc["bottleneck"], "bottleneck")
+        except PolicyError as err:
+            raise ScenarioError(str(err)) from None
+    for key in ("step_seconds", "settle_seconds", "cooldown_seconds"):
+        if key in doc:
+            values[key] = _number(doc[key], key, 0)
+    if "udp_steps_mbps" in doc:
+        steps = doc["udp_steps_mbps"]
+        if not isinstance(steps, (list, tuple)) or not steps:
+            raise ScenarioError("udp_steps_mbps: give a list of rates in Mbit/s, e.g. [0, 2, 4]")
+        values["udp_steps_mbps"] = tuple(_number(s, "udp_steps_mbps", 0) for s in steps)
+    if "queue_packets" in doc:
+        values["queue_packets"] = int(_number(doc["queue_packets"], "queue_packets", 1))
+    for key in ("delay", "tcp_congestion_control"):
+        if key in doc:
+            values[key] = None if doc[key] in (None, "", "none") else str(doc[key])
+    scenario = Scenario(**values)
+    if scenario.settle_seconds >= scenario.step_seconds:
+        raise ScenarioError("settle_seconds: must be shorter than step_seconds, or no second is measured")
+    return scenario
+
+
+def _number(value: Any, where: str, low: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
+        raise ScenarioError(f"{where}: {value!r} is not a number >= {low}")
+    return float(value)

@@ -1,0 +1,41 @@
+"""Mininet topologies, registered in `topos` so `mn --custom topo/topos.py --topo qosstudy` and the
+launcher build the same networks.
+
+Switch-to-switch links are plain veth pairs: the bottleneck's rate is shaped by the controller's
+OVS QoS on the switch ports, the only owner of their root qdisc (a TCLink there would fight OVS
+over it). Delay, where netem exists, goes on the host side of the end hosts' links, one per
+direction of the h1–h4 path, away from the QoS ports.
+Port numbers follow the study's flow entries: s1 port 1 → s2, 2 → h2, 3 → h1; s2 port 1 → s1,
+3 → h3, 4 → h4.
+"""
+from mininet.link import TCLink
+from mininet.topo import Topo
+
+
+def _delayed(delay):
+    return {"cls": TCLink, "params1": {"delay": delay}} if delay else {}
+
+
+class StudyTopo(Topo):
+    """h1, h2 on s1; h3, h4 on s2; s1–s2 is the bottleneck; `delay` one way on the h1–h4 path."""
+
+    def build(self, delay=None):
+        s1, s2 = self.addSwitch("s1", dpid="1"), self.addSwitch("s2", dpid="2")
+        self.addLink(s1, s2, port1=1, port2=1)
+        for name, switch, port, delayed in (("h1", s1, 3, True), ("h2", s1, 2, False),
+                                            ("h3", s2, 3, False), ("h4", s2, 4, True)):
+            self.addLink(self.addHost(name), switch, port2=port, **(_delayed(delay) if delayed else {}))
+
+
+class DumbbellTopo(Topo):
+    """n senders on s1, n receivers on s2, s1–s2 the bottleneck; host ports 2.. on each side."""
+
+    def build(self, n=5, delay=None):
+        s1, s2 = self.addSwitch("s1", dpid="1"), self.addSwitch("s2", dpid="2")
+        self.addLink(s1, s2, port1=1, port2=1)
+        for i in range(1, n + 1):
+            self.addLink(self.addHost(f"snd{i}"), s1, port2=i + 1, **_delayed(delay))
+            self.addLink(self.addHost(f"rcv{i}"), s2, port2=i + 1)
+
+
+topos = {"qosstudy": StudyTopo, "dumbbell": DumbbellTopo}
