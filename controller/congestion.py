@@ -1,7 +1,13 @@
 """Per-second port rates → decisions to program or roll back congestion handling.
 
-A sample is *hot* when the port is both nearly full (tx / capacity ≥
-`utilisation`) and losing packets (drops / (sent + dropped) ≥ `loss_ratio`).
+A sample is *hot* when the port is nearly full (tx / capacity ≥ `utilisation`)
+and either losing packets (drops / (sent + dropped) ≥ `loss_ratio`) or showing
+contention between traffic classes: an active class getting less than its
+reservation while another takes more than its own. Contention catches what loss
+misses: a rate-based TCP (BBR) squeezed by UDP yields bandwidth without losing
+packets, yet it is short of what the reservation would give it. Loss counts
+only while traffic classes compete (`competing`): a lone flow's own loss, as in
+TCP slow start, is nothing a reservation could fix.
 Utilisation alone is not enough: a single elastic TCP flow fills a link to
 ~100 % while its congestion control keeps loss near zero. That is the link
 doing its job, not the congestion to answer. With `loss_ratio` 0 utilisation
@@ -30,13 +36,15 @@ class CongestionConfig:
     clear_utilisation: float = 0.5   # a sample is calm if utilisation is below this...
     clear_loss_ratio: float = 0.001  # ...or loss is below this
     hold_seconds: float = 3.0        # calm for this long (continuously) before congestion clears
+    shortfall: float = 0.1           # a class below (1 - shortfall) of its reservation is short of it
 
-    def is_hot(self, utilisation: float, loss_ratio: float) -> bool:
-        return utilisation >= self.utilisation and loss_ratio >= self.loss_ratio
+    def is_hot(self, sample: PortSample) -> bool:
+        lossy = sample.competing and sample.loss_ratio >= self.loss_ratio
+        return sample.utilisation >= self.utilisation and (lossy or sample.contention is not None)
 
-    def is_calm(self, utilisation: float, loss_ratio: float) -> bool:
-        low_loss = self.loss_ratio > 0 and loss_ratio < self.clear_loss_ratio
-        return (utilisation < self.clear_utilisation or low_loss) and not self.is_hot(utilisation, loss_ratio)
+    def is_calm(self, sample: PortSample) -> bool:
+        low_loss = self.loss_ratio > 0 and sample.loss_ratio < self.clear_loss_ratio
+        return (sample.utilisation < self.clear_utilisation or low_loss) and not self.is_hot(sample)
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,8 @@ class PortSample:
     tx_pps: float
     drops_ps: float      # queue drops + port tx drops per second
     capacity_bps: float
+    contention: str | None = None   # which class is short of its reservation, and who takes it
+    competing: bool = True          # two or more classes active, or the port has no classes
 
     def __post_init__(self) -> None:
         if self.capacity_bps <= 0:
@@ -73,14 +83,14 @@ class Decision:
 _BITRATE_UNITS = (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3), ("bit/s", 1))
 
 
-def _bitrate(bps: float) -> str:
+def bitrate(bps: float) -> str:
     unit, scale = next(((u, s) for u, s in _BITRATE_UNITS if bps >= s), _BITRATE_UNITS[-1])
     return f"{bps / scale:.2f}".rstrip("0").rstrip(".") + f" {unit}"
 
 
 def _load(sample: PortSample) -> str:
-    return (f"tx {_bitrate(sample.tx_bps)} = {sample.utilisation:.1%} of {_bitrate(sample.capacity_bps)}, "
-            f"loss {sample.loss_ratio:.1%}")
+    return (f"tx {bitrate(sample.tx_bps)} = {sample.utilisation:.1%} of {bitrate(sample.capacity_bps)}, "
+            f"loss {sample.loss_ratio:.1%}" + (f", {sample.contention}" if sample.contention else ""))
 
 
 class PortCongestion:
@@ -100,13 +110,14 @@ class PortCongestion:
         config = self._config
         utilisation, loss_ratio = sample.utilisation, sample.loss_ratio
         if not self._congested:
-            self._hot_streak = self._hot_streak + 1 if config.is_hot(utilisation, loss_ratio) else 0
+            self._hot_streak = self._hot_streak + 1 if config.is_hot(sample) else 0
             if self._hot_streak < config.samples:
                 return None
             self._congested, self._hot_streak = True, 0
-            reason = f"{_load(sample)} ≥ {config.loss_ratio:.1%} for {config.samples} samples"
+            trigger = "contention" if loss_ratio < config.loss_ratio else f"loss ≥ {config.loss_ratio:.1%}"
+            reason = f"{_load(sample)}; {trigger} for {config.samples} samples"
             return Decision(PROGRAM, now, utilisation, loss_ratio, reason)
-        if not config.is_calm(utilisation, loss_ratio):
+        if not config.is_calm(sample):
             self._calm_since = None
             return None
         if self._calm_since is None:

@@ -13,9 +13,14 @@ from typing import Any
 
 from controller.policy import Policy, SwitchPolicy
 
-# Identifies this controller's flows so it can replace exactly its own.
+# The high bits mark this controller's flows so it replaces exactly its own; the low bits
+# number the policy's rule, so flow statistics map back to a rule (and its class) directly.
 COOKIE = 0x5153_0000_0000_0000
 COOKIE_MASK = 0xFFFF_0000_0000_0000
+
+
+def rule_cookie(index: int) -> int:
+    return COOKIE | (index + 1)
 
 
 @dataclass(frozen=True)
@@ -23,17 +28,18 @@ class FlowEntry:
     priority: int
     match: tuple[tuple[str, Any], ...]
     actions: tuple[tuple[Any, ...], ...]   # ("set_field", name, value) | ("set_queue", id) | ("output", port)
+    cookie: int
 
 
 def desired_flows(policy: Policy, switch: SwitchPolicy, reserving: frozenset[int],
                   mark_dscp: bool) -> tuple[FlowEntry, ...]:
     """Flows for `switch` while the ports in `reserving` have their class queues in force."""
     entries = []
-    for rule in switch.flows:
+    for index, rule in enumerate(switch.flows):
         steer: tuple[tuple[Any, ...], ...] = ()
         if rule.traffic_class is not None and rule.outputs[0] in reserving:
             cls = policy.traffic_class(rule.traffic_class)
             steer = ((("set_field", "ip_dscp", cls.dscp),) if mark_dscp else ()) + (("set_queue", cls.queue),)
         entries.append(FlowEntry(rule.priority, rule.match,
-                                 steer + tuple(("output", port) for port in rule.outputs)))
+                                 steer + tuple(("output", port) for port in rule.outputs), rule_cookie(index)))
     return tuple(entries)

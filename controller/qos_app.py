@@ -33,7 +33,7 @@ from controller.metrics import ControllerCollector, Snapshot  # noqa: E402
 from controller.ovsdb import DEFAULT_DB, BridgeInfo, Ovsdb, OvsdbError  # noqa: E402
 from controller.policy import Policy, PolicyError, parse_policy  # noqa: E402
 from controller.rest import make_app  # noqa: E402
-from controller.stats import PortCounters, QueueCounters, RateTracker  # noqa: E402
+from controller.stats import FlowCounters, PortCounters, QueueCounters, RateTracker  # noqa: E402
 from controller.switch_state import SwitchState  # noqa: E402
 
 LOG = logging.getLogger("qos_app")
@@ -74,6 +74,7 @@ class QosController(App):
         self.switches: dict[int, Switch] = {}
         self.rates = RateTracker()
         self.queue_drops: dict[tuple[int, int], dict[int, float]] = {}
+        self.class_bps: dict[tuple[int, int], dict[str, float]] = {}
         self.snapshot = Snapshot()
         self.decisions: collections.deque[dict] = collections.deque(maxlen=1000)
         self.registry = CollectorRegistry()
@@ -181,12 +182,30 @@ class QosController(App):
             self._remove_queues(sw, port_no)
         self.rates.forget_datapath(dp_id)
         for table in (self.snapshot.ports, self.snapshot.capacity_bps, self.snapshot.congested,
-                      self.snapshot.programmed, self.queue_drops):
+                      self.snapshot.programmed, self.queue_drops, self.class_bps):
             for key in [k for k in table if k[0] == dp_id]:
                 del table[key]
         for key in [k for k in self.snapshot.queues if k[0] == dp_id]:
             del self.snapshot.queues[key]
         LOG.info("switch %016x left", dp_id)
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def _flow_stats(self, ev):
+        dp_id, now = ev.msg.datapath.id, time.monotonic()
+        sw = self.switches.get(dp_id)
+        if sw is None or sw.state is None:
+            return
+        per_class: dict[tuple[int, int], dict[str, float]] = {}
+        for stat in ev.msg.body:
+            owner = sw.state.rule_class(stat.cookie)
+            rates = self.rates.flow(dp_id, stat.cookie, FlowCounters(stat.byte_count, stat.packet_count), now)
+            if owner is not None and rates is not None and rates.bps is not None:
+                port_no, name = owner
+                classes = per_class.setdefault((dp_id, port_no), {})
+                classes[name] = classes.get(name, 0.0) + rates.bps
+        for key in [k for k in self.class_bps if k[0] == dp_id]:
+            del self.class_bps[key]
+        self.class_bps.update(per_class)
 
     @set_ev_cls(ofp_event.EventOFPQueueStatsReply, MAIN_DISPATCHER)
     def _queue_stats(self, ev):
@@ -214,8 +233,9 @@ class QosController(App):
             rates = self.rates.port(dp_id, stat.port_no, counters, now)
             if rates is None or sw is None or sw.state is None:
                 continue
-            queue_drops = sum(self.queue_drops.get((dp_id, stat.port_no), {}).values())
-            decision = sw.state.observe(stat.port_no, rates, queue_drops, now)
+            key = (dp_id, stat.port_no)
+            decision = sw.state.observe(stat.port_no, rates, sum(self.queue_drops.get(key, {}).values()),
+                                        self.class_bps.get(key, {}), now)
             self.snapshot.congested[(dp_id, stat.port_no)] = sw.state.congested(stat.port_no)
             if decision is not None:
                 self._decide(sw, stat.port_no, decision)
@@ -310,7 +330,9 @@ class QosController(App):
             for sw in list(self.switches.values()):
                 dp = sw.datapath
                 ofp, parser = dp.ofproto, dp.ofproto_parser
-                # Queue stats first: the port-stats handler reads their drop rates.
+                # Flow and queue stats first: the port-stats handler reads their rates.
+                dp.send_msg(parser.OFPFlowStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
+                                                       COOKIE, COOKIE_MASK, parser.OFPMatch()))
                 dp.send_msg(parser.OFPQueueStatsRequest(dp, 0, ofp.OFPP_ANY, ofp.OFPQ_ALL))
                 dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
                 if sw.bridge.userspace:
@@ -351,7 +373,7 @@ def _flow_mod(dp, entry: FlowEntry):
         else:
             actions.append(parser.OFPActionSetField(**{action[1]: action[2]}))
     instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
-    return parser.OFPFlowMod(dp, cookie=COOKIE, priority=entry.priority, command=ofp.OFPFC_ADD,
+    return parser.OFPFlowMod(dp, cookie=entry.cookie, priority=entry.priority, command=ofp.OFPFC_ADD,
                              match=parser.OFPMatch(**dict(entry.match)), instructions=instructions)
 
 

@@ -34,6 +34,12 @@ class QueueCounters:
     tx_errors: int
 
 
+@dataclass(frozen=True, slots=True)
+class FlowCounters:
+    byte_count: int
+    packet_count: int
+
+
 # Rate fields are in the order of the counters they come from.
 @dataclass(frozen=True, slots=True)
 class PortRates:
@@ -59,6 +65,13 @@ class QueueRates:
 
 
 @dataclass(frozen=True, slots=True)
+class FlowRates:
+    bps: float | None
+    pps: float | None
+    interval: float      # seconds between the two samples
+
+
+@dataclass(frozen=True, slots=True)
 class _Baseline:
     values: tuple[int, ...]
     at: float
@@ -72,6 +85,7 @@ def _counter_layout(counters_type: type) -> tuple[attrgetter, tuple[int, ...]]:
 
 _READ_PORT, _PORT_SCALES = _counter_layout(PortCounters)
 _READ_QUEUE, _QUEUE_SCALES = _counter_layout(QueueCounters)
+_READ_FLOW, _FLOW_SCALES = attrgetter("byte_count", "packet_count"), (8, 1)
 
 
 def _deltas(old: tuple[int, ...], new: tuple[int, ...]) -> list[int | None] | None:
@@ -94,8 +108,8 @@ class RateTracker:
 
     def __init__(self, max_gap: float = 10.0):
         self._max_gap = max_gap
-        # dp_id → (port_no, queue_id, or None for the port itself) → last accepted sample
-        self._baselines: dict[int, dict[tuple[int, int | None], _Baseline]] = {}
+        # dp_id → (port_no, queue_id or None for the port itself) or ("flow", cookie) → last sample
+        self._baselines: dict[int, dict[tuple[int | str, int | None], _Baseline]] = {}
 
     def port(self, dp_id: int, port_no: int, counters: PortCounters, now: float) -> PortRates | None:
         measured = self._measure(dp_id, (port_no, None), _READ_PORT(counters), _PORT_SCALES, now)
@@ -106,6 +120,10 @@ class RateTracker:
         measured = self._measure(dp_id, (port_no, queue_id), _READ_QUEUE(counters), _QUEUE_SCALES, now)
         return None if measured is None else QueueRates(*measured[0], interval=measured[1])
 
+    def flow(self, dp_id: int, cookie: int, counters: FlowCounters, now: float) -> FlowRates | None:
+        measured = self._measure(dp_id, ("flow", cookie), _READ_FLOW(counters), _FLOW_SCALES, now)
+        return None if measured is None else FlowRates(*measured[0], interval=measured[1])
+
     def forget_datapath(self, dp_id: int) -> None:
         self._baselines.pop(dp_id, None)
 
@@ -114,7 +132,7 @@ class RateTracker:
         for key in [key for key in baselines if key[0] == port_no]:
             del baselines[key]
 
-    def _measure(self, dp_id: int, key: tuple[int, int | None], values: tuple[int, ...],
+    def _measure(self, dp_id: int, key: tuple[int | str, int | None], values: tuple[int, ...],
                  scales: tuple[int, ...], now: float) -> tuple[list[float | None], float] | None:
         """Rates since the baseline and the interval, then `values` becomes the baseline."""
         baselines = self._baselines.setdefault(dp_id, {})

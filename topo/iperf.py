@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 TCP_PORT, UDP_PORT = 5201, 5202
+REPORT_SECONDS = 0.5   # iperf3 interval: fine enough to time a recovery
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ def server_args(port: int) -> list[str]:
 
 def client_args(server_ip: str, port: int, seconds: float, udp_mbps: float | None = None,
                 congestion_control: str | None = None) -> list[str]:
-    args = ["iperf3", "-c", server_ip, "-p", str(port), "-t", f"{seconds:g}", "-i", "1", "-J",
+    args = ["iperf3", "-c", server_ip, "-p", str(port), "-t", f"{seconds:g}", "-i", str(REPORT_SECONDS), "-J",
             "--get-server-output"]
     if udp_mbps is not None:
         args += ["-u", "-b", f"{udp_mbps:g}M"]
@@ -37,14 +38,14 @@ def client_args(server_ip: str, port: int, seconds: float, udp_mbps: float | Non
 
 
 def received(doc: dict[str, Any]) -> list[Interval]:
-    """Per-second intervals as the receiver (server) saw them."""
+    """Intervals as the receiver (server) saw them."""
     server = doc.get("server_output_json") or {}
     return [Interval(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"])
             for i in server.get("intervals", [])]
 
 
 def sent(doc: dict[str, Any]) -> list[Interval]:
-    """Per-second intervals as the sender saw them (TCP retransmits live here)."""
+    """Intervals as the sender saw them (TCP retransmits live here)."""
     return [Interval(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"],
                      i["sum"].get("retransmits", 0))
             for i in doc.get("intervals", [])]

@@ -37,6 +37,7 @@ import yaml  # noqa: E402
 from controller.policy import PolicyError, parse_policy  # noqa: E402
 from topo import capabilities, results  # noqa: E402
 from topo.controller_client import ControllerError, controller  # noqa: E402
+from topo.episodes import episodes  # noqa: E402
 from topo.progress import ProgressBar  # noqa: E402
 from topo.scenario import Scenario, ScenarioError, load_scenario  # noqa: E402
 from topo.study import Progress, StudyError, run_policy  # noqa: E402
@@ -147,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_policy(doc, scenario, client, out / "raw" / name, datapath, delay,
                                     Progress(tick=bar.tick))
                 result.update(_reservation(doc, scenario.bottleneck_bps))
+                if result["decisions"] and "tcp_reservation_mbps" in result:
+                    found = episodes(result["steps"], result["decisions"], result["tcp_series"],
+                                     result["tcp_reservation_mbps"])
+                    result.update(episodes=found, reaction_seconds=[e["reaction_seconds"] for e in found],
+                                  recovery_seconds=[e["recovery_seconds"] for e in found])
                 summary["policies"][name] = result
         bar.finish()
     except KeyboardInterrupt:

@@ -137,12 +137,13 @@ def _summarise(scenario: Scenario, tcp: tuple[dict, float], steps: list[Step], c
             "tcp_retransmits": iperf.window_retransmits(sent, t0, *window),
             "start_s": round(step.start - t0, 3), "end_s": round(step.end - t0, 3),
         })
-    per_second = [{"t": round(i.start, 3), "tcp_mbps": _mbps(i.bps)} for i in received]
+    series = [{"t": round(i.start, 3), "seconds": round(i.end - i.start, 3), "tcp_mbps": _mbps(i.bps)}
+              for i in received]
     after = (cooldown.start + scenario.settle_seconds, cooldown.end)
     tc = {cid: {"bytes": b, "packets": p, "drops": d} for cid, (b, p, d) in sorted(classes.items())}
     return {"steps": rows, "cooldown": {"tcp_mbps": _mbps(iperf.window_mean_bps(received, t0, *after)),
                                         "start_s": round(cooldown.start - t0, 3), "end_s": round(cooldown.end - t0, 3)},
-            "tcp_per_second": per_second, "tc_classes": _name_classes(tc, policy),
+            "tcp_series": series, "tc_classes": _name_classes(tc, policy),
             "decisions": [{**d, "t": round(d["time"] - t0, 3)} for d in decisions], "t0": t0}
 
 

@@ -117,7 +117,32 @@ def test_decision_carries_the_numbers_of_the_deciding_sample():
     assert (decision.action, decision.at) == (PROGRAM, 1.0)
     assert decision.utilisation == pytest.approx(0.996)
     assert decision.loss_ratio == pytest.approx(0.312)
-    assert decision.reason == "tx 4.98 Mbit/s = 99.6% of 5 Mbit/s, loss 31.2% ≥ 1.0% for 2 samples"
+    assert decision.reason == "tx 4.98 Mbit/s = 99.6% of 5 Mbit/s, loss 31.2%; loss ≥ 1.0% for 2 samples"
+
+
+SQUEEZED = "class tcp at 2.75 Mbit/s < 90% of its 4 Mbit/s while udp takes 2 Mbit/s"
+
+
+def test_contention_without_loss_programs_and_says_why():
+    detector = PortCongestion(DEFAULT)
+    squeezed = PortSample(tx_bps=4.99e6, tx_pps=420, drops_ps=0, capacity_bps=5e6, contention=SQUEEZED)
+    assert detector.observe(squeezed, 0.0) is None
+    decision = detector.observe(squeezed, 1.0)
+    assert decision.action == PROGRAM
+    assert decision.reason.endswith(f"{SQUEEZED}; contention for 2 samples")
+
+
+def test_contention_on_a_link_with_room_is_not_congestion():
+    detector = PortCongestion(DEFAULT)
+    roomy = PortSample(tx_bps=3e6, tx_pps=300, drops_ps=0, capacity_bps=5e6, contention=SQUEEZED)
+    assert all(detector.observe(roomy, float(t)) is None for t in range(20))
+
+
+def test_contention_keeps_congestion_from_clearing():
+    detector = congested_detector()
+    squeezed = PortSample(tx_bps=4.99e6, tx_pps=420, drops_ps=0, capacity_bps=5e6, contention=SQUEEZED)
+    assert all(detector.observe(squeezed, 10.0 + t) is None for t in range(20))
+    assert detector.congested
 
 
 def test_rollback_reason_has_the_calm_numbers():
@@ -161,3 +186,12 @@ def test_monitor_forget_datapath_drops_its_ports_state():
     assert monitor.observe(1, 1, HOT, 2.0) is None   # a fresh detector needs its own hot samples
     assert monitor.observe(1, 2, HOT, 2.0) is None   # the half-counted streak was forgotten too
     assert monitor.observe(1, 1, HOT, 3.0).action == PROGRAM
+
+
+def test_loss_of_a_lone_class_is_not_congestion():
+    # TCP slow start alone on the port: full and lossy, but no other class to protect it from.
+    detector = PortCongestion(CongestionConfig(samples=1))
+    lone = PortSample(tx_bps=4.99e6, tx_pps=400, drops_ps=33, capacity_bps=5e6, competing=False)
+    assert all(detector.observe(lone, float(t)) is None for t in range(10))
+    competing = PortSample(tx_bps=4.99e6, tx_pps=400, drops_ps=33, capacity_bps=5e6, competing=True)
+    assert detector.observe(competing, 10.0).action == PROGRAM

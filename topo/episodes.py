@@ -1,0 +1,40 @@
+"""Congestion episodes of an `auto` run, measured from the recorded data (pure).
+
+An episode begins at the UDP onset (the first UDP step to start after the previous roll-back)
+and holds one program decision. reaction = program − onset; recovery = onset → the end of
+the first TCP interval, after TCP fell below `recovered_share` of its reservation, whose mean
+is back at or above it (0 when it never fell): an upper bound, never flattering by a partial
+interval. Times are seconds from the TCP flow's start.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def episodes(steps: list[dict], decisions: list[dict], tcp_series: list[dict], reservation_mbps: float,
+             recovered_share: float = 0.8) -> list[dict[str, Any]]:
+    bar = recovered_share * reservation_mbps
+    found, since = [], float("-inf")
+    for decision in decisions:
+        if decision["action"] == "rollback":
+            if found and found[-1]["rolled_back_s"] is None:
+                found[-1]["rolled_back_s"] = decision["t"]
+            since = decision["t"]
+            continue
+        onset = next((s["start_s"] for s in steps if s["udp_mbps_offered"] > 0 and since <= s["start_s"]), None)
+        episode = {"onset_s": onset, "programmed_s": decision["t"], "rolled_back_s": None,
+                   "reaction_seconds": None, "recovery_seconds": None}
+        if onset is not None and onset <= decision["t"]:
+            episode["reaction_seconds"] = round(decision["t"] - onset, 3)
+            episode["recovery_seconds"] = _recovery(tcp_series, onset, bar)
+        found.append(episode)
+    return found
+
+
+def _recovery(series: list[dict], onset: float, bar: float) -> float | None:
+    after = [i for i in series if i["t"] + i["seconds"] > onset]
+    dip = next((k for k, i in enumerate(after) if (i["tcp_mbps"] or 0) < bar), None)
+    if dip is None:
+        return 0.0
+    back = next((i for i in after[dip:] if (i["tcp_mbps"] or 0) >= bar), None)
+    return None if back is None else round(back["t"] + back["seconds"] - onset, 3)
