@@ -28,21 +28,29 @@ if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
 
 import argparse  # noqa: E402
-import signal  # noqa: E402
-import time  # noqa: E402
+import importlib  # noqa: E402
 from typing import Any  # noqa: E402
 
 import yaml  # noqa: E402
 
 from controller.policy import PolicyError, parse_policy  # noqa: E402
-from topo import capabilities, results  # noqa: E402
+from topo import results  # noqa: E402
 from topo.controller_client import ControllerError, controller  # noqa: E402
 from topo.episodes import episodes  # noqa: E402
+from topo.launch import USAGE_ERROR, LaunchError, note, prepare  # noqa: E402
 from topo.progress import ProgressBar  # noqa: E402
 from topo.scenario import Scenario, ScenarioError, load_scenario  # noqa: E402
 from topo.study import Progress, StudyError, run_policy  # noqa: E402
 
-USAGE_ERROR = 2
+# Other studies and the host check, as subcommands: topo/run.py cc|fairness|aqm|doctor [options]
+COMMANDS = {"cc": "topo.cc_study", "fairness": "topo.fairness_study", "aqm": "topo.aqm_study",
+            "doctor": "topo.capabilities"}
+
+
+def entry(argv: list[str]) -> int:
+    if argv and argv[0] in COMMANDS:
+        return importlib.import_module(COMMANDS[argv[0]]).main(argv[1:])
+    return main(argv)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -109,35 +117,25 @@ def main(argv: list[str] | None = None) -> int:
     except (ScenarioError, PolicyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return USAGE_ERROR
-    if os.geteuid() != 0:
-        print("error: run as root: Mininet and Open vSwitch need it (sudo python3 topo/run.py ...)", file=sys.stderr)
-        return USAGE_ERROR
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-
-    caps = capabilities.probe_all()
-    env = capabilities.environment(caps)
-    if capabilities.doctor_exit_code(caps):
-        print(capabilities.verdict(caps), "Run: python3 topo/run.py doctor", file=sys.stderr)
-        return 1
-    delay = scenario.delay if scenario.delay and env["netem"] else None
-    notes = []
-    if scenario.delay and not delay:
-        notes.append(f"netem is missing from this kernel: the {scenario.delay} delay is NOT applied")
+    try:
+        host = prepare(args.out, args.datapath)
+    except LaunchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.code
+    env, out = host.environment, host.out
     if scenario.tcp_congestion_control and scenario.tcp_congestion_control not in env["tcp_congestion_control"]:
         print(f"error: --cc {scenario.tcp_congestion_control}: this kernel offers only "
               f"{', '.join(env['tcp_congestion_control'])}", file=sys.stderr)
         return USAGE_ERROR
-    datapath = args.datapath if args.datapath != "auto" else ("kernel" if "system" in env["datapath_types"] else "user")
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
-
-    out = args.out or REPO / "results" / time.strftime("%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
+    delay = scenario.delay if scenario.delay and env["netem"] else None
+    notes = [f"netem is missing from this kernel: the {scenario.delay} delay is NOT applied"] \
+        if scenario.delay and not delay else []
+    for message in notes:
+        note(message)
     summary: dict[str, Any] = {
         "scenario": {**_fields(scenario), "tcp_seconds": scenario.tcp_seconds},
         "bottleneck_mbps": scenario.bottleneck_bps / 1e6,
-        "environment": {**env, "datapath": "netdev (userspace)" if datapath == "user" else "system (kernel)",
-                        "delay_applied": delay, "notes": notes},
+        "environment": {**env, "delay_applied": delay, "notes": notes},
         "policies": {},
     }
     bar = ProgressBar(total=scenario.tcp_seconds * len(documents))
@@ -145,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         with controller(out / "controller.log") as client:
             for index, (name, doc) in enumerate(documents.items()):
                 bar.start_part(f"{name} ({index + 1}/{len(documents)})", index * scenario.tcp_seconds)
-                result = run_policy(doc, scenario, client, out / "raw" / name, datapath, delay,
+                result = run_policy(doc, scenario, client, out / "raw" / name, host.datapath, delay,
                                     Progress(tick=bar.tick))
                 result.update(_reservation(doc, scenario.bottleneck_bps))
                 if result["decisions"] and "tcp_reservation_mbps" in result:
@@ -187,4 +185,4 @@ def _fields(scenario: Scenario) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry(sys.argv[1:]))
