@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,8 @@ def load_policy(path: str | Path) -> Policy:
         text = path.read_text()
     except OSError as err:
         raise PolicyError(f"{path}: cannot read policy file ({err.strerror}); check the path") from None
+    except UnicodeDecodeError:
+        raise PolicyError(f"{path}: not a text (UTF-8) file; give a YAML policy") from None
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as err:
@@ -125,8 +128,8 @@ def parse_rate(value: Any, where: str) -> int:
         if unit not in _RATE_UNITS:
             raise PolicyError(f"{where}: {value!r} is not a rate; write e.g. 5Mbit or 500kbit")
         bps = float(m.group(1)) * _RATE_UNITS[unit]
-    if bps <= 0:
-        raise PolicyError(f"{where}: rate must be positive; write e.g. 5Mbit")
+    if not math.isfinite(bps) or int(bps) <= 0:
+        raise PolicyError(f"{where}: {value!r} is not a positive rate of at least 1 bit/s; write e.g. 5Mbit")
     return int(bps)
 
 
@@ -159,7 +162,7 @@ def _classes(doc: Any) -> tuple[TrafficClass, ...]:
         values = [getattr(c, field) for c in classes]
         if len(set(values)) != len(values):
             raise PolicyError(f"classes: two classes share a {field}; give each class its own {field}")
-    if sum(c.min_share for c in classes) > 1:
+    if sum(c.min_share for c in classes) > 1 + 1e-9:   # 33% + 56% + 11% is 1.0000000000000002
         raise PolicyError("classes: the min shares add up to more than 100%; lower them")
     return tuple(classes)
 
@@ -196,6 +199,9 @@ def _switch(name: str, doc: Any, classes: tuple[TrafficClass, ...]) -> SwitchPol
                   for i, f in enumerate(_list(doc.get("flows", []), f"{where}.flows")))
     ports = tuple(_port(p, spec, f"{where}.ports.{p}")
                   for p, spec in _mapping(doc.get("ports", {}), f"{where}.ports").items())
+    numbers = [p.port_no for p in ports]
+    if len(set(numbers)) != len(numbers):
+        raise PolicyError(f"{where}.ports: a port is listed twice (e.g. as 1 and \"1\"); keep one entry per port")
     return SwitchPolicy(name=name, dp_id=dp_id, flows=flows, ports=ports)
 
 
@@ -254,7 +260,7 @@ def _match(doc: Any, where: str) -> tuple[tuple[str, Any], ...]:
         elif key == "ip_proto":
             if isinstance(value, str) and value not in IP_PROTOS:
                 raise PolicyError(f"{at}: {value!r} is not a protocol; use tcp, udp, icmp or a number 0-255")
-            fields[key] = IP_PROTOS.get(value) or _int(value, at, 0, 255)
+            fields[key] = IP_PROTOS[value] if isinstance(value, str) else _int(value, at, 0, 255)
         elif key in ("tcp_src", "tcp_dst", "udp_src", "udp_dst"):
             fields[key] = _int(value, at, 0, 65535)
         elif key == "ip_dscp":
@@ -314,7 +320,7 @@ def _int(value: Any, where: str, low: int, high: int) -> int:
         raise PolicyError(f"{where}: expected a whole number from {low} to {high}")
     try:
         number = int(value, 0) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise PolicyError(f"{where}: {value!r} is not a whole number from {low} to {high}") from None
     if number != value and not isinstance(value, str) or not low <= number <= high:
         raise PolicyError(f"{where}: {value!r} is not a whole number from {low} to {high}")
@@ -322,6 +328,6 @@ def _int(value: Any, where: str, low: int, high: int) -> int:
 
 
 def _number(value: Any, where: str, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:  # NaN fails too
         raise PolicyError(f"{where}: {value!r} is not a number from {low} to {high}")
     return float(value)

@@ -255,7 +255,7 @@ class QosController(App):
         self._sync_flows(sw)
 
     def _decide(self, sw: Switch, port_no: int, decision: Decision) -> None:
-        dp_id = sw.datapath.id
+        dp_id, decided = sw.datapath.id, time.time()
         LOG.info("switch %016x port %d: %s — %s", dp_id, port_no, decision.action, decision.reason)
         # Queues exist before flows steer into them; steering stops before queues go.
         if decision.action == "program":
@@ -266,7 +266,9 @@ class QosController(App):
             self._sync_queues(sw)
         key = (dp_id, port_no, decision.action)
         self.snapshot.events[key] = self.snapshot.events.get(key, 0) + 1
-        self.decisions.append({"time": time.time(), "dp_id": f"{dp_id:016x}", "port": port_no,
+        done = time.time()
+        LOG.info("switch %016x port %d: %s done in %.0f ms", dp_id, port_no, decision.action, (done - decided) * 1e3)
+        self.decisions.append({"time": done, "decided": decided, "dp_id": f"{dp_id:016x}", "port": port_no,
                             "action": decision.action, "reason": decision.reason,
                             "utilisation": decision.utilisation, "loss_ratio": decision.loss_ratio})
 
@@ -279,6 +281,9 @@ class QosController(App):
             if iface is None:
                 LOG.error("switch %016x has no port %d; its queues are not applied", dp_id, port_no)
                 continue
+            if sw.bridge.userspace and port_no in sw.qos:
+                # HTB refuses to delete a class a filter points at: filters go first.
+                tc_filters.ensure_filters(iface, ())
             try:
                 self.ovsdb.apply_qos(iface, spec, {"policy": self.policy.name, "dp_id": f"{dp_id:016x}"})
             except OvsdbError as err:

@@ -35,12 +35,12 @@ def fifo_qos(port: PortPolicy) -> QosSpec:
 def reserve_qos(policy: Policy, port: PortPolicy) -> QosSpec:
     """An HTB class per traffic class; queue 0 keeps what the classes do not reserve."""
     cap = port.capacity_bps
-    reserved = sum(c.min_share for c in policy.classes)
-    # HTB needs a positive rate; 1 % keeps ARP and unclassified traffic alive.
-    default_min = max(int(cap * (1 - reserved)), cap // 100)
-    queues = [QueueSpec(0, default_min, cap, "default")]
-    queues += [QueueSpec(c.queue, max(int(cap * c.min_share), 1), int(cap * c.max_share), c.name)
+    classes = [QueueSpec(c.queue, max(int(cap * c.min_share), 1), int(cap * c.max_share), c.name)
                for c in policy.classes]
+    # Queue 0 keeps exactly the rest; HTB needs a positive rate, and 1 % keeps ARP and
+    # unclassified traffic alive even when the classes reserve everything.
+    default_min = max(cap - sum(q.min_bps for q in classes), cap // 100)
+    queues = [QueueSpec(0, default_min, cap, "default"), *classes]
     marks = tuple((c.dscp, c.queue) for c in policy.classes)
     return QosSpec("reserve", cap, tuple(queues), marks)
 

@@ -30,9 +30,9 @@ def make_app(controller: Controller) -> Callable:
     def app(environ, start_response):
         req = Request(environ)
         handler = routes.get((req.method, req.path))
+        allowed = sorted(method for method, path in routes if path == req.path)
         if handler is None:
-            known = any(path == req.path for _, path in routes)
-            code, body = (405, {"error": f"{req.method} not allowed"}) if known else (404, {"error": "not found"})
+            code, body = (405, {"error": f"{req.method} not allowed"}) if allowed else (404, {"error": "not found"})
         else:
             try:
                 code, body = handler(req)
@@ -40,6 +40,8 @@ def make_app(controller: Controller) -> Callable:
                 code, body = 400, {"error": str(err)}
         resp = Response(status=code, content_type="application/json", charset="utf-8",
                         body=json.dumps(body, indent=1).encode() + b"\n")
+        if code == 405:
+            resp.allow = allowed
         return resp(environ, start_response)
     return app
 

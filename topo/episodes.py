@@ -26,13 +26,17 @@ def episodes(steps: list[dict], decisions: list[dict], tcp_series: list[dict], r
                    "reaction_seconds": None, "recovery_seconds": None}
         if onset is not None and onset <= decision["t"]:
             episode["reaction_seconds"] = round(decision["t"] - onset, 3)
-            episode["recovery_seconds"] = _recovery(tcp_series, onset, bar)
         found.append(episode)
+    for episode in found:
+        if episode["reaction_seconds"] is not None:
+            until = episode["rolled_back_s"] if episode["rolled_back_s"] is not None else float("inf")
+            episode["recovery_seconds"] = _recovery(tcp_series, episode["onset_s"], until, bar)
     return found
 
 
-def _recovery(series: list[dict], onset: float, bar: float) -> float | None:
-    after = [i for i in series if i["t"] + i["seconds"] > onset]
+def _recovery(series: list[dict], onset: float, until: float, bar: float) -> float | None:
+    """Within the episode only: a later episode's dip is not this one's."""
+    after = [i for i in series if i["t"] + i["seconds"] > onset and i["t"] < until]
     dip = next((k for k, i in enumerate(after) if (i["tcp_mbps"] or 0) < bar), None)
     if dip is None:
         return 0.0

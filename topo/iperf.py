@@ -28,7 +28,9 @@ def server_args(port: int) -> list[str]:
 
 def client_args(server_ip: str, port: int, seconds: float, udp_mbps: float | None = None,
                 congestion_control: str | None = None) -> list[str]:
-    args = ["iperf3", "-c", server_ip, "-p", str(port), "-t", f"{seconds:g}", "-i", str(REPORT_SECONDS), "-J",
+    if seconds != int(seconds):
+        raise ValueError(f"iperf3 runs whole seconds (-t is read with atoi); got {seconds}")
+    args = ["iperf3", "-c", server_ip, "-p", str(port), "-t", str(int(seconds)), "-i", str(REPORT_SECONDS), "-J",
             "--get-server-output"]
     if udp_mbps is not None:
         args += ["-u", "-b", f"{udp_mbps:g}M"]

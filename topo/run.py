@@ -29,6 +29,7 @@ if __name__ == "__main__":
 
 import argparse  # noqa: E402
 import importlib  # noqa: E402
+import time  # noqa: E402
 from typing import Any  # noqa: E402
 
 import yaml  # noqa: E402
@@ -38,6 +39,8 @@ from topo import results  # noqa: E402
 from topo.controller_client import ControllerError, controller  # noqa: E402
 from topo.episodes import episodes  # noqa: E402
 from topo.launch import USAGE_ERROR, LaunchError, note, prepare  # noqa: E402
+from topo.live import LiveThroughput  # noqa: E402
+from topo.prom import PrometheusError, prometheus, query_range, tcp_throughput_query  # noqa: E402
 from topo.progress import ProgressBar  # noqa: E402
 from topo.scenario import Scenario, ScenarioError, load_scenario  # noqa: E402
 from topo.study import Progress, StudyError, run_policy  # noqa: E402
@@ -66,6 +69,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--step-seconds", type=float, help="how long each UDP step lasts (default 10)")
     p.add_argument("--queue-packets", type=int, help="FIFO limit of the bottleneck queues (default 25)")
     p.add_argument("--cc", dest="tcp_congestion_control", help="TCP congestion control (default: the kernel's)")
+    p.add_argument("--prometheus", choices=("auto", "none"), default="auto",
+                   help="auto: record series in the Prometheus on 127.0.0.1:9090, or start Debian's "
+                        "with its data in DIR/prometheus; none: no time series")
+    p.add_argument("--metrics-port", type=int, default=9102, help="launcher exporter port on 127.0.0.1")
     p.add_argument("--datapath", choices=("auto", "user", "kernel"), default="auto",
                    help="OVS datapath; auto picks kernel where the OVS module is loaded, else userspace")
     return p.parse_args(argv)
@@ -139,12 +146,13 @@ def main(argv: list[str] | None = None) -> int:
         "policies": {},
     }
     bar = ProgressBar(total=scenario.tcp_seconds * len(documents))
+    live = LiveThroughput(args.metrics_port)
     try:
-        with controller(out / "controller.log") as client:
+        with prometheus(out / "prometheus", args.prometheus) as prom_url, controller(out / "controller.log") as client:
             for index, (name, doc) in enumerate(documents.items()):
                 bar.start_part(f"{name} ({index + 1}/{len(documents)})", index * scenario.tcp_seconds)
                 result = run_policy(doc, scenario, client, out / "raw" / name, host.datapath, delay,
-                                    Progress(tick=bar.tick))
+                                    Progress(tick=bar.tick, step=lambda mbps, name=name: live.step(name, mbps)))
                 result.update(_reservation(doc, scenario.bottleneck_bps))
                 if result["decisions"] and "tcp_reservation_mbps" in result:
                     found = episodes(result["steps"], result["decisions"], result["tcp_series"],
@@ -152,21 +160,38 @@ def main(argv: list[str] | None = None) -> int:
                     result.update(episodes=found, reaction_seconds=[e["reaction_seconds"] for e in found],
                                   recovery_seconds=[e["recovery_seconds"] for e in found])
                 summary["policies"][name] = result
+            if prom_url:
+                summary["prometheus"] = _recorded(prom_url, summary["policies"], out / "prometheus")
         bar.finish()
     except KeyboardInterrupt:
         bar.finish()
         print("interrupted: network, processes and queues cleaned up", file=sys.stderr)
         return 130
-    except (ControllerError, StudyError) as err:
+    except (ControllerError, StudyError, PrometheusError) as err:
         bar.finish()
         print(f"error: {err}", file=sys.stderr)
         return 1
+    finally:
+        live.close()
     results.write_json(out / "summary.json", summary)
     (out / "table.md").write_text(results.table(summary))
     results.figure(summary, out / "throughput.png")
     print(results.table(summary))
     print(f"results in {out}")
     return 0
+
+
+def _recorded(url: str, policies: dict[str, dict], data_dir: Path) -> dict[str, Any]:
+    """What Prometheus holds of each policy's TCP throughput: the query and its points."""
+    time.sleep(2)   # the last second's scrape
+    recorded = {"url": url, "data_dir": str(data_dir), "queries": {}}
+    for name, result in policies.items():
+        expr = tcp_throughput_query(name)
+        start = result["t0"]
+        points = query_range(url, expr, start, start + result["cooldown"]["end_s"])
+        recorded["queries"][name] = {"expr": expr, "start": start, "points": len(points),
+                                     "mean_mbps": round(sum(v for _, v in points) / len(points), 3) if points else None}
+    return recorded
 
 
 def _reservation(doc: dict, capacity_bps: int) -> dict[str, float]:

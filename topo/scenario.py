@@ -29,6 +29,15 @@ class Scenario:
     tcp_congestion_control: str | None = None   # None: the kernel's default
     queue_packets: int = 25               # FIFO limit of the bottleneck's queues (the study's max_queue_size)
 
+    def __post_init__(self) -> None:
+        # iperf3 reads -t as a whole number of seconds: 2.5 would silently run 2.
+        for key, low in (("step_seconds", 1), ("cooldown_seconds", 0)):
+            value = getattr(self, key)
+            if value != int(value) or value < low:
+                raise ScenarioError(f"{key}: {value!r} is not a whole number of seconds >= {low}")
+        if self.settle_seconds >= self.step_seconds:
+            raise ScenarioError("settle_seconds: must be shorter than step_seconds, or no second is measured")
+
     @property
     def tcp_seconds(self) -> float:
         return len(self.udp_steps_mbps) * self.step_seconds + self.cooldown_seconds
@@ -75,10 +84,7 @@ def parse_scenario(doc: dict[str, Any]) -> Scenario:
     for key in ("delay", "tcp_congestion_control"):
         if key in doc:
             values[key] = None if doc[key] in (None, "", "none") else str(doc[key])
-    scenario = Scenario(**values)
-    if scenario.settle_seconds >= scenario.step_seconds:
-        raise ScenarioError("settle_seconds: must be shorter than step_seconds, or no second is measured")
-    return scenario
+    return Scenario(**values)
 
 
 def _number(value: Any, where: str, low: float) -> float:

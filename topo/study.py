@@ -19,7 +19,7 @@ from topo.scenario import Scenario
 from topo.topos import StudyTopo
 
 BOTTLENECK_IFACES = ("s1-eth1", "s2-eth1")   # both ends of the s1–s2 link; s1-eth1 carries h1 → h4
-SLACK_PER_STEP = 1.0
+SLACK_PER_STEP = 1
 UDP_TIMEOUT = 30.0
 
 

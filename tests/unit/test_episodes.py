@@ -1,0 +1,113 @@
+"""topo/episodes.py: reaction and recovery of each congestion episode of an `auto` run."""
+import pytest
+
+from topo.episodes import episodes
+
+RESERVATION = 4.0      # Mbit/s; recovered at 80 % of it: 3.2 Mbit/s
+
+
+def steps(*offered: float, seconds: float = 10.0) -> list[dict]:
+    return [{"udp_mbps_offered": rate, "start_s": k * seconds, "end_s": (k + 1) * seconds}
+            for k, rate in enumerate(offered)]
+
+
+def series(rates: dict[tuple[float, float], float], end: float, default: float = 4.5) -> list[dict]:
+    """TCP in 0.5 s intervals from 0 to `end`: `default` Mbit/s except where a [from, to) range says otherwise."""
+    out, t = [], 0.0
+    while t < end:
+        rate = next((r for (lo, hi), r in rates.items() if lo <= t < hi), default)
+        out.append({"t": t, "seconds": 0.5, "tcp_mbps": rate})
+        t += 0.5
+    return out
+
+
+def program(t: float) -> dict:
+    return {"action": "program", "t": t}
+
+
+def rollback(t: float) -> dict:
+    return {"action": "rollback", "t": t}
+
+
+def test_one_episode_has_its_onset_reaction_recovery_and_rollback():
+    # UDP from 10 s; the controller programs at 11.2 s; TCP is below 3.2 Mbit/s from 10 s to 12.5 s
+    tcp = series({(10.0, 12.5): 1.5}, end=40.0)
+    found = episodes(steps(0, 4, 0, 0), [program(11.2), rollback(35.0)], tcp, RESERVATION)
+    assert found == [{"onset_s": 10.0, "programmed_s": 11.2, "rolled_back_s": 35.0,
+                      "reaction_seconds": 1.2, "recovery_seconds": 3.0}]
+
+
+def test_the_onset_is_the_first_step_that_offers_udp():
+    tcp = series({(20.0, 21.0): 2.0}, end=40.0)
+    found = episodes(steps(0, 0, 6, 0), [program(20.8)], tcp, RESERVATION)
+    assert found[0]["onset_s"] == 20.0
+    assert found[0]["reaction_seconds"] == 0.8
+    assert found[0]["recovery_seconds"] == 1.5       # the end of the 21.0–21.5 s interval
+    assert found[0]["rolled_back_s"] is None
+
+
+def test_recovery_is_zero_when_tcp_never_dipped():
+    found = episodes(steps(0, 4, 0), [program(10.5), rollback(25.0)], series({}, end=30.0), RESERVATION)
+    assert found[0]["recovery_seconds"] == 0.0
+    assert found[0]["reaction_seconds"] == 0.5
+
+
+def test_a_dip_before_the_onset_does_not_count():
+    tcp = series({(0.0, 3.0): 1.0}, end=30.0)     # TCP slow start, before any UDP
+    found = episodes(steps(0, 4, 0), [program(10.5)], tcp, RESERVATION)
+    assert found[0]["recovery_seconds"] == 0.0
+
+
+def test_a_program_before_any_udp_onset_has_no_reaction():
+    found = episodes(steps(0, 0, 4), [program(5.0)], series({}, end=30.0), RESERVATION)
+    assert found == [{"onset_s": 20.0, "programmed_s": 5.0, "rolled_back_s": None,
+                      "reaction_seconds": None, "recovery_seconds": None}]
+
+
+def test_a_program_in_a_run_without_udp_has_no_onset():
+    found = episodes(steps(0, 0), [program(5.0)], series({}, end=20.0), RESERVATION)
+    assert found[0]["onset_s"] is None
+    assert found[0]["reaction_seconds"] is None
+
+
+def test_two_episodes_separated_by_a_rollback_each_find_their_own_onset():
+    # steps every 10 s: UDP 4 at 10 s, calm 20–40 s, UDP 6 from 40 s
+    tcp = series({(10.0, 11.0): 2.0, (40.0, 42.0): 1.0}, end=60.0)
+    found = episodes(steps(0, 4, 0, 0, 6, 6), [program(10.4), rollback(24.0), program(41.0), rollback(58.0)],
+                     tcp, RESERVATION)
+    assert [(e["onset_s"], e["programmed_s"], e["rolled_back_s"]) for e in found] == [
+        (10.0, 10.4, 24.0), (40.0, 41.0, 58.0)]
+    assert [e["reaction_seconds"] for e in found] == [0.4, 1.0]
+    assert [e["recovery_seconds"] for e in found] == [1.5, 2.5]
+
+
+def test_an_episode_does_not_take_the_recovery_of_the_next_one():
+    tcp = series({(40.0, 42.0): 1.0}, end=60.0)      # only the second flood squeezes TCP
+    found = episodes(steps(0, 4, 0, 0, 6, 6), [program(10.4), rollback(24.0), program(41.0), rollback(58.0)],
+                     tcp, RESERVATION)
+    assert [e["recovery_seconds"] for e in found] == [0.0, 2.5]
+
+
+def test_recovery_is_none_when_tcp_never_comes_back():
+    tcp = series({(10.0, 30.0): 0.5}, end=30.0)
+    found = episodes(steps(0, 8, 8), [program(10.2)], tcp, RESERVATION)
+    assert found[0]["reaction_seconds"] == 0.2
+    assert found[0]["recovery_seconds"] is None
+
+
+def test_missing_tcp_rates_count_as_a_dip():
+    tcp = series({}, end=20.0)
+    tcp[22]["tcp_mbps"] = None      # 11.0–11.5 s: no report
+    found = episodes(steps(0, 4), [program(10.5)], tcp, RESERVATION)
+    assert found[0]["recovery_seconds"] == 2.0
+
+
+def test_recovered_share_sets_the_bar():
+    tcp = series({(10.0, 12.0): 3.0}, end=20.0)      # 75 % of the reservation
+    assert episodes(steps(0, 4), [program(10.5)], tcp, RESERVATION)[0]["recovery_seconds"] == 2.5
+    assert episodes(steps(0, 4), [program(10.5)], tcp, RESERVATION, recovered_share=0.7)[0][
+        "recovery_seconds"] == 0.0
+
+
+def test_no_decisions_no_episodes():
+    assert episodes(steps(0, 4), [], series({}, end=20.0), RESERVATION) == []

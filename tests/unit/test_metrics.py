@@ -1,0 +1,108 @@
+"""controller/metrics.py: the exposition Prometheus scrapes from the controller."""
+import re
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from controller.metrics import ControllerCollector, Snapshot
+from controller.stats import ALL_ONES, PortCounters, QueueCounters
+
+DP1 = "0000000000000001"
+DP_BIG = "00000000000000ab"
+
+
+def snapshot() -> Snapshot:
+    return Snapshot(
+        ports={(1, 1): PortCounters(rx_bytes=1000, tx_bytes=2000, rx_packets=10, tx_packets=20,
+                                    rx_dropped=1, tx_dropped=2, rx_errors=0, tx_errors=ALL_ONES),
+               (0xab, 3): PortCounters(5, 6, 7, 8, 9, 10, 11, 12)},
+        queues={(1, 1, 0): QueueCounters(tx_bytes=300, tx_packets=3, tx_errors=0),
+                (1, 1, 2): QueueCounters(tx_bytes=ALL_ONES, tx_packets=40, tx_errors=7)},
+        capacity_bps={(1, 1): 5_000_000},
+        congested={(1, 1): True, (0xab, 3): False},
+        programmed={(1, 1): True},
+        events={(1, 1, "program"): 2, (1, 1, "rollback"): 1},
+        policy="reserve",
+        load_error=True,
+    )
+
+
+@pytest.fixture
+def registry():
+    reg = CollectorRegistry()
+    reg.register(ControllerCollector(snapshot))
+    return reg
+
+
+def port(dp: str, p: int) -> dict:
+    return {"dp_id": dp, "port": str(p)}
+
+
+def test_port_counters_are_exposed_as_totals_labelled_by_datapath_and_port(registry):
+    value = registry.get_sample_value
+    assert value("ovsqos_port_tx_bytes_total", port(DP1, 1)) == 2000
+    assert value("ovsqos_port_rx_bytes_total", port(DP1, 1)) == 1000
+    assert value("ovsqos_port_tx_packets_total", port(DP1, 1)) == 20
+    assert value("ovsqos_port_tx_dropped_total", port(DP1, 1)) == 2
+    assert value("ovsqos_port_rx_errors_total", port(DP1, 1)) == 0
+    assert value("ovsqos_port_tx_errors_total", port(DP_BIG, 3)) == 12
+
+
+def test_counters_the_switch_does_not_keep_are_absent(registry):
+    assert registry.get_sample_value("ovsqos_port_tx_errors_total", port(DP1, 1)) is None
+    assert registry.get_sample_value("ovsqos_queue_tx_bytes_total", {**port(DP1, 1), "queue": "2"}) is None
+    assert registry.get_sample_value("ovsqos_queue_tx_packets_total", {**port(DP1, 1), "queue": "2"}) == 40
+    assert str(ALL_ONES) not in generate_latest(registry).decode()
+    assert "1.8446744073709552e+19" not in generate_latest(registry).decode()
+
+
+def test_queue_counters_carry_the_queue_label(registry):
+    assert registry.get_sample_value("ovsqos_queue_tx_bytes_total", {**port(DP1, 1), "queue": "0"}) == 300
+    assert registry.get_sample_value("ovsqos_queue_tx_errors_total", {**port(DP1, 1), "queue": "2"}) == 7
+
+
+def test_capacity_is_in_bytes_per_second(registry):
+    assert registry.get_sample_value("ovsqos_port_capacity_bytes_per_second", port(DP1, 1)) == 625_000
+
+
+def test_congestion_and_programmed_queues_are_zero_or_one(registry):
+    assert registry.get_sample_value("ovsqos_port_congested", port(DP1, 1)) == 1
+    assert registry.get_sample_value("ovsqos_port_congested", port(DP_BIG, 3)) == 0
+    assert registry.get_sample_value("ovsqos_port_queues_programmed", port(DP1, 1)) == 1
+
+
+def test_qos_events_count_per_action(registry):
+    assert registry.get_sample_value("ovsqos_qos_events_total", {**port(DP1, 1), "action": "program"}) == 2
+    assert registry.get_sample_value("ovsqos_qos_events_total", {**port(DP1, 1), "action": "rollback"}) == 1
+
+
+def test_policy_info_and_load_error(registry):
+    assert registry.get_sample_value("ovsqos_policy_info", {"policy": "reserve"}) == 1
+    assert registry.get_sample_value("ovsqos_policy_load_error") == 1
+
+
+def test_an_empty_snapshot_has_no_policy_and_no_load_error():
+    reg = CollectorRegistry()
+    reg.register(ControllerCollector(Snapshot))
+    text = generate_latest(reg).decode()
+    assert reg.get_sample_value("ovsqos_policy_load_error") == 0
+    assert "ovsqos_policy_info{" not in text
+    assert "# TYPE ovsqos_port_tx_bytes_total counter" in text
+
+
+def test_the_exposition_parses_and_counters_end_in_total(registry):
+    text = generate_latest(registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert {"ovsqos_port_tx_bytes", "ovsqos_queue_tx_errors", "ovsqos_port_capacity_bytes_per_second",
+            "ovsqos_qos_events", "ovsqos_policy_info", "ovsqos_policy_load_error"} <= set(families)
+    assert families["ovsqos_port_tx_bytes"].type == "counter"
+    assert families["ovsqos_port_congested"].type == "gauge"
+    counters = re.findall(r"^# TYPE (\S+) counter$", text, re.MULTILINE)
+    assert len(counters) == 8 + 3 + 1
+    assert all(name.endswith("_total") for name in counters)
+    samples = [line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")]
+    counter_families = {name[:-len("_total")] for name in counters}
+    for name in samples:
+        if name.removesuffix("_total") in counter_families:
+            assert name.endswith("_total"), name

@@ -1,0 +1,274 @@
+"""controller/policy.py: the shipped policies, rates, shares, and one-line errors that name the field."""
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controller.congestion import CongestionConfig
+from controller.policy import PolicyError, load_policy, parse_policy, parse_rate
+
+POLICIES = Path(__file__).resolve().parents[2] / "policies"
+SHIPPED = sorted(POLICIES.glob("*.yaml"))
+
+
+def shipped(name: str) -> dict:
+    """A fresh copy of a shipped policy document, to be changed by a test."""
+    return yaml.safe_load((POLICIES / f"{name}.yaml").read_text())
+
+
+# --- the shipped policies ---------------------------------------------------------------------------
+
+STUDY = ("none", "reserve", "auto")
+
+
+def test_the_studys_three_policies_are_shipped():
+    assert set(STUDY) <= {p.stem for p in SHIPPED}
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_every_shipped_policy_loads_under_its_file_name(path):
+    policy = load_policy(path)
+    assert policy.name == path.stem
+    assert policy.description
+    assert policy.switches
+    assert len({s.dp_id for s in policy.switches}) == len(policy.switches)
+
+
+@pytest.mark.parametrize("name", STUDY)
+def test_the_study_policies_share_classes_and_topology(name):
+    policy = load_policy(POLICIES / f"{name}.yaml")
+    assert {c.name for c in policy.classes} == {"tcp", "udp"}
+    assert [s.name for s in policy.switches] == ["s1", "s2"]
+    assert [s.dp_id for s in policy.switches] == [1, 2]
+    assert [p.capacity_bps for s in policy.switches for p in s.ports] == [5_000_000, 5_000_000]
+
+
+def test_auto_has_its_congestion_settings():
+    policy = load_policy(POLICIES / "auto.yaml")
+    assert policy.poll_interval == 1.0
+    assert policy.congestion == CongestionConfig(utilisation=0.9, loss_ratio=0.01, samples=1,
+                                                 clear_utilisation=0.5, clear_loss_ratio=0.001,
+                                                 hold_seconds=3.0, shortfall=0.05)
+    assert policy.switch(1).port(1).queues == "auto"
+
+
+def test_reserve_reserves_the_bottleneck_port_of_s1_only():
+    policy = load_policy(POLICIES / "reserve.yaml")
+    s1 = policy.switch(1)
+    assert s1.name == "s1"
+    assert s1.port(1).queues == "reserve"
+    assert s1.port(1).capacity_bps == 5_000_000
+    assert policy.switch(2).port(1).queues == "fifo"
+    assert policy.switch(3) is None
+
+
+def test_none_queues_every_port_fifo_and_uses_default_congestion_settings():
+    policy = load_policy(POLICIES / "none.yaml")
+    assert {p.queues for s in policy.switches for p in s.ports} == {"fifo"}
+    assert policy.congestion == CongestionConfig()
+
+
+def test_reserve_classes_and_their_flows():
+    policy = load_policy(POLICIES / "reserve.yaml")
+    tcp, udp = policy.traffic_class("tcp"), policy.traffic_class("udp")
+    assert (tcp.queue, tcp.min_share, tcp.max_share, tcp.dscp) == (1, 0.8, 1.0, 1)
+    assert (udp.queue, udp.min_share, udp.max_share, udp.dscp) == (2, 0.1, 1.0, 2)
+    udp_flow = policy.switch(1).flows[2]
+    assert udp_flow.priority == 40000
+    assert dict(udp_flow.match) == {"in_port": 3, "ip_proto": 17, "eth_type": 0x0800}
+    assert udp_flow.outputs == (1,)
+    assert udp_flow.traffic_class == "udp"
+    assert policy.switch(1).flows[0].traffic_class is None
+
+
+# --- rates and shares -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value, bps", [
+    ("5Mbit", 5_000_000),
+    ("500kbit", 500_000),
+    (5000000, 5_000_000),
+    ("1.5Gbit", 1_500_000_000),
+    ("5mbit", 5_000_000),
+    (" 64 kbit ", 64_000),
+    ("1200", 1200),
+])
+def test_parse_rate_gives_bits_per_second(value, bps):
+    assert parse_rate(value, "capacity") == bps
+
+
+@pytest.mark.parametrize("value", ["fast", -1, True, "5Mbps", "", 0, "0kbit"])
+def test_parse_rate_rejects_what_is_not_a_positive_rate(value):
+    with pytest.raises(PolicyError) as err:
+        parse_rate(value, "switches.s1.ports.1.capacity")
+    message = str(err.value)
+    assert message.startswith("switches.s1.ports.1.capacity: ")
+    assert "5Mbit" in message
+
+
+@pytest.mark.parametrize("value", [0.5, "0.5bit"])
+def test_parse_rate_rejects_a_rate_that_truncates_to_zero(value):
+    with pytest.raises(PolicyError, match=r"^capacity: "):
+        parse_rate(value, "capacity")
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan")], ids=["inf", "nan"])
+def test_parse_rate_rejects_non_finite_numbers_naming_the_field(value):
+    with pytest.raises(PolicyError, match=r"^capacity: "):
+        parse_rate(value, "capacity")
+
+
+def with_tcp_min(value) -> dict:
+    doc = shipped("reserve")
+    doc["classes"]["tcp"]["min"] = value
+    return doc
+
+
+@pytest.mark.parametrize("value", ["80%", 0.8, "0.8", " 80% "])
+def test_a_share_is_a_percentage_or_a_fraction(value):
+    assert parse_policy(with_tcp_min(value)).traffic_class("tcp").min_share == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("value", ["120%", -0.1, "most", 1.5])
+def test_a_share_outside_0_to_100_percent_names_the_field(value):
+    with pytest.raises(PolicyError, match=r"^classes\.tcp\.min: "):
+        parse_policy(with_tcp_min(value))
+
+
+def test_min_shares_adding_up_to_exactly_100_percent_are_accepted():
+    doc = shipped("reserve")
+    doc["classes"] = {"a": {"queue": 1, "min": "33%"}, "b": {"queue": 2, "min": "56%"},
+                      "c": {"queue": 3, "min": "11%"}}
+    for flow in doc["switches"]["s1"]["flows"]:
+        flow.pop("class", None)
+    policy = parse_policy(doc)
+    assert [c.min_share for c in policy.classes] == pytest.approx([0.33, 0.56, 0.11])
+
+
+# --- malformed documents ----------------------------------------------------------------------------
+
+def s1_flow(doc: dict, index: int) -> dict:
+    return doc["switches"]["s1"]["flows"][index]
+
+
+def _set(mapping: dict, key, value) -> None:
+    mapping[key] = value
+
+
+MALFORMED = [
+    # (id, change to the shipped reserve document, path the message starts with, words it contains)
+    ("unknown top-level key", lambda d: _set(d, "colour", "blue"), "policy.colour", "unknown key"),
+    ("missing name", lambda d: d.pop("name"), "name", "give the policy a name"),
+    ("empty switches", lambda d: _set(d, "switches", {}), "switches", "no switch defined"),
+    ("bad dp_id", lambda d: _set(d["switches"]["s1"], "dp_id", "one"), "switches.s1.dp_id",
+     "not a whole number"),
+    ("duplicate dp_id", lambda d: _set(d["switches"]["s2"], "dp_id", 1), "switches", "share a dp_id"),
+    ("unknown match field", lambda d: _set(s1_flow(d, 0)["match"], "vlan_vid", 5),
+     "switches.s1.flows[0].match.vlan_vid", "unknown match field"),
+    ("ip_proto udpp", lambda d: _set(s1_flow(d, 2)["match"], "ip_proto", "udpp"),
+     "switches.s1.flows[2].match.ip_proto", "not a protocol"),
+    ("tcp_dst without ip_proto tcp", lambda d: _set(s1_flow(d, 2)["match"], "tcp_dst", 80),
+     "switches.s1.flows[2].match.ip_proto", "tcp ports need ip_proto: tcp"),
+    ("class not defined", lambda d: _set(s1_flow(d, 2), "class", "video"), "switches.s1.flows[2].class",
+     "'video' is not defined under classes"),
+    ("classified flow with two outputs", lambda d: _set(s1_flow(d, 2), "actions", [{"output": 1}, {"output": 2}]),
+     "switches.s1.flows[2].class", "exactly one output"),
+    ("classified flow without IPv4 match", lambda d: _set(s1_flow(d, 0), "class", "tcp"),
+     "switches.s1.flows[0].class", "IPv4 only"),
+    ("min above max", lambda d: _set(d["classes"]["udp"], "max", "5%"), "classes.udp.max",
+     "below classes.udp.min"),
+    ("mins over 100%", lambda d: _set(d["classes"]["udp"], "min", "30%"), "classes",
+     "add up to more than 100%"),
+    ("duplicate queue id", lambda d: _set(d["classes"]["udp"], "queue", 1), "classes", "share a queue"),
+    ("port without capacity", lambda d: _set(d["switches"]["s1"]["ports"], 1, {"queues": "reserve"}),
+     "switches.s1.ports.1.capacity", "missing"),
+    ("queues fast", lambda d: _set(d["switches"]["s1"]["ports"][1], "queues", "fast"),
+     "switches.s1.ports.1.queues", "'fast' is not one of fifo, reserve, auto"),
+    ("clear_utilisation above utilisation",
+     lambda d: _set(d, "congestion", {"utilisation": "50%", "clear_utilisation": "60%"}),
+     "congestion.clear_utilisation", "above congestion.utilisation"),
+    ("actions not a list", lambda d: _set(s1_flow(d, 0), "actions", {"output": 1}),
+     "switches.s1.flows[0].actions", "expected a list, got dict"),
+    ("output nowhere", lambda d: _set(s1_flow(d, 0), "actions", [{"output": "nowhere"}]),
+     "switches.s1.flows[0].actions[0].output", "'nowhere' is not a whole number"),
+    ("unknown class key", lambda d: _set(d["classes"]["tcp"], "burst", 10), "classes.tcp.burst", "unknown key"),
+    ("switches not a mapping", lambda d: _set(d, "switches", ["s1", "s2"]), "switches",
+     "expected a mapping of keys to values, got list"),
+]
+
+
+@pytest.mark.parametrize("change, path, words", [case[1:] for case in MALFORMED], ids=[c[0] for c in MALFORMED])
+def test_a_malformed_policy_names_the_bad_field_in_one_line(change, path, words):
+    doc = shipped("reserve")
+    parse_policy(copy.deepcopy(doc))   # the document was valid before the change
+    change(doc)
+    with pytest.raises(PolicyError) as err:
+        parse_policy(doc)
+    message = str(err.value)
+    assert message.startswith(path + ": "), message
+    assert words in message
+    assert "\n" not in message
+
+
+def test_a_document_that_is_not_a_mapping_is_refused():
+    with pytest.raises(PolicyError, match=r"^policy: expected a mapping of keys to values, got list$"):
+        parse_policy(["name", "switches"])
+
+
+def test_ip_proto_given_as_a_list_is_a_policy_error():
+    doc = shipped("reserve")
+    s1_flow(doc, 2)["match"]["ip_proto"] = ["tcp", "udp"]
+    with pytest.raises(PolicyError, match=r"^switches\.s1\.flows\[2\]\.match\.ip_proto: "):
+        parse_policy(doc)
+
+
+def test_an_infinite_priority_is_a_policy_error():
+    doc = shipped("reserve")
+    s1_flow(doc, 0)["priority"] = float("inf")   # YAML: priority: .inf
+    with pytest.raises(PolicyError, match=r"^switches\.s1\.flows\[0\]\.priority: "):
+        parse_policy(doc)
+
+
+def test_the_same_port_twice_is_refused():
+    doc = shipped("reserve")
+    doc["switches"]["s1"]["ports"]["1"] = {"capacity": "1Mbit", "queues": "fifo"}
+    with pytest.raises(PolicyError, match=r"^switches\.s1\.ports"):
+        parse_policy(doc)
+
+
+# --- loading files ----------------------------------------------------------------------------------
+
+def test_loading_a_missing_file_names_its_path(tmp_path):
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(PolicyError) as err:
+        load_policy(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: cannot read policy file")
+    assert "No such file or directory" in message
+    assert "\n" not in message
+
+
+def test_loading_invalid_yaml_names_its_path_in_one_line(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: broken\nswitches: {s1: [dp_id: 1\n")
+    with pytest.raises(PolicyError) as err:
+        load_policy(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: not valid YAML (")
+    assert message.endswith("fix the syntax")
+    assert "\n" not in message
+
+
+def test_loading_a_file_that_parses_but_is_wrong_reports_the_field(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text((POLICIES / "reserve.yaml").read_text().replace("queues: reserve", "queues: fast"))
+    with pytest.raises(PolicyError, match=r"^switches\.s1\.ports\.1\.queues: 'fast'"):
+        load_policy(path)
+
+
+def test_loading_a_binary_file_names_its_path(tmp_path):
+    path = tmp_path / "policy.yaml.gz"
+    path.write_bytes(b"\x1f\x8b\x08\x00\xff\xfe")
+    with pytest.raises(PolicyError, match="^" + re.escape(f"{path}: ")):
+        load_policy(path)

@@ -1,0 +1,108 @@
+"""topo/scenario.py: the study's parameters, their overrides and errors that name the field."""
+import re
+
+import pytest
+
+from topo.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
+
+
+def test_defaults_are_the_studys():
+    scenario = parse_scenario({})
+    assert scenario == Scenario()
+    assert scenario.bottleneck_bps == 5_000_000
+    assert scenario.udp_steps_mbps == (0, 2, 4, 6, 8, 10, 12)
+    assert scenario.step_seconds == 10.0
+    assert scenario.settle_seconds == 1.0
+    assert scenario.delay == "5ms"
+    assert scenario.queue_packets == 25
+    assert scenario.tcp_congestion_control is None
+
+
+def test_tcp_runs_through_every_step_and_the_cooldown():
+    assert Scenario().tcp_seconds == 7 * 10.0 + 8.0
+    assert parse_scenario({"udp_steps_mbps": [0, 5], "step_seconds": 4, "cooldown_seconds": 2}).tcp_seconds == 10.0
+
+
+def test_quick_holds_each_step_3_seconds_and_keeps_the_rest():
+    base = parse_scenario({"bottleneck": "10Mbit", "udp_steps_mbps": [0, 3, 9]})
+    quick = base.quick()
+    assert quick.step_seconds == 3.0
+    assert quick.cooldown_seconds == 6.0
+    assert (quick.bottleneck_bps, quick.udp_steps_mbps, quick.settle_seconds) == (10_000_000, (0.0, 3.0, 9.0), 1.0)
+    assert quick.tcp_seconds == 15.0
+    assert base.step_seconds == 10.0       # quick() is a copy
+
+
+def test_quick_never_makes_a_scenario_that_measures_nothing():
+    base = parse_scenario({"settle_seconds": 4})
+    try:
+        quick = base.quick()
+    except ScenarioError:
+        return
+    assert quick.settle_seconds < quick.step_seconds
+
+
+def test_overrides():
+    scenario = parse_scenario({"bottleneck": "2.5Mbit", "delay": "none", "udp_steps_mbps": [1, 2.5],
+                               "step_seconds": 5, "settle_seconds": 0.5, "cooldown_seconds": 0,
+                               "tcp_congestion_control": "bbr", "queue_packets": 100})
+    assert scenario == Scenario(bottleneck_bps=2_500_000, delay=None, udp_steps_mbps=(1.0, 2.5), step_seconds=5.0,
+                                settle_seconds=0.5, cooldown_seconds=0.0, tcp_congestion_control="bbr",
+                                queue_packets=100)
+
+
+def test_load_scenario_lets_command_line_overrides_win_over_the_file(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("bottleneck: 10Mbit\nstep_seconds: 6\ndelay: 20ms\n")
+    scenario = load_scenario(path, {"bottleneck": "1Mbit", "delay": None})
+    assert scenario.bottleneck_bps == 1_000_000       # override
+    assert scenario.step_seconds == 6.0                # file
+    assert scenario.delay == "20ms"                    # None: not given on the command line
+
+
+def test_load_scenario_without_a_file_uses_the_overrides():
+    assert load_scenario(None, {"udp_steps_mbps": [0, 1]}).udp_steps_mbps == (0.0, 1.0)
+
+
+def test_load_scenario_names_a_missing_file(tmp_path):
+    path = tmp_path / "missing.yaml"
+    with pytest.raises(ScenarioError, match="^" + re.escape(f"{path}: cannot read scenario")):
+        load_scenario(path, {})
+
+
+def test_load_scenario_refuses_a_file_that_is_not_a_mapping(tmp_path):
+    path = tmp_path / "list.yaml"
+    path.write_text("- 1\n- 2\n")
+    with pytest.raises(ScenarioError, match="a scenario is a mapping"):
+        load_scenario(path, {})
+
+
+@pytest.mark.parametrize("doc, field", [
+    ({"bottleneck_mbps": 5}, "bottleneck_mbps"),
+    ({"bottleneck_bps": 5_000_000}, "bottleneck_bps"),    # the file says bottleneck, with a unit
+    ({"bottleneck": "fast"}, "bottleneck"),
+    ({"bottleneck": 0}, "bottleneck"),
+    ({"step_seconds": -1}, "step_seconds"),
+    ({"step_seconds": "10"}, "step_seconds"),
+    ({"cooldown_seconds": True}, "cooldown_seconds"),
+    ({"step_seconds": 2, "settle_seconds": 2}, "settle_seconds"),
+    ({"settle_seconds": 12}, "settle_seconds"),
+    ({"udp_steps_mbps": 4}, "udp_steps_mbps"),
+    ({"udp_steps_mbps": []}, "udp_steps_mbps"),
+    ({"udp_steps_mbps": [0, -2]}, "udp_steps_mbps"),
+    ({"queue_packets": 0}, "queue_packets"),
+], ids=["unknown-key", "bps-key", "bottleneck-fast", "bottleneck-zero", "negative-step", "step-as-text",
+        "cooldown-bool", "settle-equals-step", "settle-above-step", "steps-not-a-list", "steps-empty",
+        "negative-udp-step", "queue-zero"])
+def test_errors_name_the_field(doc, field):
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(doc)
+    message = str(err.value)
+    assert message.startswith(field + ": "), message
+    assert "\n" not in message
+
+
+def test_an_unknown_key_lists_the_known_ones():
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario({"steps": [1]})
+    assert "udp_steps_mbps" in str(err.value) and "bottleneck," in str(err.value)
