@@ -1,7 +1,9 @@
 """Cost of the pure decision path: counters → rates → congestion decisions.
 
-For N ports over S simulated 1 Hz polls it feeds RateTracker.port, RateTracker.queue
-for 2 queues per port and CongestionMonitor.observe with synthetic counters. Ports
+For N ports over S simulated 1 Hz polls it feeds what the app feeds per port and poll:
+RateTracker.port, RateTracker.queue for 2 queues, RateTracker.flow for the 2 class flows
+(tcp, udp), then SwitchState.observe (class contention + the congestion detector) of a
+policy whose N ports are all `auto`, with synthetic counters. Ports
 are a mix: a third flooded (1.5 × capacity offered, a third of the packets dropped)
 for the first half of the run and idle after it, so both programs and rollbacks
 happen; a third idle; a third at a steady 60 % whose counters wrap the 64-bit range
@@ -24,9 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.congestion import (PROGRAM, ROLLBACK, CongestionConfig, CongestionMonitor,  # noqa: E402
-                                   Decision, PortSample)
-from controller.stats import PortCounters, QueueCounters, RateTracker  # noqa: E402
+from controller.congestion import PROGRAM, ROLLBACK, Decision  # noqa: E402
+from controller.policy import parse_policy  # noqa: E402
+from controller.stats import FlowCounters, PortCounters, QueueCounters, RateTracker  # noqa: E402
+from controller.switch_state import SwitchState  # noqa: E402
 
 DP_ID = 1
 CAPACITY_BPS = 10_000_000
@@ -68,22 +71,34 @@ def reply(raw: tuple[int, ...], offsets: tuple[int, ...]) -> Reply:
     return PortCounters(*values[:8]), (QueueCounters(*values[8:11]), QueueCounters(*values[11:]))
 
 
-def decide(tracker: RateTracker, monitor: CongestionMonitor, port_no: int, counters: Reply,
+def switch_state(ports: int) -> SwitchState:
+    """One switch whose every port is `auto`, with the study's tcp and udp classes."""
+    policy = parse_policy({"name": "bench", "classes": {"tcp": {"queue": 1, "min": "80%"},
+                                                        "udp": {"queue": 2, "min": "10%"}},
+                           "switches": {"s1": {"dp_id": DP_ID, "ports": {
+                               p: {"capacity": CAPACITY_BPS, "queues": "auto"} for p in range(1, ports + 1)}}}})
+    return SwitchState(policy, policy.switches[0], userspace=True)
+
+
+def decide(tracker: RateTracker, state: SwitchState, port_no: int, counters: Reply,
            now: float) -> tuple[bool, Decision | None]:
     """The path under test, as the app runs it per port and poll: (detector stepped, decision)."""
     port_counters, queue_counters = counters
     port = tracker.port(DP_ID, port_no, port_counters, now)
     queues = [tracker.queue(DP_ID, port_no, queue_id, c, now) for queue_id, c in enumerate(queue_counters)]
+    # The class flows count what the queues carry: tcp in queue 0's share, udp in queue 1's.
+    flows = {name: tracker.flow(DP_ID, port_no * 2 + k, FlowCounters(c.tx_bytes, c.tx_packets), now)
+             for k, (name, c) in enumerate(zip(("tcp", "udp"), queue_counters))}
     if port is None or None in queues:
         return False, None
-    drops_ps = (port.tx_drops_ps or 0.0) + sum(queue.tx_errors_ps or 0.0 for queue in queues)
-    sample = PortSample(port.tx_bps or 0.0, port.tx_pps or 0.0, drops_ps, CAPACITY_BPS)
-    return True, monitor.observe(DP_ID, port_no, sample, now)
+    drops_ps = sum(queue.tx_errors_ps or 0.0 for queue in queues)
+    class_bps = {name: rates.bps for name, rates in flows.items() if rates is not None and rates.bps is not None}
+    return True, state.observe(port_no, port, drops_ps, class_bps, now)
 
 
 def run(ports: int, polls: int) -> tuple[float, int, Counter[str]]:
     """Seconds spent in `decide`, detector steps, and decisions by action."""
-    tracker, monitor = RateTracker(), CongestionMonitor(CongestionConfig())
+    tracker, state = RateTracker(), switch_state(ports)
     port_nos = range(1, ports + 1)
     offsets = {port_no: wrap_offsets(port_no, polls) for port_no in port_nos}
     totals = {port_no: (0, 0) for port_no in port_nos}   # packets sent, dropped so far
@@ -93,7 +108,7 @@ def run(ports: int, polls: int) -> tuple[float, int, Counter[str]]:
         replies = {port_no: reply(raw_counters(*totals[port_no]), offsets[port_no]) for port_no in port_nos}
         start = time.perf_counter()
         for port_no, counters in replies.items():
-            stepped, decision = decide(tracker, monitor, port_no, counters, float(poll))
+            stepped, decision = decide(tracker, state, port_no, counters, float(poll))
             steps += stepped
             if decision is not None:
                 actions[decision.action] += 1
@@ -120,7 +135,8 @@ def main() -> None:
     cost = elapsed / port_samples
     print(f"ports              {args.ports}")
     print(f"polls              {args.seconds} (simulated, 1 Hz)")
-    print(f"port-samples       {port_samples} (port + 2 queue rates each), {steps} reached the detector")
+    print(f"port-samples       {port_samples} (port + 2 queue + 2 class-flow rates each), "
+          f"{steps} reached the detector")
     print(f"decisions          {actions[PROGRAM]} program, {actions[ROLLBACK]} rollback")
     print(f"cost               {cost * 1e6:.2f} µs per port-sample")
     print(f"share of one core  {cost * args.ports * 100:.2f} % for {args.ports} ports at 1 Hz (target < 5 %)")

@@ -31,7 +31,7 @@ class Host:
 
 
 def prepare(out: Path | None, datapath: str = "auto", name: str = "") -> Host:
-    """Check root and capabilities, pick the datapath, make the results folder; SIGTERM → Ctrl-C."""
+    """Check root and capabilities, pick the datapath, make the results folder; Ctrl-C and SIGTERM clean up."""
     if os.geteuid() != 0:
         raise LaunchError("run as root: Mininet and Open vSwitch need it (sudo python3 topo/run.py ...)", USAGE_ERROR)
     caps = capabilities.probe_all()
@@ -43,6 +43,9 @@ def prepare(out: Path | None, datapath: str = "auto", name: str = "") -> Host:
     env = {**env, "datapath": "netdev (userspace)" if datapath == "user" else "system (kernel)"}
     out = out or REPO / "results" / (time.strftime("%Y%m%d-%H%M%S") + (f"-{name}" if name else ""))
     out.mkdir(parents=True, exist_ok=True)
+    # Ctrl-C and SIGTERM both unwind through the `finally`s that clean up; a start from a
+    # background job inherits SIGINT ignored, and Python then installs no handler of its own.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
     return Host(env, datapath, out)
 

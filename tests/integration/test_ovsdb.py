@@ -1,0 +1,86 @@
+"""The OVSDB adapter against the real ovsdb-server and ovs-vswitchd: rows, ownership, HTB classes."""
+import re
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from controller import tc_filters
+from controller.ovsdb import Ovsdb, OvsdbError
+from controller.policy import load_policy
+from controller.queues import fifo_qos, reserve_qos
+from tests.integration.conftest import requires_ovs
+
+pytestmark = requires_ovs
+POLICY = load_policy("policies/reserve.yaml")
+PORT = POLICY.switch(1).port(1)
+
+
+def sh(*args):
+    return subprocess.run(args, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def port():
+    """A userspace bridge with one veth port, removed afterwards whatever happens."""
+    tag = uuid.uuid4().hex[:6]
+    bridge, iface = f"tb{tag}", f"tv{tag}"
+    sh("ip", "link", "add", iface, "type", "veth", "peer", "name", f"{iface}p")
+    sh("ip", "link", "set", iface, "up")
+    sh("ovs-vsctl", "add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev",
+       "--", "add-port", bridge, iface)
+    db = Ovsdb(owner=f"test-{tag}")
+    try:
+        yield db, iface
+    finally:
+        db.remove_all()
+        db.close()
+        sh("ovs-vsctl", "--if-exists", "del-br", bridge)
+        subprocess.run(["ip", "link", "del", iface], capture_output=True)
+
+
+def rows(table, owner):
+    """The rows of `table` whose external_ids name `owner` (ovs-vsctl quotes values with '-')."""
+    return [line for line in sh("ovs-vsctl", "--columns=external_ids", "list", table).splitlines()
+            if re.search(rf'ovs-qos-controller="?{owner}"?[,}}]', line)]
+
+
+def wait_classes(iface, count):
+    for _ in range(50):
+        classes = {c for c in tc_filters.htb_classes(iface) if c != "1:fffe"}
+        if len(classes) == count:
+            return classes
+        time.sleep(0.1)
+    raise AssertionError(f"{iface}: HTB classes {tc_filters.htb_classes(iface)} never became {count}")
+
+
+def test_reserve_then_fifo_then_remove(port):
+    db, iface = port
+    db.apply_qos(iface, reserve_qos(POLICY, PORT), {"policy": "reserve"})
+    assert len(rows("QoS", db.owner)) == 1 and len(rows("Queue", db.owner)) == 3
+    assert wait_classes(iface, 3) == {"1:1", "1:2", "1:3"}
+    assert db.owned_qos() == {iface: "reserve"}
+    # Userspace datapath: filters carry the class choice; they must be removable before a change.
+    assert tc_filters.ensure_filters(iface, ((1, 1), (2, 2))) == "written"
+    assert tc_filters.ensure_filters(iface, ((1, 1), (2, 2))) == "ok"
+    assert tc_filters.ensure_filters(iface, ()) == "written"
+    db.apply_qos(iface, fifo_qos(PORT), {"policy": "none"})
+    assert len(rows("QoS", db.owner)) == 1 and len(rows("Queue", db.owner)) == 1   # old rows gone, same txn
+    assert wait_classes(iface, 1) == {"1:1"}
+    db.remove_qos(iface)
+    assert rows("QoS", db.owner) == [] and rows("Queue", db.owner) == []
+    assert sh("ovs-vsctl", "get", "port", iface, "qos").strip() == "[]"
+
+
+def test_another_tools_qos_is_never_overwritten(port):
+    db, iface = port
+    foreign = sh("ovs-vsctl", "--", "set", "port", iface, "qos=@q", "--", "--id=@q", "create", "qos",
+                 "type=linux-htb").strip()
+    try:
+        with pytest.raises(OvsdbError, match="did not create"):
+            db.apply_qos(iface, fifo_qos(PORT), {})
+        assert sh("ovs-vsctl", "get", "port", iface, "qos").strip() == foreign
+        assert db.remove_all() == 0
+    finally:
+        sh("ovs-vsctl", "clear", "port", iface, "qos", "--", "destroy", "qos", foreign)

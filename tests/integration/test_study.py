@@ -1,0 +1,127 @@
+"""The main study end to end: real OVS, the real os-ken app, Mininet hosts, iperf3, Prometheus.
+
+One quick run of none, reserve and auto feeds every test here. Margins are wider than the
+issue's targets (which the README's recorded run meets) so a loaded 2-core machine passes.
+"""
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.dashboard_queries import all_dashboard_expressions
+from tests.integration.conftest import NOTHING_LEFT, leftovers, requires_ovs
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = requires_ovs
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study")
+    done = subprocess.run([sys.executable, "topo/run.py", "--policy", "none", "reserve", "auto", "--quick",
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out, json.loads((out / "summary.json").read_text()), leftovers()
+
+
+def step(summary, policy, udp):
+    return next(s for s in summary["policies"][policy]["steps"] if s["udp_mbps_offered"] == udp)
+
+
+def test_a_lone_tcp_flow_fills_the_bottleneck(run):
+    _, summary, _ = run
+    for policy in ("none", "reserve", "auto"):
+        assert step(summary, policy, 0)["tcp_mbps"] >= 0.85 * summary["bottleneck_mbps"], policy
+
+
+def test_the_single_fifo_starves_tcp_and_the_reservation_protects_it(run):
+    _, summary, _ = run
+    reservation = summary["policies"]["reserve"]["tcp_reservation_mbps"]
+    assert reservation >= 0.6 * summary["bottleneck_mbps"]
+    for udp in (10, 12):
+        none, reserve = step(summary, "none", udp), step(summary, "reserve", udp)
+        assert reserve["tcp_mbps"] >= 0.75 * reservation, udp
+        assert reserve["tcp_mbps"] >= 3 * none["tcp_mbps"], udp
+        assert none["udp_mbps_delivered"] > 0.8 * summary["bottleneck_mbps"], udp
+
+
+def test_udp_bytes_land_in_their_own_htb_class(run):
+    _, summary, _ = run
+    classes = {c["class"]: c for c in summary["policies"]["reserve"]["tc_classes"].values()}
+    assert classes["udp"]["bytes"] > 500_000 and classes["udp"]["drops"] > 1000
+    assert classes["tcp"]["bytes"] > 5 * classes["udp"]["bytes"]
+    assert classes["default"]["bytes"] < 0.02 * classes["tcp"]["bytes"]
+
+
+def test_auto_programs_once_per_episode_and_recovers(run):
+    _, summary, _ = run
+    auto = summary["policies"]["auto"]
+    assert [d["action"] for d in auto["decisions"]] == ["program", "rollback"]
+    (episode,) = auto["episodes"]
+    assert 0 < episode["reaction_seconds"] <= 4
+    assert episode["recovery_seconds"] is not None and episode["recovery_seconds"] <= 5
+    for udp in (10, 12):
+        assert step(summary, "auto", udp)["tcp_mbps"] >= 0.7 * step(summary, "reserve", udp)["tcp_mbps"]
+
+
+def test_results_hold_raw_json_summary_table_and_figure(run):
+    out, summary, _ = run
+    for policy in ("none", "reserve", "auto"):
+        raw = out / "raw" / policy
+        assert json.loads((raw / "tcp.json").read_text())["server_output_json"]["intervals"]
+        assert json.loads((raw / "udp_12mbps.json").read_text())["end"]["sum"]["packets"] > 0
+    env = summary["environment"]
+    assert {"kernel", "ovs_version", "datapath", "missing"} <= set(env)
+    if not env["netem"]:
+        assert "netem" in env["missing"] and summary["environment"]["delay_applied"] is None
+    assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| 12 |" in (out / "table.md").read_text()
+
+
+def test_nothing_is_left_behind(run):
+    *_, left = run
+    assert left == NOTHING_LEFT
+
+
+def test_prometheus_holds_every_policy_and_answers_every_dashboard_query(run):
+    out, summary, _ = run
+    for policy, recorded in summary["prometheus"]["queries"].items():
+        assert recorded["points"] >= 10, policy
+    # Reopen the run's TSDB on a spare port and ask every dashboard expression, inside the run.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    prom = subprocess.Popen(["prometheus", f"--config.file={REPO / 'prometheus' / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={out / 'prometheus'}", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}/api/v1/query"
+        _wait_ready(port)
+        at = summary["policies"]["auto"]["t0"] + 15   # mid-run: UDP flooding, auto's queues programmed
+        empty = []
+        for dashboard, panel, expr in all_dashboard_expressions({"__rate_interval": "5s", "__range": "10m"}):
+            query = urllib.parse.urlencode({"query": expr, "time": at})
+            with urllib.request.urlopen(f"{base}?{query}", timeout=10) as resp:
+                if not json.load(resp)["data"]["result"]:
+                    empty.append(f"{dashboard}/{panel}: {expr}")
+        assert not empty, "dashboard queries without data:\n" + "\n".join(empty)
+    finally:
+        prom.terminate()
+        prom.wait(timeout=20)
+
+
+def _wait_ready(port):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=1)
+            return
+        except OSError:
+            time.sleep(0.3)
+    raise AssertionError("prometheus on the run's data did not start")
