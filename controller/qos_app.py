@@ -136,6 +136,15 @@ class QosController(App):
             self._adopt(sw)
         return policy.name
 
+    def clear_policy(self) -> str | None:
+        """No policy: take our flows and queues off every switch (a launcher does this between runs)."""
+        name = self.policy.name if self.policy else None
+        self.policy = self.document = self.snapshot.policy = None
+        for sw in self.switches.values():
+            self._adopt(sw)
+        LOG.info("policy %s cleared", name)
+        return name
+
     def status(self) -> dict:
         switches = {}
         for dp_id, sw in self.switches.items():
@@ -242,16 +251,19 @@ class QosController(App):
 
     # --- reconciliation ---------------------------------------------------------------------
     def _adopt(self, sw: Switch) -> None:
-        """Put the current policy on a switch: flows and queues, from scratch."""
-        switch_policy = self.policy.switch(sw.datapath.id)
+        """Put the current policy (or none) on a switch: flows and queues, from scratch."""
+        switch_policy = self.policy.switch(sw.datapath.id) if self.policy else None
         if switch_policy is None:
-            LOG.warning("switch %016x is not in policy %s; leaving it without flows", sw.datapath.id, self.policy.name)
+            if self.policy:
+                LOG.warning("switch %016x is not in policy %s; leaving it without flows",
+                            sw.datapath.id, self.policy.name)
             sw.state = None
         else:
             sw.state = SwitchState(self.policy, switch_policy, sw.bridge.userspace)
         for port_no in set(sw.qos) - {p.port_no for p in (switch_policy.ports if switch_policy else ())}:
             self._remove_queues(sw, port_no)
-        self._sync_queues(sw)
+        if sw.state is not None:
+            self._sync_queues(sw)
         self._sync_flows(sw)
 
     def _decide(self, sw: Switch, port_no: int, decision: Decision) -> None:

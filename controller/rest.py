@@ -2,6 +2,7 @@
 
   GET  /qos/v1/policy   the policy in force (its document) or null
   PUT  /qos/v1/policy   a policy document (JSON); 400 with the error, old policy kept
+  DELETE /qos/v1/policy no policy: this controller's flows and queues come off every switch
   GET  /qos/v1/status   connected switches, ports, queues in force, congestion, events
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from controller.policy import PolicyError
 class Controller(Protocol):
     def policy_document(self) -> Any: ...
     def set_policy(self, document: Any) -> str: ...
+    def clear_policy(self) -> str | None: ...
     def status(self) -> dict: ...
 
 
@@ -24,6 +26,7 @@ def make_app(controller: Controller) -> Callable:
     routes = {
         ("GET", "/qos/v1/policy"): lambda req: (200, controller.policy_document()),
         ("PUT", "/qos/v1/policy"): lambda req: (200, {"applied": controller.set_policy(_json(req))}),
+        ("DELETE", "/qos/v1/policy"): lambda req: (200, {"cleared": controller.clear_policy()}),
         ("GET", "/qos/v1/status"): lambda req: (200, controller.status()),
     }
 

@@ -15,6 +15,7 @@ FILTER_PRIO = "7"      # our filters live at this prio so we replace only our ow
 _FLOWID = re.compile(r"flowid (1:[0-9a-f]+)")
 _MATCH = re.compile(r"match ([0-9a-f]{8})/([0-9a-f]{8}) at 0")
 _CLASS = re.compile(r"^class htb (1:[0-9a-f]+) ")
+_LEAF = re.compile(r"qdisc p?b?fifo \S+ parent (1:[0-9a-f]+) limit (\d+)p")
 _SENT = re.compile(r"Sent (\d+) bytes (\d+) pkt \(dropped (\d+),")
 
 
@@ -50,8 +51,17 @@ def parse_classes(text: str) -> dict[str, tuple[int, int, int]]:
     return classes
 
 
+def parse_leaf_limits(text: str) -> dict[str, int]:
+    """classid → packet limit of its FIFO leaf, from `tc qdisc show` output."""
+    return {m.group(1): int(m.group(2)) for m in _LEAF.finditer(text)}
+
+
 def htb_classes(iface: str) -> dict[str, tuple[int, int, int]]:
     return parse_classes(_tc("-s", "class", "show", "dev", iface))
+
+
+def leaf_limits(iface: str) -> dict[str, int]:
+    return parse_leaf_limits(_tc("qdisc", "show", "dev", iface))
 
 
 def ensure_filters(iface: str, marks: tuple[tuple[int, int], ...]) -> str:

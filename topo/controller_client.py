@@ -32,6 +32,9 @@ class ControllerClient:
     def put_policy(self, document: Any) -> str:
         return self._call("PUT", "/policy", document)["applied"]
 
+    def clear_policy(self) -> str | None:
+        return self._call("DELETE", "/policy")["cleared"]
+
     def wait(self, ready: Callable[[dict], bool], timeout: float, what: str) -> dict:
         deadline = time.monotonic() + timeout
         while True:

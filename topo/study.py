@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from controller.policy import Policy, parse_policy
-from controller.tc_filters import htb_classes, htb_classid
+from controller.tc_filters import htb_classes, htb_classid, leaf_limits
 from topo import iperf
 from topo.controller_client import ControllerClient
 from topo.network import Network, network
@@ -42,23 +43,35 @@ class Progress:
     step: Callable[[float], None] = lambda udp_mbps: None
 
 
+@contextmanager
+def bring_up(client: ControllerClient, topo, document: dict, datapath: str, queue_packets: int) -> Iterator[Network]:
+    """`topo` up under `document`'s flows and queues, the bottleneck FIFOs `queue_packets` long."""
+    policy = parse_policy(document)
+    # The new switches must connect to no policy: queues built before the txqueuelen below is set
+    # would keep the device's default FIFO limit (1000 packets) instead of the scenario's.
+    client.clear_policy()
+    with network(topo, datapath) as net:
+        wait_for_switches(client)
+        for iface in BOTTLENECK_IFACES:
+            # The HTB leaves OVS builds take their FIFO limit from the device's txqueuelen.
+            net.net.get(iface.split("-")[0]).cmd(f"ip link set {iface} txqueuelen {queue_packets}")
+        client.put_policy(document)
+        client.wait(lambda s: queues_in_force(s, policy), 20, f"policy {policy.name}'s queues in force")
+        yield net
+
+
 def run_policy(document: dict, scenario: Scenario, client: ControllerClient, raw_dir: Path,
                datapath: str, delay: str | None, progress: Progress) -> dict[str, Any]:
     policy = parse_policy(document)
     raw_dir.mkdir(parents=True, exist_ok=True)
-    with network(StudyTopo(delay=delay), datapath) as net:
-        _wait_for_switches(client)
-        for iface in BOTTLENECK_IFACES:
-            # The HTB leaves OVS builds take their FIFO limit from the device's txqueuelen.
-            net.net.get(iface.split("-")[0]).cmd(f"ip link set {iface} txqueuelen {scenario.queue_packets}")
-        client.put_policy(document)
-        client.wait(lambda s: _queues_in_force(s, policy), 20, f"policy {policy.name}'s queues in force")
-        _check_path(net)
+    with bring_up(client, StudyTopo(delay=delay), document, datapath, scenario.queue_packets) as net:
+        check_path(net, "h1", "h4")
         started = time.time()
         tcp_doc, steps, cooldown = _traffic(net, scenario, raw_dir, progress)
         classes = htb_classes(BOTTLENECK_IFACES[0])
+        limits = leaf_limits(BOTTLENECK_IFACES[0])
         decisions = [d for d in client.status()["decisions"] if d["time"] >= started]
-    return _summarise(scenario, tcp_doc, steps, cooldown, classes, decisions, policy)
+    return _summarise(scenario, tcp_doc, steps, cooldown, classes, limits, decisions, policy)
 
 
 def _traffic(net: Network, scenario: Scenario, raw_dir: Path, progress: Progress):
@@ -80,25 +93,25 @@ def _traffic(net: Network, scenario: Scenario, raw_dir: Path, progress: Progress
         launched = time.time()
         progress.step(rate)
         if rate == 0:
-            _wait(lambda: time.time() >= launched + scenario.step_seconds, tick("UDP 0 Mbit/s"))
+            wait_for(lambda: time.time() >= launched + scenario.step_seconds, tick("UDP 0 Mbit/s"))
             steps.append(Step(rate, launched, time.time()))
             continue
         udp = net.popen("h1", iperf.client_args(h4_ip, iperf.UDP_PORT + k, scenario.step_seconds, udp_mbps=rate))
-        _wait(lambda: udp.poll() is not None, tick(f"UDP {rate:g} Mbit/s"),
+        wait_for(lambda: udp.poll() is not None, tick(f"UDP {rate:g} Mbit/s"),
               timeout=scenario.step_seconds + UDP_TIMEOUT, what=f"UDP {rate:g} Mbit/s iperf3")
         exited = time.time()
-        doc = _collect(udp, raw_dir / f"udp_{rate:g}mbps.json")
+        doc = collect(udp, raw_dir / f"udp_{rate:g}mbps.json")
         # When the test really ran: it ended as the client exited (the closing exchange takes ms).
         duration = doc["end"]["sum_sent"]["seconds"]
         steps.append(Step(rate, max(launched, exited - duration), exited, doc))
     progress.step(0.0)
-    _wait(lambda: tcp.poll() is not None, tick("cooldown, TCP alone"),
+    wait_for(lambda: tcp.poll() is not None, tick("cooldown, TCP alone"),
           timeout=scenario.tcp_seconds + SLACK_PER_STEP * len(steps) + UDP_TIMEOUT, what="TCP iperf3")
     cooldown = Step(0.0, steps[-1].end, time.time())
-    return (_collect(tcp, raw_dir / "tcp.json"), t0), steps, cooldown
+    return (collect(tcp, raw_dir / "tcp.json"), t0), steps, cooldown
 
 
-def _wait(done: Callable[[], bool], tick: Callable[[], None], timeout: float = 3600, what: str = "") -> None:
+def wait_for(done: Callable[[], bool], tick: Callable[[], None], timeout: float = 3600, what: str = "") -> None:
     deadline = time.time() + timeout
     while not done():
         if time.time() > deadline:
@@ -107,7 +120,7 @@ def _wait(done: Callable[[], bool], tick: Callable[[], None], timeout: float = 3
         time.sleep(0.2)
 
 
-def _collect(proc, path: Path) -> dict[str, Any]:
+def collect(proc, path: Path) -> dict[str, Any]:
     out, err = proc.communicate()
     path.write_text(out)
     try:
@@ -120,7 +133,7 @@ def _collect(proc, path: Path) -> dict[str, Any]:
 
 
 def _summarise(scenario: Scenario, tcp: tuple[dict, float], steps: list[Step], cooldown: Step, classes,
-               decisions, policy: Policy) -> dict[str, Any]:
+               limits: dict[str, int], decisions, policy: Policy) -> dict[str, Any]:
     tcp_doc, t0 = tcp
     received, sent = iperf.received(tcp_doc), iperf.sent(tcp_doc)
     rows = []
@@ -140,7 +153,8 @@ def _summarise(scenario: Scenario, tcp: tuple[dict, float], steps: list[Step], c
     series = [{"t": round(i.start, 3), "seconds": round(i.end - i.start, 3), "tcp_mbps": _mbps(i.bps)}
               for i in received]
     after = (cooldown.start + scenario.settle_seconds, cooldown.end)
-    tc = {cid: {"bytes": b, "packets": p, "drops": d} for cid, (b, p, d) in sorted(classes.items())}
+    tc = {cid: {"bytes": b, "packets": p, "drops": d, "limit_packets": limits.get(cid)}
+          for cid, (b, p, d) in sorted(classes.items())}
     return {"steps": rows, "cooldown": {"tcp_mbps": _mbps(iperf.window_mean_bps(received, t0, *after)),
                                         "start_s": round(cooldown.start - t0, 3), "end_s": round(cooldown.end - t0, 3)},
             "tcp_series": series, "tc_classes": _name_classes(tc, policy),
@@ -156,24 +170,23 @@ def _mbps(bps: float | None) -> float | None:
     return None if bps is None else round(bps / 1e6, 3)
 
 
-def _wait_for_switches(client: ControllerClient) -> None:
+def wait_for_switches(client: ControllerClient) -> None:
     client.wait(lambda s: {"0000000000000001", "0000000000000002"} <= set(s["switches"]), 30,
                 "both switches connected")
 
 
-def _queues_in_force(status: dict, policy: Policy) -> bool:
+def queues_in_force(status: dict, policy: Policy) -> bool:
     """Every QoS port has the queues its mode starts with (auto starts as fifo)."""
     return all(status["switches"].get(f"{sw.dp_id:016x}", {}).get("ports", {}).get(str(p.port_no), {})
                .get("queues") == ("reserve" if p.queues == "reserve" else "fifo")
                for sw in policy.switches for p in sw.ports)
 
 
-def _check_path(net: Network) -> None:
+def check_path(net: Network, src: str, dst: str) -> None:
     # Userspace bridges take a moment before forwarding the first packets.
-    h1, h4 = net.host("h1"), net.host("h4")
+    a, b = net.host(src), net.host(dst)
     for _ in range(10):
-        if "1 received" in h1.cmd(f"ping -c1 -W1 {h4.IP()}"):
+        if "1 received" in a.cmd(f"ping -c1 -W1 {b.IP()}"):
             return
         time.sleep(0.5)
-    raise StudyError("h1 cannot reach h4: the flows or the switches are not forwarding")
-
+    raise StudyError(f"{src} cannot reach {dst}: the flows or the switches are not forwarding")

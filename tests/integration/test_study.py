@@ -59,6 +59,13 @@ def test_udp_bytes_land_in_their_own_htb_class(run):
     assert classes["default"]["bytes"] < 0.02 * classes["tcp"]["bytes"]
 
 
+def test_every_policy_runs_with_the_scenarios_fifo_limit(run):
+    _, summary, _ = run
+    for policy, result in summary["policies"].items():
+        limits = {c["limit_packets"] for cid, c in result["tc_classes"].items() if c["class"] != "parent"}
+        assert limits == {summary["scenario"]["queue_packets"]}, policy
+
+
 def test_auto_programs_once_per_episode_and_recovers(run):
     _, summary, _ = run
     auto = summary["policies"]["auto"]

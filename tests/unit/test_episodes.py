@@ -1,5 +1,4 @@
 """topo/episodes.py: reaction and recovery of each congestion episode of an `auto` run."""
-import pytest
 
 from topo.episodes import episodes
 

@@ -34,6 +34,11 @@ class PolicyHolder:
         self.policy, self.document = policy, document
         return policy.name
 
+    def clear_policy(self) -> str | None:
+        name = self.policy.name if self.policy else None
+        self.policy = self.document = None
+        return name
+
     def status(self) -> dict:
         return {"policy": self.policy.name if self.policy else None, "switches": {}}
 
@@ -114,7 +119,7 @@ def test_unknown_path_is_404(app, path):
     assert call(app, "GET", path) == (404, "application/json", {"error": "not found"})
 
 
-@pytest.mark.parametrize("method, path", [("POST", "/qos/v1/policy"), ("DELETE", "/qos/v1/policy"),
+@pytest.mark.parametrize("method, path", [("POST", "/qos/v1/policy"), ("DELETE", "/qos/v1/status"),
                                           ("PUT", "/qos/v1/status")])
 def test_wrong_method_is_405(app, holder, method, path):
     assert call(app, method, path, b"{}") == (405, "application/json", {"error": f"{method} not allowed"})
@@ -122,9 +127,15 @@ def test_wrong_method_is_405(app, holder, method, path):
 
 
 def test_a_405_says_which_methods_are_allowed(app):
-    resp = Request.blank("/qos/v1/policy", method="DELETE").get_response(app)
+    resp = Request.blank("/qos/v1/policy", method="POST").get_response(app)
     assert resp.status_code == 405
-    assert set(resp.headers.get("Allow", "").replace(" ", "").split(",")) == {"GET", "PUT"}
+    assert set(resp.headers.get("Allow", "").replace(" ", "").split(",")) == {"DELETE", "GET", "PUT"}
+
+
+def test_delete_clears_the_policy_and_says_which(app, holder):
+    assert call(app, "DELETE", "/qos/v1/policy") == (200, "application/json", {"cleared": "none"})
+    assert holder.policy is None
+    assert call(app, "GET", "/qos/v1/policy")[2] is None
 
 
 def test_put_a_policy_with_ip_proto_as_a_list_is_400(app, holder):

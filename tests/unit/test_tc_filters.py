@@ -1,7 +1,8 @@
 """controller/tc_filters.py: the u32 DSCP filters and the HTB class counters, from tc's text."""
 import pytest
 
-from controller.tc_filters import FILTER_PRIO, filter_args, htb_classid, parse_classes, parse_filters
+from controller.tc_filters import (FILTER_PRIO, filter_args, htb_classid, parse_classes, parse_filters,
+                                   parse_leaf_limits)
 
 # `tc filter show dev s1-eth1 parent 1: prio 7` after our filters for dscp 1 → queue 1, dscp 2 → queue 2
 FILTERS = """\
@@ -77,3 +78,10 @@ def test_parse_classes_reads_bytes_packets_and_drops_per_class():
 
 def test_parse_classes_of_no_classes_is_empty():
     assert parse_classes("") == {}
+
+
+def test_leaf_limits_of_htb_classes():
+    text = ("qdisc htb 1: root refcnt 2 r2q 10 default 0x1 direct_packets_stat 0 direct_qlen 25\n"
+            "qdisc pfifo 8005: parent 1:1 limit 25p\n"
+            "qdisc pfifo 8006: parent 1:2 limit 1000p\n")
+    assert parse_leaf_limits(text) == {"1:1": 25, "1:2": 1000}
