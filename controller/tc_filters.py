@@ -61,7 +61,8 @@ def htb_classes(iface: str) -> dict[str, tuple[int, int, int]]:
 
 
 def leaf_limits(iface: str) -> dict[str, int]:
-    return parse_leaf_limits(_tc("qdisc", "show", "dev", iface))
+    # HTB's default leaves are hidden from a plain `tc qdisc show`.
+    return parse_leaf_limits(_tc("qdisc", "show", "dev", iface, "invisible"))
 
 
 def ensure_filters(iface: str, marks: tuple[tuple[int, int], ...]) -> str:
