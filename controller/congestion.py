@@ -128,23 +128,3 @@ class PortCongestion:
         self._congested, self._calm_since = False, None
         reason = f"{_load(sample)}, calm for {calm_for:g} s ≥ {config.hold_seconds:g} s"
         return Decision(ROLLBACK, now, utilisation, loss_ratio, reason)
-
-
-class CongestionMonitor:
-    """Detectors for many ports, keyed by (dp_id, port_no)."""
-
-    def __init__(self, config: CongestionConfig):
-        self._config = config
-        self._ports: dict[tuple[int, int], PortCongestion] = {}
-
-    def observe(self, dp_id: int, port_no: int, sample: PortSample, now: float) -> Decision | None:
-        detector = self._ports.get((dp_id, port_no))
-        if detector is None:
-            detector = self._ports[dp_id, port_no] = PortCongestion(self._config)
-        return detector.observe(sample, now)
-
-    def forget_datapath(self, dp_id: int) -> None:
-        self._ports = {key: detector for key, detector in self._ports.items() if key[0] != dp_id}
-
-    def congested(self) -> set[tuple[int, int]]:
-        return {key for key, detector in self._ports.items() if detector.congested}

@@ -127,11 +127,6 @@ class RateTracker:
     def forget_datapath(self, dp_id: int) -> None:
         self._baselines.pop(dp_id, None)
 
-    def forget_port(self, dp_id: int, port_no: int) -> None:
-        baselines = self._baselines.get(dp_id, {})
-        for key in [key for key in baselines if key[0] == port_no]:
-            del baselines[key]
-
     def _measure(self, dp_id: int, key: tuple[int | str, int | None], values: tuple[int, ...],
                  scales: tuple[int, ...], now: float) -> tuple[list[float | None], float] | None:
         """Rates since the baseline and the interval, then `values` becomes the baseline."""

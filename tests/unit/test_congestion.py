@@ -1,6 +1,6 @@
 import pytest
 
-from controller.congestion import (PROGRAM, ROLLBACK, CongestionConfig, CongestionMonitor, PortCongestion,
+from controller.congestion import (PROGRAM, ROLLBACK, CongestionConfig, PortCongestion,
                                    PortSample)
 
 CAPACITY = 10e6
@@ -162,30 +162,6 @@ def test_loss_ratio_is_zero_when_nothing_is_offered():
 def test_capacity_must_be_positive(capacity):
     with pytest.raises(ValueError):
         PortSample(tx_bps=0, tx_pps=0, drops_ps=0, capacity_bps=capacity)
-
-
-def test_monitor_keeps_ports_independent():
-    monitor = CongestionMonitor(DEFAULT)
-    assert monitor.observe(1, 1, HOT, 0.0) is None
-    assert monitor.observe(1, 2, HOT, 0.0) is None
-    assert monitor.observe(1, 2, CALM, 1.0) is None
-    assert monitor.observe(1, 1, HOT, 1.0).action == PROGRAM
-    assert monitor.observe(2, 1, HOT, 1.0) is None   # same port number on another datapath
-    assert monitor.congested() == {(1, 1)}
-
-
-def test_monitor_forget_datapath_drops_its_ports_state():
-    monitor = CongestionMonitor(DEFAULT)
-    for dp in (1, 2):
-        monitor.observe(dp, 1, HOT, 0.0)
-        monitor.observe(dp, 1, HOT, 1.0)
-    monitor.observe(1, 2, HOT, 1.0)
-    assert monitor.congested() == {(1, 1), (2, 1)}
-    monitor.forget_datapath(1)
-    assert monitor.congested() == {(2, 1)}
-    assert monitor.observe(1, 1, HOT, 2.0) is None   # a fresh detector needs its own hot samples
-    assert monitor.observe(1, 2, HOT, 2.0) is None   # the half-counted streak was forgotten too
-    assert monitor.observe(1, 1, HOT, 3.0).action == PROGRAM
 
 
 def test_loss_of_a_lone_class_is_not_congestion():

@@ -93,18 +93,6 @@ def test_forget_datapath_makes_the_next_sample_a_first_sample():
     assert tracker.queue(2, PORT, QUEUE, QueueCounters(1000, 1, 0), now=1.0).tx_bps == 8000.0
 
 
-def test_forget_port_drops_the_port_and_its_queues_only():
-    tracker = RateTracker()
-    for port in (1, 2):
-        tracker.port(DP, port, sent(0), now=0.0)
-        tracker.queue(DP, port, QUEUE, QueueCounters(0, 0, 0), now=0.0)
-    tracker.forget_port(DP, 1)
-    assert tracker.port(DP, 1, sent(1000), now=1.0) is None
-    assert tracker.queue(DP, 1, QUEUE, QueueCounters(1000, 1, 0), now=1.0) is None
-    assert tracker.port(DP, 2, sent(1000), now=1.0) is not None
-    assert tracker.queue(DP, 2, QUEUE, QueueCounters(1000, 1, 0), now=1.0) is not None
-
-
 def test_unsupported_counter_gives_none_and_the_others_still_count():
     tracker = RateTracker()
     tracker.port(DP, PORT, port_counters(tx_bytes=0, rx_errors=ALL_ONES), now=0.0)
