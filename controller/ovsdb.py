@@ -64,7 +64,8 @@ class Ovsdb:
             queues = {}
             for q in spec.queues:
                 queues[q.queue_id] = txn.add(self._api.db_create(
-                    "Queue", other_config={"min-rate": str(q.min_bps), "max-rate": str(q.max_bps)},
+                    "Queue", other_config={"min-rate": str(q.min_bps), "max-rate": str(q.max_bps),
+                                           "priority": str(q.priority)},
                     external_ids={**ids, "class": q.traffic_class}))
             qos = txn.add(self._api.db_create(
                 "QoS", type="linux-htb", other_config={"max-rate": str(spec.max_bps)},

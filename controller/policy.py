@@ -40,6 +40,7 @@ class TrafficClass:
     min_share: float    # fraction of the port's capacity reserved for the class
     max_share: float    # fraction of the port's capacity the class may borrow up to
     dscp: int           # mark that carries the queue choice to tc on the userspace datapath
+    priority: int       # HTB: spare bandwidth goes first to the lowest number
 
 
 @dataclass(frozen=True)
@@ -150,14 +151,15 @@ def _classes(doc: Any) -> tuple[TrafficClass, ...]:
     for name, spec in _mapping(doc, "classes").items():
         where = f"classes.{name}"
         spec = _mapping(spec, where)
-        _known_keys(spec, where, ("queue", "min", "max", "dscp"))
+        _known_keys(spec, where, ("queue", "min", "max", "dscp", "priority"))
         queue = _int(spec.get("queue"), f"{where}.queue", 1, 0xfffe)
         min_share = _share(spec.get("min", 0), f"{where}.min")
         max_share = _share(spec.get("max", "100%"), f"{where}.max")
         if max_share < min_share:
             raise PolicyError(f"{where}.max: below {where}.min; raise max or lower min")
         dscp = _int(spec.get("dscp", queue), f"{where}.dscp", 1, 63)
-        classes.append(TrafficClass(str(name), queue, min_share, max_share, dscp))
+        priority = _int(spec.get("priority", 0), f"{where}.priority", 0, 7)
+        classes.append(TrafficClass(str(name), queue, min_share, max_share, dscp, priority))
     for field in ("queue", "dscp"):
         values = [getattr(c, field) for c in classes]
         if len(set(values)) != len(values):

@@ -16,6 +16,7 @@ class QueueSpec:
     min_bps: int
     max_bps: int
     traffic_class: str      # "default" for queue 0
+    priority: int = 0       # HTB borrowing order: lower first
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ def fifo_qos(port: PortPolicy) -> QosSpec:
 def reserve_qos(policy: Policy, port: PortPolicy) -> QosSpec:
     """An HTB class per traffic class; queue 0 keeps what the classes do not reserve."""
     cap = port.capacity_bps
-    classes = [QueueSpec(c.queue, max(int(cap * c.min_share), 1), int(cap * c.max_share), c.name)
+    classes = [QueueSpec(c.queue, max(int(cap * c.min_share), 1), int(cap * c.max_share), c.name, c.priority)
                for c in policy.classes]
     # Queue 0 keeps exactly the rest; HTB needs a positive rate, and 1 % keeps ARP and
     # unclassified traffic alive even when the classes reserve everything.

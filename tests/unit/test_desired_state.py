@@ -125,7 +125,7 @@ def test_reserve_has_the_default_queue_and_one_queue_per_class():
     by_class = {q.traffic_class: q for q in spec.queues}
     assert [q.queue_id for q in spec.queues] == [0, 1, 2]
     assert by_class["tcp"] == QueueSpec(1, 4_000_000, 5_000_000, "tcp")    # min 80 % of capacity
-    assert by_class["udp"] == QueueSpec(2, 500_000, 5_000_000, "udp")
+    assert by_class["udp"] == QueueSpec(2, 500_000, 5_000_000, "udp", priority=1)
     assert by_class["default"].queue_id == 0
     assert by_class["default"].max_bps == CAPACITY
     assert spec.marks == ((1, 1), (2, 2))

@@ -272,3 +272,11 @@ def test_loading_a_binary_file_names_its_path(tmp_path):
     path.write_bytes(b"\x1f\x8b\x08\x00\xff\xfe")
     with pytest.raises(PolicyError, match="^" + re.escape(f"{path}: ")):
         load_policy(path)
+
+
+def test_class_priority_is_validated_and_tcp_borrows_first_in_the_shipped_policies():
+    reserve = load_policy(POLICIES / "reserve.yaml")
+    assert {c.name: c.priority for c in reserve.classes} == {"tcp": 0, "udp": 1}
+    doc = {"name": "p", "classes": {"tcp": {"queue": 1, "priority": 9}}, "switches": {"s1": {"dp_id": 1}}}
+    with pytest.raises(PolicyError, match=r"^classes\.tcp\.priority: 9 is not a whole number from 0 to 7$"):
+        parse_policy(doc)
