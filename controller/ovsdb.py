@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ovsdbapp.backend.ovs_idl import connection, idlutils
+from ovsdbapp.backend.ovs_idl import command, connection, idlutils
 from ovsdbapp.schema.open_vswitch import impl_idl
 
 from controller.queues import QosSpec
@@ -58,7 +58,6 @@ class Ovsdb:
 
     def apply_qos(self, iface: str, spec: QosSpec, tags: dict[str, str]) -> None:
         """Replace `iface`'s QoS with `spec` in one transaction."""
-        self._port(iface)
         ids = {OWNER_KEY: self.owner, "iface": iface, **tags}
         with self._api.transaction(check_error=True) as txn:
             queues = {}
@@ -70,15 +69,13 @@ class Ovsdb:
             qos = txn.add(self._api.db_create(
                 "QoS", type="linux-htb", other_config={"max-rate": str(spec.max_bps)},
                 queues=queues, external_ids={**ids, "mode": spec.mode}))
-            txn.add(self._api.db_set("Port", iface, ("qos", qos)))
+            txn.add(_SetPortQos(self._api, iface, self._owned, qos))
             self._destroy_owned(txn, iface)
 
     def remove_qos(self, iface: str) -> None:
         """Take this controller's QoS off `iface`; leave anyone else's alone."""
-        port = self._port(iface, missing_ok=True)
         with self._api.transaction(check_error=True) as txn:
-            if port is not None and port.qos and self._owned(port.qos[0]):
-                txn.add(self._api.db_clear("Port", iface, "qos"))
+            txn.add(_SetPortQos(self._api, iface, self._owned, None))
             self._destroy_owned(txn, iface)
 
     def remove_all(self) -> int:
@@ -104,15 +101,6 @@ class Ovsdb:
     def close(self) -> None:
         self._api.ovsdb_connection.stop()
 
-    def _port(self, iface: str, missing_ok: bool = False):
-        port = next((p for p in self._api.tables["Port"].rows.values() if p.name == iface), None)
-        if port is None and not missing_ok:
-            raise OvsdbError(f"port {iface!r} is not in OVSDB")
-        if port is not None and port.qos and not self._owned(port.qos[0]):
-            raise OvsdbError(f"port {iface!r} has a QoS this controller did not create; "
-                             f"remove it (ovs-vsctl clear port {iface} qos) or exclude the port")
-        return port
-
     def _destroy_owned(self, txn, iface: str) -> None:
         """Add to `txn` the destruction of this owner's rows for `iface` (those in force now)."""
         for table in ("QoS", "Queue"):
@@ -122,3 +110,30 @@ class Ovsdb:
 
     def _owned(self, row) -> bool:
         return row.external_ids.get(OWNER_KEY) == self.owner
+
+
+class _SetPortQos(command.BaseCommand):
+    """Set (qos: a db_create command) or clear (None) a port's QoS, over our own QoS or none only.
+
+    Checked when the transaction commits, not before: verify() makes OVSDB refuse the commit if
+    the port's QoS changed since the IDL last saw it, and ovsdbapp then re-runs the transaction
+    on fresh data, so another tool's QoS set a moment ago is never overwritten.
+    """
+
+    def __init__(self, api, iface: str, owned, qos):
+        super().__init__(api)
+        self.iface, self.owned, self.qos = iface, owned, qos
+
+    def run_idl(self, txn):
+        port = next((p for p in self.api.tables["Port"].rows.values() if p.name == self.iface), None)
+        if port is None:
+            if self.qos is None:
+                return
+            raise OvsdbError(f"port {self.iface!r} is not in OVSDB")
+        port.verify("qos")
+        if port.qos and not self.owned(port.qos[0]):
+            if self.qos is None:
+                return
+            raise OvsdbError(f"port {self.iface!r} has a QoS this controller did not create; remove it "
+                             f"(ovs-vsctl clear port {self.iface} qos) or leave the port out of the policy")
+        port.qos = [self.qos.result] if self.qos is not None else []

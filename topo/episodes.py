@@ -2,9 +2,11 @@
 
 An episode begins at the UDP onset (the first UDP step to start after the previous roll-back)
 and holds one program decision. reaction = program − onset; recovery = onset → the end of
-the first TCP interval, after TCP fell below `recovered_share` of its reservation, whose mean
-is back at or above it (0 when it never fell): an upper bound, never flattering by a partial
-interval. Times are seconds from the TCP flow's start.
+the first TCP interval, after the onset pushed TCP below `recovered_share` of its reservation
+(a dip that starts before the queues are programmed), whose mean is back at or above it; 0 when
+TCP never fell. The end of an interval is an upper bound, never flattering by a partial one.
+A dip later in the episode, such as the one a roll-back causes, is not the onset's.
+Times are seconds from the TCP flow's start.
 """
 from __future__ import annotations
 
@@ -30,14 +32,14 @@ def episodes(steps: list[dict], decisions: list[dict], tcp_series: list[dict], r
     for episode in found:
         if episode["reaction_seconds"] is not None:
             until = episode["rolled_back_s"] if episode["rolled_back_s"] is not None else float("inf")
-            episode["recovery_seconds"] = _recovery(tcp_series, episode["onset_s"], until, bar)
+            episode["recovery_seconds"] = _recovery(tcp_series, episode["onset_s"], episode["programmed_s"],
+                                                    until, bar)
     return found
 
 
-def _recovery(series: list[dict], onset: float, until: float, bar: float) -> float | None:
-    """Within the episode only: a later episode's dip is not this one's."""
+def _recovery(series: list[dict], onset: float, programmed: float, until: float, bar: float) -> float | None:
     after = [i for i in series if i["t"] + i["seconds"] > onset and i["t"] < until]
-    dip = next((k for k, i in enumerate(after) if (i["tcp_mbps"] or 0) < bar), None)
+    dip = next((k for k, i in enumerate(after) if i["t"] <= programmed and (i["tcp_mbps"] or 0) < bar), None)
     if dip is None:
         return 0.0
     back = next((i for i in after[dip:] if (i["tcp_mbps"] or 0) >= bar), None)

@@ -96,9 +96,9 @@ def test_recovery_is_none_when_tcp_never_comes_back():
 
 def test_missing_tcp_rates_count_as_a_dip():
     tcp = series({}, end=20.0)
-    tcp[22]["tcp_mbps"] = None      # 11.0–11.5 s: no report
+    tcp[20]["tcp_mbps"] = None      # 10.0–10.5 s, before the queues took effect: no report
     found = episodes(steps(0, 4), [program(10.5)], tcp, RESERVATION)
-    assert found[0]["recovery_seconds"] == 2.0
+    assert found[0]["recovery_seconds"] == 1.0
 
 
 def test_recovered_share_sets_the_bar():
@@ -110,3 +110,12 @@ def test_recovered_share_sets_the_bar():
 
 def test_no_decisions_no_episodes():
     assert episodes(steps(0, 4), [], series({}, end=20.0), RESERVATION) == []
+
+
+def test_a_dip_at_roll_back_is_not_the_onsets():
+    # Queues programmed right at onset: TCP never fell; the roll-back's own dip comes later.
+    series = [{"t": float(t), "seconds": 1.0, "tcp_mbps": 2.36 if t == 28 else 4.3} for t in range(34)]
+    steps = [{"udp_mbps_offered": 0, "start_s": 0.0}, {"udp_mbps_offered": 2, "start_s": 3.2}]
+    decisions = [{"action": "program", "t": 3.3}, {"action": "rollback", "t": 28.5}]
+    (episode,) = episodes(steps, decisions, series, reservation_mbps=4.0)
+    assert episode["recovery_seconds"] == 0.0
