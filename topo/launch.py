@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -23,17 +24,25 @@ class LaunchError(RuntimeError):
         self.code = code
 
 
+SWITCHES = ("s1", "s2")   # every topology's bridges; Mininet deletes a bridge of the same name first
+
+
 @dataclass(frozen=True)
 class Host:
     environment: dict[str, Any]     # for results metadata (capabilities.environment)
     datapath: str                   # Mininet OVSSwitch datapath: "user" or "kernel"
     out: Path
+    capabilities: dict[str, capabilities.Capability]   # by name, with how each was probed
 
 
 def prepare(out: Path | None, datapath: str = "auto", name: str = "") -> Host:
     """Check root and capabilities, pick the datapath, make the results folder; Ctrl-C and SIGTERM clean up."""
     if os.geteuid() != 0:
         raise LaunchError("run as root: Mininet and Open vSwitch need it (sudo python3 topo/run.py ...)", USAGE_ERROR)
+    busy = sorted(set(SWITCHES) & set(_bridges()))
+    if busy:
+        raise LaunchError(f"OVS bridges {', '.join(busy)} exist: another study is running, or a crashed one "
+                          "left them (clean up with: sudo mn -c)", 1)
     caps = capabilities.probe_all()
     if capabilities.doctor_exit_code(caps):
         raise LaunchError(f"{capabilities.verdict(caps)} Run: python3 topo/run.py doctor", 1)
@@ -47,7 +56,12 @@ def prepare(out: Path | None, datapath: str = "auto", name: str = "") -> Host:
     # background job inherits SIGINT ignored, and Python then installs no handler of its own.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
-    return Host(env, datapath, out)
+    return Host(env, datapath, out, {cap.name: cap for cap in caps})
+
+
+def _bridges() -> list[str]:
+    done = subprocess.run(["ovs-vsctl", "--timeout=5", "list-br"], capture_output=True, text=True)
+    return done.stdout.split() if done.returncode == 0 else []
 
 
 def note(message: str) -> None:

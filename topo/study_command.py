@@ -5,7 +5,6 @@ errors and Ctrl-C, and the results folder (summary.json, table.md, a bar-chart f
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,6 @@ from topo.study import StudyError
 from topo.study_report import reasons_text
 from topo.trial import SETTLE_SECONDS, TrialContext
 
-SWITCHES = ("s1", "s2")   # every topology's bridges; Mininet deletes a bridge of the same name first
 
 
 class UsageError(ValueError):
@@ -80,12 +78,8 @@ def policy(name: str, capacity_bps: int) -> dict:
 
 def launch(command: str, setup: Settings) -> tuple[Host, dict[str, capabilities.Capability]]:
     """Root, probes and results folder (topo/launch.py), on a host no other study is using."""
-    busy = sorted(set(SWITCHES) & set(_bridges()))
-    if busy:
-        raise LaunchError(f"OVS bridges {', '.join(busy)} exist: another study is running, or a crashed one "
-                          "left them (clean up with: sudo mn -c)", 1)
     host = prepare(setup.out, setup.datapath, command)
-    return host, {cap.name: cap for cap in capabilities.probe_all()}
+    return host, host.capabilities
 
 
 def unavailable(caps: dict[str, capabilities.Capability], names: list[str], family: str) -> dict[str, str]:
@@ -154,8 +148,3 @@ def finish(out: Path, summary: dict[str, Any], table: str, draw: Callable[[Path]
     print(table)
     print(f"results in {out}")
     return 0
-
-
-def _bridges() -> list[str]:
-    done = subprocess.run(["ovs-vsctl", "--timeout=5", "list-br"], capture_output=True, text=True)
-    return done.stdout.split() if done.returncode == 0 else []
