@@ -132,7 +132,7 @@ class QosController(App):
         self.snapshot.load_error = False
         self.snapshot.policy = policy.name
         LOG.info("policy %s in force", policy.name)
-        for sw in self.switches.values():
+        for sw in list(self.switches.values()):   # _adopt yields; switches come and go meanwhile
             self._adopt(sw)
         return policy.name
 
@@ -140,7 +140,7 @@ class QosController(App):
         """No policy: take our flows and queues off every switch (a launcher does this between runs)."""
         name = self.policy.name if self.policy else None
         self.policy = self.document = self.snapshot.policy = None
-        for sw in self.switches.values():
+        for sw in list(self.switches.values()):
             self._adopt(sw)
         LOG.info("policy %s cleared", name)
         return name
@@ -344,18 +344,27 @@ class QosController(App):
 
     def _poll_loop(self) -> None:
         while True:
-            for sw in list(self.switches.values()):
-                dp = sw.datapath
-                ofp, parser = dp.ofproto, dp.ofproto_parser
-                # Flow and queue stats first: the port-stats handler reads their rates.
-                dp.send_msg(parser.OFPFlowStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
-                                                       COOKIE, COOKIE_MASK, parser.OFPMatch()))
-                dp.send_msg(parser.OFPQueueStatsRequest(dp, 0, ofp.OFPP_ANY, ofp.OFPQ_ALL))
-                dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
-                if sw.bridge.userspace:
-                    for port_no, spec in sw.qos.items():
-                        self._sync_filters(sw.bridge.ports[port_no], spec.marks, wait=False)
+            try:
+                self._poll_once()
+            except Exception:   # noqa: BLE001 - a dead poll loop would end congestion handling silently
+                LOG.exception("statistics poll failed; polling goes on")
             hub.sleep(self.policy.poll_interval if self.policy else 1.0)
+
+    def _poll_once(self) -> None:
+        # Snapshots: tc and OVSDB calls yield to other greenthreads (REST, events) that change these.
+        for sw in list(self.switches.values()):
+            dp = sw.datapath
+            ofp, parser = dp.ofproto, dp.ofproto_parser
+            # Flow and queue stats first: the port-stats handler reads their rates.
+            dp.send_msg(parser.OFPFlowStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
+                                                   COOKIE, COOKIE_MASK, parser.OFPMatch()))
+            dp.send_msg(parser.OFPQueueStatsRequest(dp, 0, ofp.OFPP_ANY, ofp.OFPQ_ALL))
+            dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
+            if sw.bridge.userspace:
+                for port_no, spec in list(sw.qos.items()):
+                    iface = sw.bridge.ports.get(port_no)
+                    if iface is not None and sw.qos.get(port_no) == spec:
+                        self._sync_filters(iface, spec.marks, wait=False)
 
     # --- OVSDB lookups ------------------------------------------------------------------------
     def _bridge(self, dp_id: int) -> BridgeInfo | None:
