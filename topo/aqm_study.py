@@ -192,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
 def _study(args: argparse.Namespace) -> int:
     setup = settings(args)
     document = policy("dumbbell", setup.bottleneck_bps)
-    host, caps = launch("aqm", setup)
+    host = launch("aqm", setup)
+    caps = host.capabilities
     _, lacking = choose_tcp([args.cc], capabilities.tcp_algorithms(), caps)
     if lacking:
         raise UsageError(f"--cc {args.cc}: {lacking[args.cc]}")

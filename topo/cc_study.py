@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
 def _study(args: argparse.Namespace) -> int:
     setup = settings(args)
     document = policy("none", setup.bottleneck_bps)
-    host, caps = launch("cc", setup)
+    host = launch("cc", setup)
+    caps = host.capabilities
     algorithms, skipped = choose_tcp(args.algorithms, capabilities.tcp_algorithms(), caps)
     say_unavailable("TCP algorithms this kernel lacks, skipped", skipped)
     if not algorithms:

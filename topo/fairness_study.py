@@ -102,7 +102,8 @@ def _study(args: argparse.Namespace) -> int:
     setup = settings(args)
     requested = parse_pairs(args.pairs) if args.pairs else list(MIXED_PAIRS)
     document = policy("shared", setup.bottleneck_bps)
-    host, caps = launch("fairness", setup)
+    host = launch("fairness", setup)
+    caps = host.capabilities
     wanted = sorted({a for pair in requested for a in pair} | {args.tcp_vs_udp})
     _, lacking = choose_tcp(wanted, capabilities.tcp_algorithms(), caps)
     if args.tcp_vs_udp in lacking:

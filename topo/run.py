@@ -28,6 +28,7 @@ if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import importlib  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
@@ -92,7 +93,7 @@ def scenario_from(args: argparse.Namespace) -> Scenario:
     if args.quick:
         scenario = scenario.quick()
     if args.step_seconds is not None:
-        scenario = load_scenario(None, {**_fields(scenario), "step_seconds": args.step_seconds})
+        scenario = dataclasses.replace(scenario, step_seconds=args.step_seconds)   # validated on construction
     return scenario
 
 

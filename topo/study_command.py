@@ -21,7 +21,6 @@ from topo.study_report import reasons_text
 from topo.trial import SETTLE_SECONDS, TrialContext
 
 
-
 class UsageError(ValueError):
     """The command line asks for something that cannot run; the message says what to change."""
 
@@ -76,10 +75,9 @@ def policy(name: str, capacity_bps: int) -> dict:
     return policy_documents([name], capacity_bps)[name]
 
 
-def launch(command: str, setup: Settings) -> tuple[Host, dict[str, capabilities.Capability]]:
+def launch(command: str, setup: Settings) -> Host:
     """Root, probes and results folder (topo/launch.py), on a host no other study is using."""
-    host = prepare(setup.out, setup.datapath, command)
-    return host, host.capabilities
+    return prepare(setup.out, setup.datapath, command)
 
 
 def unavailable(caps: dict[str, capabilities.Capability], names: list[str], family: str) -> dict[str, str]:

@@ -1,11 +1,11 @@
 """One trial of the other studies (cc, fairness, aqm): a fresh network whose bottleneck queue is in
 force, iperf3 flows across it, and the measurement window their means are taken over.
 
-The network comes up as in the main study (topo/study.py): both switches connected, the policy put,
-its queues in force, the path checked. Then the leaf qdisc of the bottleneck's HTB default class is
-set explicitly: a class OVS built before the txqueuelen change (the controller applies the policy it
-holds as soon as a new switch connects) keeps its old FIFO limit, so the limit is never left to
-timing. The leaf goes away with the network's interfaces.
+The network comes up as in the main study (topo/study.py, bring_up): both switches connected, the
+policy put, its queues in force, the path checked. Then the leaf qdisc of the bottleneck's HTB default
+class is set explicitly: the discipline under test for aqm, a pfifo of the chosen limit otherwise, so
+what queues at the bottleneck is stated by the study rather than inherited from the device.
+The leaf goes away with the network's interfaces.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from controller.tc_filters import htb_classes, htb_classid
 from topo import iperf
 from topo.controller_client import ControllerClient
 from topo.network import Network
-from topo.study import BOTTLENECK_IFACES, StudyError, collect, wait_for, bring_up, check_path
+from topo.study import BOTTLENECK_IFACES, StudyError, bring_up, check_path, collect, wait_for
 
 DEFAULT_CLASS = htb_classid(0)    # OVS's linux-htb sends everything not steered elsewhere to queue 0
 LEAF_HANDLE = "10:"
@@ -84,7 +84,7 @@ def run_flows(net: Network, flows: list[Flow], seconds: float, raw_dir: Path,
             net.host(flow.dst).IP(), port, seconds, udp_mbps=flow.udp_mbps,
             congestion_control=flow.congestion_control)))
     wait_for(lambda: all(c.poll() is not None for c in clients), lambda: tick(time.time() - launched[0]),
-          timeout=seconds + FLOW_SLACK, what="iperf3 flows")
+             timeout=seconds + FLOW_SLACK, what="iperf3 flows")
     runs = [FlowRun(f, collect(c, raw_dir / f"{f.name}.json"), t) for f, c, t in zip(flows, clients, launched)]
     for run in runs:
         _check_congestion_control(run)
