@@ -21,6 +21,8 @@ import yaml
 from controller.congestion import CongestionConfig
 
 QUEUE_MODES = ("fifo", "reserve", "auto")
+DISCIPLINES = ("fifo", "sfq", "codel", "fq_codel", "red")   # the qdisc under each HTB class
+DEFAULT_QUEUE_PACKETS = 1000                                # Linux's default txqueuelen
 IP_PROTOS = {"icmp": 1, "tcp": 6, "udp": 17}
 ETH_TYPE_IPV4 = 0x0800
 SPECIAL_OUTPUTS = ("normal", "flood", "in_port", "controller")
@@ -56,6 +58,8 @@ class PortPolicy:
     port_no: int
     capacity_bps: int
     queues: str          # one of QUEUE_MODES
+    queue_packets: int = DEFAULT_QUEUE_PACKETS   # packet limit of each class's queue
+    discipline: str = "fifo"                      # one of DISCIPLINES
 
 
 @dataclass(frozen=True)
@@ -210,13 +214,17 @@ def _switch(name: str, doc: Any, classes: tuple[TrafficClass, ...]) -> SwitchPol
 def _port(port_no: Any, doc: Any, where: str) -> PortPolicy:
     number = _int(port_no, where, 1, 0xfeff)
     doc = _mapping(doc, where)
-    _known_keys(doc, where, ("capacity", "queues"))
+    _known_keys(doc, where, ("capacity", "queues", "queue_packets", "discipline"))
     if "capacity" not in doc:
         raise PolicyError(f"{where}.capacity: missing; give the port's rate, e.g. 5Mbit")
     queues = doc.get("queues", "fifo")
     if queues not in QUEUE_MODES:
         raise PolicyError(f"{where}.queues: {queues!r} is not one of {', '.join(QUEUE_MODES)}")
-    return PortPolicy(number, parse_rate(doc["capacity"], f"{where}.capacity"), queues)
+    discipline = doc.get("discipline", "fifo")
+    if discipline not in DISCIPLINES:
+        raise PolicyError(f"{where}.discipline: {discipline!r} is not one of {', '.join(DISCIPLINES)}")
+    queue_packets = _int(doc.get("queue_packets", DEFAULT_QUEUE_PACKETS), f"{where}.queue_packets", 1, 100_000)
+    return PortPolicy(number, parse_rate(doc["capacity"], f"{where}.capacity"), queues, queue_packets, discipline)
 
 
 def _flow(doc: Any, where: str, classes: tuple[TrafficClass, ...]) -> FlowRule:

@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import yaml  # noqa: E402
 from prometheus_client import CollectorRegistry, make_wsgi_app  # noqa: E402
 
-from controller import tc_filters  # noqa: E402
 from controller.compat import (App, CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, cfg, hub,  # noqa: E402
                                ofp_event, ofproto_v1_3, set_ev_cls)
 from controller.congestion import Decision  # noqa: E402
@@ -35,6 +34,7 @@ from controller.policy import Policy, PolicyError, parse_policy  # noqa: E402
 from controller.rest import make_app  # noqa: E402
 from controller.stats import FlowCounters, PortCounters, QueueCounters, RateTracker  # noqa: E402
 from controller.switch_state import SwitchState  # noqa: E402
+from controller.tc import FIFO_KINDS, Tc, htb_classid  # noqa: E402
 
 LOG = logging.getLogger("qos_app")
 CONF = cfg.CONF
@@ -66,6 +66,7 @@ class QosController(App):
         super().__init__(*args, **kwargs)
         conf = CONF.qos
         self.ovsdb = Ovsdb(conf.ovsdb, owner=conf.owner)
+        self.tc = Tc()
         stale = self.ovsdb.remove_all()
         if stale:
             LOG.info("removed %d QoS/Queue rows left by an earlier run", stale)
@@ -114,6 +115,7 @@ class QosController(App):
         removed = self.ovsdb.remove_all()
         LOG.info("exit: removed %d QoS/Queue rows", removed)
         self.ovsdb.close()
+        self.tc.close()
 
     # --- REST -------------------------------------------------------------------------------
     def policy_document(self) -> Any:
@@ -295,7 +297,7 @@ class QosController(App):
                 continue
             if sw.bridge.userspace and port_no in sw.qos:
                 # HTB refuses to delete a class a filter points at: filters go first.
-                tc_filters.ensure_filters(iface, ())
+                self._tc_call(iface, self.tc.replace_filters, iface, ())
             try:
                 self.ovsdb.apply_qos(iface, spec, {"policy": self.policy.name, "dp_id": f"{dp_id:016x}"})
             except OvsdbError as err:
@@ -306,8 +308,7 @@ class QosController(App):
             self.snapshot.programmed[(dp_id, port_no)] = spec.mode == "reserve"
             LOG.info("switch %016x port %d (%s): %s queues %s", dp_id, port_no, iface, spec.mode,
                      ", ".join(f"{q.queue_id}:{q.traffic_class} {q.min_bps}-{q.max_bps} bit/s" for q in spec.queues))
-            if sw.bridge.userspace:
-                self._sync_filters(iface, spec.marks, wait=True)
+            self._sync_tc(iface, spec, sw.bridge.userspace, wait=True)
 
     def _remove_queues(self, sw: Switch, port_no: int) -> None:
         iface = sw.bridge.ports.get(port_no)
@@ -317,16 +318,34 @@ class QosController(App):
         for table in (self.snapshot.capacity_bps, self.snapshot.programmed, self.snapshot.congested):
             table.pop((sw.datapath.id, port_no), None)
 
-    def _sync_filters(self, iface: str, marks, wait: bool) -> None:
-        # OVS builds the HTB classes a moment after the OVSDB commit.
-        for _ in range(30 if wait else 1):
-            result = tc_filters.ensure_filters(iface, marks)
-            if result == "written":
-                LOG.info("%s: tc filters for DSCP marks %s", iface, marks)
-            if result != "waiting":
-                return
-            hub.sleep(0.1)
-        LOG.warning("%s: HTB classes not there yet; filters will follow on the next poll", iface)
+    def _sync_tc(self, iface: str, spec, userspace: bool, wait: bool) -> None:
+        """Each class's leaf queue as the policy says, and the DSCP filters on the userspace datapath."""
+        wanted = [htb_classid(q.queue_id) for q in spec.queues]
+        for _ in range(30 if wait else 1):   # OVS builds the HTB classes a moment after the OVSDB commit
+            if set(wanted) <= set(self._tc_call(iface, self.tc.classes, iface) or ()):
+                break
+            if wait:
+                hub.sleep(0.1)
+        else:
+            if wait:
+                LOG.warning("%s: HTB classes not there yet; queues and filters will follow on the next poll", iface)
+            return
+        leaves = self._tc_call(iface, self.tc.leaves, iface) or {}
+        for cls in wanted:
+            if not _leaf_matches(leaves.get(cls), spec.leaf):
+                self._tc_call(iface, self.tc.replace_leaf, iface, cls, spec.leaf)
+                LOG.info("%s: %s queue under class %s", iface, " ".join(spec.leaf), cls)
+        if userspace and self._tc_call(iface, self.tc.filters, iface) != {(d, htb_classid(q)) for d, q in spec.marks}:
+            self._tc_call(iface, self.tc.replace_filters, iface, spec.marks)
+            LOG.info("%s: tc filters for DSCP marks %s", iface, spec.marks)
+
+    @staticmethod
+    def _tc_call(iface: str, method, *args):
+        try:
+            return method(*args)
+        except OSError as err:   # the device went away, or the kernel refused: the next poll retries
+            LOG.error("%s: tc: %s", iface, err)
+            return None
 
     def _sync_flows(self, sw: Switch) -> None:
         dp = sw.datapath
@@ -360,11 +379,10 @@ class QosController(App):
                                                    COOKIE, COOKIE_MASK, parser.OFPMatch()))
             dp.send_msg(parser.OFPQueueStatsRequest(dp, 0, ofp.OFPP_ANY, ofp.OFPQ_ALL))
             dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
-            if sw.bridge.userspace:
-                for port_no, spec in list(sw.qos.items()):
-                    iface = sw.bridge.ports.get(port_no)
-                    if iface is not None and sw.qos.get(port_no) == spec:
-                        self._sync_filters(iface, spec.marks, wait=False)
+            for port_no, spec in list(sw.qos.items()):
+                iface = sw.bridge.ports.get(port_no)
+                if iface is not None and sw.qos.get(port_no) == spec:
+                    self._sync_tc(iface, spec, sw.bridge.userspace, wait=False)
 
     # --- OVSDB lookups ------------------------------------------------------------------------
     def _bridge(self, dp_id: int) -> BridgeInfo | None:
@@ -401,6 +419,12 @@ def _flow_mod(dp, entry: FlowEntry):
     instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
     return parser.OFPFlowMod(dp, cookie=entry.cookie, priority=entry.priority, command=ofp.OFPFC_ADD,
                              match=parser.OFPMatch(**dict(entry.match)), instructions=instructions)
+
+
+def _leaf_matches(leaf, spec: tuple[str, ...]) -> bool:
+    if leaf is None or leaf.kind != spec[0]:
+        return False
+    return spec[0] not in FIFO_KINDS or leaf.limit == int(spec[spec.index("limit") + 1])
 
 
 def _interrupt(signum, frame):

@@ -25,7 +25,7 @@ class SwitchState:
         return desired_flows(self.policy, self.switch, self.reserving, mark_dscp=self.userspace)
 
     def qos(self) -> dict[int, QosSpec]:
-        return {p.port_no: desired_qos(self.policy, p, p.port_no in self.reserving)
+        return {p.port_no: desired_qos(self.policy, p, p.port_no in self.reserving, self.userspace)
                 for p in self.switch.ports}
 
     def congested(self, port_no: int) -> bool:

@@ -6,9 +6,10 @@ rcv1 every 0.2 s for the delay under load, once per discipline on a fresh networ
 
 Where the discipline sits: OVS's classless QoS types (linux-sfq, linux-codel, linux-fq_codel) install
 their qdisc as the port's root with no rate limit, so they cannot make a 10 Mbit/s bottleneck of a
-veth. The study keeps OVS's linux-htb at the bottleneck rate and makes the discipline the leaf of
-its default class (tc qdisc replace dev <port> parent 1:1 handle 10: <discipline>) on both ends of
-the bottleneck; the HTB class sets the rate, the leaf decides which packet waits or is dropped.
+veth. The study keeps OVS's linux-htb at the bottleneck rate and the policy names the discipline,
+which the controller puts under the HTB class on both ends of the bottleneck; the class sets the
+rate, the discipline decides which packet waits or is dropped. On the userspace datapath "fifo" is
+a head-drop FIFO (controller/queues.py says why).
 Disciplines the kernel lacks are reported as unavailable and not run; nothing stands in for them.
 """
 from __future__ import annotations
@@ -34,10 +35,8 @@ from topo.trial import DEFAULT_CLASS, Flow, FlowRun, TrialContext, received_mbps
 
 PAIRS = 5                              # DumbbellTopo(n=5), as policies/dumbbell.yaml forwards
 DISCIPLINES = ("fifo", "sfq", "codel", "fq_codel", "red")
-TC_KIND = {"fifo": "pfifo"}            # the tc kind where it differs from the discipline's name
 SAMPLE_SECONDS = 0.5
 PING_INTERVAL = 0.2
-MTU_BYTES = 1514                       # a full Ethernet frame, for RED's byte limits
 QUEUED_IFACE = BOTTLENECK_IFACES[0]    # s1-eth1 carries the data, s2-eth1 the ACKs
 # STUDY.md section 4, as published (ns-2, 10 Mbit/s, 100 s).
 PUBLISHED = {"RED": ("5.53", "60.03/67.25", "37157 / 151", "0.41", "59.45"),
@@ -81,23 +80,11 @@ class QueueSampler:
             self.samples.append((now, leaf))
 
 
-def leaf_args(discipline: str, queue_packets: int, bottleneck_bps: int) -> list[str]:
-    """The tc qdisc arguments of `discipline` holding at most about `queue_packets` packets."""
-    limit = str(queue_packets)
+def tc_kind(discipline: str, datapath: str) -> str:
+    """The qdisc kind the controller puts under the class for `discipline` (controller/queues.py)."""
     if discipline == "fifo":
-        return ["pfifo", "limit", limit]
-    if discipline == "sfq":
-        return ["sfq", "limit", limit, "perturb", "10"]
-    if discipline in ("codel", "fq_codel"):
-        return [discipline, "limit", limit]
-    if discipline == "red":
-        # tc's own defaults for a byte limit: max a quarter of it, min a third of max; burst as tc requires.
-        limit_bytes = queue_packets * MTU_BYTES
-        high = limit_bytes // 4
-        low, avpkt = high // 3, 1000
-        return ["red", "limit", str(limit_bytes), "min", str(low), "max", str(high), "avpkt", str(avpkt),
-                "burst", str((2 * low + high) // (3 * avpkt) + 1), "bandwidth", f"{bottleneck_bps}bit"]
-    raise ValueError(f"unknown discipline {discipline!r}")
+        return "pfifo_head_drop" if datapath == "user" else "pfifo"
+    return discipline
 
 
 def parse_leaf(tc_json: str, parent: str = DEFAULT_CLASS) -> LeafStats | None:
@@ -191,23 +178,23 @@ def main(argv: list[str] | None = None) -> int:
 
 def _study(args: argparse.Namespace) -> int:
     setup = settings(args)
-    document = policy("dumbbell", setup.bottleneck_bps)
+    documents = {d: policy("dumbbell", setup, d) for d in DISCIPLINES}
     host = launch("aqm", setup)
     caps = host.capabilities
     _, lacking = choose_tcp([args.cc], capabilities.tcp_algorithms(), caps)
     if lacking:
         raise UsageError(f"--cc {args.cc}: {lacking[args.cc]}")
     wanted = list(args.disciplines or DISCIPLINES)
-    missing = unavailable(caps, [TC_KIND.get(d, d) for d in wanted], "qdisc")
-    lacking_kinds = {d: missing[TC_KIND.get(d, d)] for d in wanted if TC_KIND.get(d, d) in missing}
+    missing = unavailable(caps, [tc_kind(d, host.datapath) for d in wanted], "qdisc")
+    lacking_kinds = {d: missing[tc_kind(d, host.datapath)] for d in wanted if tc_kind(d, host.datapath) in missing}
     say_unavailable("queue disciplines this kernel lacks, not run", lacking_kinds)
     runnable = [d for d in wanted if d not in lacking_kinds]
     if not runnable:
         raise UsageError("none of the requested disciplines is available in this kernel")
-    done = run_trials(host, setup, {d: partial(_one_discipline, d, args.cc, document, setup) for d in runnable})
+    done = run_trials(host, setup, {d: partial(_one_discipline, d, args.cc, documents[d], setup) for d in runnable})
     summary = {"scenario": setup.scenario(
         policy="dumbbell", congestion_control=args.cc, flows=[f"snd{i} -> rcv{i}" for i in range(1, PAIRS + 1)],
-        placement=f"leaf of OVS linux-htb's default class {DEFAULT_CLASS} on {' and '.join(BOTTLENECK_IFACES)}; "
+        placement=f"leaf of OVS linux-htb's class {DEFAULT_CLASS} on {' and '.join(BOTTLENECK_IFACES)}; "
                   "the HTB class holds the bottleneck rate (OVS's classless linux-sfq/-codel/-fq_codel QoS "
                   "types put the qdisc at the port's root without a rate limit, so cannot shape it)",
         loss_rate="TCP retransmits / packets sent (bytes sent / MSS), from iperf3",
@@ -220,8 +207,7 @@ def _study(args: argparse.Namespace) -> int:
 def _one_discipline(discipline: str, cc: str, document: dict, setup: Settings, ctx: TrialContext) -> dict[str, Any]:
     pairs = [(f"snd{i}", f"rcv{i}") for i in range(1, PAIRS + 1)]
     sampler = QueueSampler(QUEUED_IFACE)
-    leaf = leaf_args(discipline, setup.queue_packets, setup.bottleneck_bps)
-    with trial(ctx, DumbbellTopo(n=PAIRS), document, leaf, pairs) as net:
+    with trial(ctx, DumbbellTopo(n=PAIRS), document, pairs) as net:
         ping = net.popen("snd1", ["ping", "-D", "-i", str(PING_INTERVAL), "-w", f"{setup.seconds + 1:g}",
                                   net.host("rcv1").IP()])
 
@@ -233,7 +219,7 @@ def _one_discipline(discipline: str, cc: str, document: dict, setup: Settings, c
                          ctx.raw_dir, tick)
         ping_text = ping.communicate(timeout=10)[0]
     (ctx.raw_dir / "ping.txt").write_text(ping_text)
-    kind = TC_KIND.get(discipline, discipline)
+    kind = tc_kind(discipline, ctx.datapath)
     if {leaf.kind for _, leaf in sampler.samples} != {kind}:
         raise StudyError(f"{QUEUED_IFACE}: the leaf under {DEFAULT_CLASS} was not {kind} throughout the run "
                          f"(seen: {sorted({leaf.kind for _, leaf in sampler.samples}) or 'nothing'})")

@@ -57,6 +57,7 @@ QDISC_ARGS: dict[str, str] = {
     "prio": "",
     "hfsc": "",
     "pfifo": "",
+    "pfifo_head_drop": "",
     "bfifo": "",
 }
 STUDY_TCP = ("reno", "cubic", "bbr", "vegas", "westwood", "htcp", "illinois", "dctcp",

@@ -18,7 +18,7 @@ from topo.study_command import (Settings, UsageError, choose_tcp, finish, guarde
                                 run_trials, say_unavailable, settings)
 from topo.study_report import Panel, bar_figure, markdown_table
 from topo.topos import StudyTopo
-from topo.trial import Flow, TrialContext, fifo_leaf, run_flows, trial
+from topo.trial import Flow, TrialContext, run_flows, trial
 
 # STUDY.md section 2, as published (10 Gbit/s tbf): cwnd (packets), RTT (ms), RTT var (ms), Mbit/s.
 PUBLISHED = {"bbr": (552.6, 82.7, 75.6, 1150), "cubic": (1276.5, 391.9, 156.1, 919),
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _study(args: argparse.Namespace) -> int:
     setup = settings(args)
-    document = policy("none", setup.bottleneck_bps)
+    document = policy("none", setup)
     host = launch("cc", setup)
     caps = host.capabilities
     algorithms, skipped = choose_tcp(args.algorithms, capabilities.tcp_algorithms(), caps)
@@ -103,7 +103,7 @@ def _study(args: argparse.Namespace) -> int:
 
 
 def _one_algorithm(algorithm: str, document: dict, setup: Settings, ctx: TrialContext) -> dict[str, Any]:
-    with trial(ctx, StudyTopo(), document, fifo_leaf(setup.queue_packets), [("h1", "h4")]) as net:
+    with trial(ctx, StudyTopo(), document, [("h1", "h4")]) as net:
         [run] = run_flows(net, [Flow(f"h1-h4_{algorithm}", "h1", "h4", congestion_control=algorithm)],
                           setup.seconds, ctx.raw_dir, lambda elapsed: ctx.tick(f"TCP {algorithm}", elapsed))
     return sender_metrics(run.doc)

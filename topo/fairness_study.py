@@ -17,7 +17,7 @@ from topo.study_command import (Settings, UsageError, choose_tcp, finish, guarde
                                 run_trials, say_unavailable, settings)
 from topo.study_report import Panel, bar_figure, markdown_table, reasons_text
 from topo.topos import StudyTopo
-from topo.trial import Flow, FlowRun, TrialContext, fifo_leaf, received_mbps, run_flows, trial, window
+from topo.trial import Flow, FlowRun, TrialContext, received_mbps, run_flows, trial, window
 
 MIXED_PAIRS = (("cubic", "reno"), ("bbr", "cubic"), ("bbr", "reno"))
 FIRST, SECOND = ("h1", "h4"), ("h2", "h3")
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 def _study(args: argparse.Namespace) -> int:
     setup = settings(args)
     requested = parse_pairs(args.pairs) if args.pairs else list(MIXED_PAIRS)
-    document = policy("shared", setup.bottleneck_bps)
+    document = policy("shared", setup)
     host = launch("fairness", setup)
     caps = host.capabilities
     wanted = sorted({a for pair in requested for a in pair} | {args.tcp_vs_udp})
@@ -127,7 +127,7 @@ def _study(args: argparse.Namespace) -> int:
 
 
 def _one_case(name: str, flows: list[Flow], document: dict, setup: Settings, ctx: TrialContext) -> dict[str, Any]:
-    with trial(ctx, StudyTopo(), document, fifo_leaf(setup.queue_packets), [FIRST, SECOND]) as net:
+    with trial(ctx, StudyTopo(), document, [FIRST, SECOND]) as net:
         runs = run_flows(net, flows, setup.seconds, ctx.raw_dir, lambda elapsed: ctx.tick(name, elapsed))
     return case_result(name, runs, window(runs, setup.seconds))
 

@@ -97,8 +97,10 @@ def scenario_from(args: argparse.Namespace) -> Scenario:
     return scenario
 
 
-def policy_documents(names: list[str], capacity_bps: int) -> dict[str, dict]:
-    """Load and validate every policy before anything starts; capacities become the bottleneck's."""
+def policy_documents(names: list[str], capacity_bps: int, queue_packets: int,
+                     discipline: str = "fifo") -> dict[str, dict]:
+    """Load and validate every policy before anything starts; every port gets the scenario's
+    bottleneck rate and queue."""
     documents = {}
     for name in names:
         path = Path(name) if name.endswith((".yaml", ".yml")) else REPO / "policies" / f"{name}.yaml"
@@ -112,6 +114,8 @@ def policy_documents(names: list[str], capacity_bps: int) -> dict[str, dict]:
         for switch in (doc or {}).get("switches", {}).values():
             for port in (switch or {}).get("ports", {}).values():
                 port["capacity"] = capacity_bps
+                port["queue_packets"] = queue_packets
+                port["discipline"] = discipline
         policy = parse_policy(doc)
         documents[policy.name] = doc
     return documents
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         scenario = scenario_from(args)
-        documents = policy_documents(args.policy, scenario.bottleneck_bps)
+        documents = policy_documents(args.policy, scenario.bottleneck_bps, scenario.queue_packets)
     except (ScenarioError, PolicyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return USAGE_ERROR

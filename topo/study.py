@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from controller.policy import Policy, parse_policy
-from controller.tc_filters import htb_classes, htb_classid, leaf_limits
+from controller.tc import Tc, htb_classid
 from topo import iperf
 from topo.controller_client import ControllerClient
 from topo.network import Network, network
@@ -44,17 +44,13 @@ class Progress:
 
 
 @contextmanager
-def bring_up(client: ControllerClient, topo, document: dict, datapath: str, queue_packets: int) -> Iterator[Network]:
-    """`topo` up under `document`'s flows and queues, the bottleneck FIFOs `queue_packets` long."""
+def bring_up(client: ControllerClient, topo, document: dict, datapath: str) -> Iterator[Network]:
+    """`topo` up under `document`'s flows and queues (the policy states the queues' length)."""
     policy = parse_policy(document)
-    # The new switches must connect to no policy: queues built before the txqueuelen below is set
-    # would keep the device's default FIFO limit (1000 packets) instead of the scenario's.
+    # The new switches must connect to no policy: what a previous run left must not shape them.
     client.clear_policy()
     with network(topo, datapath) as net:
         wait_for_switches(client)
-        for iface in BOTTLENECK_IFACES:
-            # The HTB leaves OVS builds take their FIFO limit from the device's txqueuelen.
-            net.net.get(iface.split("-")[0]).cmd(f"ip link set {iface} txqueuelen {queue_packets}")
         client.put_policy(document)
         client.wait(lambda s: queues_in_force(s, policy), 20, f"policy {policy.name}'s queues in force")
         yield net
@@ -64,12 +60,14 @@ def run_policy(document: dict, scenario: Scenario, client: ControllerClient, raw
                datapath: str, delay: str | None, progress: Progress) -> dict[str, Any]:
     policy = parse_policy(document)
     raw_dir.mkdir(parents=True, exist_ok=True)
-    with bring_up(client, StudyTopo(delay=delay), document, datapath, scenario.queue_packets) as net:
+    with bring_up(client, StudyTopo(delay=delay), document, datapath) as net:
         check_path(net, "h1", "h4")
         started = time.time()
         tcp_doc, steps, cooldown = _traffic(net, scenario, raw_dir, progress)
-        classes = htb_classes(BOTTLENECK_IFACES[0])
-        limits = leaf_limits(BOTTLENECK_IFACES[0])
+        tc = Tc()
+        classes = {c: (n.bytes, n.packets, n.drops) for c, n in tc.classes(BOTTLENECK_IFACES[0]).items()}
+        limits = {c: leaf.limit for c, leaf in tc.leaves(BOTTLENECK_IFACES[0]).items()}
+        tc.close()
         decisions = [d for d in client.status()["decisions"] if d["time"] >= started]
     return _summarise(scenario, tcp_doc, steps, cooldown, classes, limits, decisions, policy)
 

@@ -70,9 +70,9 @@ def settings(args: argparse.Namespace) -> Settings:
     return Settings(bps, seconds, args.queue_packets, args.quick, args.out, args.datapath)
 
 
-def policy(name: str, capacity_bps: int) -> dict:
-    """policies/<name>.yaml with every port's capacity the bottleneck's."""
-    return policy_documents([name], capacity_bps)[name]
+def policy(name: str, setup: Settings, discipline: str = "fifo") -> dict:
+    """policies/<name>.yaml with every port's capacity, queue length and discipline the study's."""
+    return policy_documents([name], setup.bottleneck_bps, setup.queue_packets, discipline)[name]
 
 
 def launch(command: str, setup: Settings) -> Host:

@@ -2,28 +2,24 @@
 force, iperf3 flows across it, and the measurement window their means are taken over.
 
 The network comes up as in the main study (topo/study.py, bring_up): both switches connected, the
-policy put, its queues in force, the path checked. Then the leaf qdisc of the bottleneck's HTB default
-class is set explicitly: the discipline under test for aqm, a pfifo of the chosen limit otherwise, so
-what queues at the bottleneck is stated by the study rather than inherited from the device.
-The leaf goes away with the network's interfaces.
+policy put, its queues in force, the path checked. The policy states the bottleneck's queue (its
+length and discipline), and the controller puts it under each HTB class.
 """
 from __future__ import annotations
 
-import subprocess
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from controller.tc_filters import htb_classes, htb_classid
+from controller.tc import htb_classid
 from topo import iperf
 from topo.controller_client import ControllerClient
 from topo.network import Network
-from topo.study import BOTTLENECK_IFACES, StudyError, bring_up, check_path, collect, wait_for
+from topo.study import StudyError, bring_up, check_path, collect, wait_for
 
 DEFAULT_CLASS = htb_classid(0)    # OVS's linux-htb sends everything not steered elsewhere to queue 0
-LEAF_HANDLE = "10:"
 SETTLE_SECONDS = 1.0              # left out of every mean: connection set-up and slow start
 FLOW_SLACK = 30.0                 # beyond a flow's length: closing exchanges through a full queue
 
@@ -53,17 +49,10 @@ class TrialContext:
     tick: Callable[[str, float], None]   # progress: label, seconds since the flows started
 
 
-def fifo_leaf(queue_packets: int) -> list[str]:
-    return ["pfifo", "limit", str(queue_packets)]
-
-
 @contextmanager
-def trial(ctx: TrialContext, topo, document: dict, leaf: list[str],
-          reach: list[tuple[str, str]]) -> Iterator[Network]:
-    """`topo` up under `document`, every bottleneck end queued by `leaf`, each (src, dst) reachable."""
-    with bring_up(ctx.client, topo, document, ctx.datapath, ctx.queue_packets) as net:
-        for iface in BOTTLENECK_IFACES:
-            _set_leaf(iface, leaf)
+def trial(ctx: TrialContext, topo, document: dict, reach: list[tuple[str, str]]) -> Iterator[Network]:
+    """`topo` up under `document`, each (src, dst) reachable."""
+    with bring_up(ctx.client, topo, document, ctx.datapath) as net:
         for src, dst in reach:
             check_path(net, src, dst)
         yield net
@@ -100,18 +89,6 @@ def received_mbps(run: FlowRun, span: tuple[float, float]) -> float:
     """The receiver's mean rate over `span`."""
     bps = iperf.window_mean_bps(iperf.received(run.doc), run.launched, *span)
     return round((bps or 0.0) / 1e6, 3)
-
-
-def _set_leaf(iface: str, leaf: list[str]) -> None:
-    deadline = time.monotonic() + 10
-    while DEFAULT_CLASS not in htb_classes(iface):   # OVS builds the classes a moment after OVSDB
-        if time.monotonic() > deadline:
-            raise StudyError(f"{iface}: OVS did not build HTB class {DEFAULT_CLASS} within 10 s")
-        time.sleep(0.1)
-    done = subprocess.run(["tc", "qdisc", "replace", "dev", iface, "parent", DEFAULT_CLASS, "handle", LEAF_HANDLE,
-                           *leaf], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise StudyError(f"{iface}: tc refused leaf '{' '.join(leaf)}': {done.stderr.strip()}")
 
 
 def _check_congestion_control(run: FlowRun) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from topo import capabilities as cap
-from topo.aqm_study import DISCIPLINES, TC_KIND
+from topo.aqm_study import DISCIPLINES, tc_kind
 from topo.fairness_study import jain_index
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="Mininet and Open vSwitch need root")
@@ -90,12 +90,12 @@ def test_fairness_reports_each_case_and_its_index(tmp_path):
 
 def test_aqm_runs_what_the_kernel_has_and_names_what_it_lacks(tmp_path):
     done, summary = run_study("aqm", *SHORT, out=tmp_path)
-    lacking = {d for d in DISCIPLINES if not cap.qdisc_available(TC_KIND.get(d, d))}
+    lacking = {d for d in DISCIPLINES if not cap.qdisc_available(tc_kind(d, "user"))}
     assert set(summary["unavailable"]) == lacking
     assert set(summary["disciplines"]) == set(DISCIPLINES) - lacking
     fifo = summary["disciplines"]["fifo"]
     assert 0.5 < fifo["utilisation"] <= 1.05 and fifo["delay_ms"]["mean"] > 0, fifo
-    assert fifo["backlog"]["samples"] >= 3 and fifo["leaf_kinds_seen"] == ["pfifo"]
+    assert fifo["backlog"]["samples"] >= 3 and fifo["leaf_kinds_seen"] == ["pfifo_head_drop"]
     assert fifo["congestion_control"] == ["cubic"] and len(fifo["flows_mbps"]) == 5
     if lacking:
         assert done.stderr.count("not run") == 1 and all(d in done.stderr for d in lacking)

@@ -6,14 +6,15 @@ import uuid
 
 import pytest
 
-from controller import tc_filters
 from controller.ovsdb import Ovsdb, OvsdbError
 from controller.policy import load_policy
 from controller.queues import fifo_qos, reserve_qos
+from controller.tc import Leaf, Tc
 from tests.integration.conftest import requires_ovs
 
 pytestmark = requires_ovs
 POLICY = load_policy("policies/reserve.yaml")
+TC = Tc()
 PORT = POLICY.switch(1).port(1)
 
 
@@ -48,24 +49,28 @@ def rows(table, owner):
 
 def wait_classes(iface, count):
     for _ in range(50):
-        classes = {c for c in tc_filters.htb_classes(iface) if c != "1:fffe"}
+        classes = {c for c in TC.classes(iface) if c != "1:fffe"}
         if len(classes) == count:
             return classes
         time.sleep(0.1)
-    raise AssertionError(f"{iface}: HTB classes {tc_filters.htb_classes(iface)} never became {count}")
+    raise AssertionError(f"{iface}: HTB classes {TC.classes(iface)} never became {count}")
 
 
 def test_reserve_then_fifo_then_remove(port):
     db, iface = port
-    db.apply_qos(iface, reserve_qos(POLICY, PORT), {"policy": "reserve"})
+    db.apply_qos(iface, reserve_qos(POLICY, PORT, userspace=True), {"policy": "reserve"})
     assert len(rows("QoS", db.owner)) == 1 and len(rows("Queue", db.owner)) == 3
     assert wait_classes(iface, 3) == {"1:1", "1:2", "1:3"}
     assert db.owned_qos() == {iface: "reserve"}
     # Userspace datapath: filters carry the class choice; they must be removable before a change.
-    assert tc_filters.ensure_filters(iface, ((1, 1), (2, 2))) == "written"
-    assert tc_filters.ensure_filters(iface, ((1, 1), (2, 2))) == "ok"
-    assert tc_filters.ensure_filters(iface, ()) == "written"
-    db.apply_qos(iface, fifo_qos(PORT), {"policy": "none"})
+    TC.replace_filters(iface, ((1, 1), (2, 2)))
+    assert TC.filters(iface) == {(1, "1:2"), (2, "1:3")}
+    assert "match 00040000/00fc0000 at 0" in sh("tc", "filter", "show", "dev", iface, "parent", "1:")   # as tc writes it
+    TC.replace_leaf(iface, "1:2", ("pfifo_head_drop", "limit", "25"))
+    assert TC.leaves(iface)["1:2"] == Leaf("pfifo_head_drop", 25)
+    TC.replace_filters(iface, ())
+    assert TC.filters(iface) == set()
+    db.apply_qos(iface, fifo_qos(PORT, userspace=True), {"policy": "none"})
     assert len(rows("QoS", db.owner)) == 1 and len(rows("Queue", db.owner)) == 1   # old rows gone, same txn
     assert wait_classes(iface, 1) == {"1:1"}
     db.remove_qos(iface)
@@ -79,7 +84,7 @@ def test_another_tools_qos_is_never_overwritten(port):
                  "type=linux-htb").strip()
     try:
         with pytest.raises(OvsdbError, match="did not create"):
-            db.apply_qos(iface, fifo_qos(PORT), {})
+            db.apply_qos(iface, fifo_qos(PORT, userspace=True), {})
         assert sh("ovs-vsctl", "get", "port", iface, "qos").strip() == foreign
         assert db.remove_all() == 0
     finally:

@@ -73,7 +73,7 @@ def test_qdisc_failure_detail(kind, stderr, detail):
 
 def test_every_qdisc_kind_is_probed_and_only_htb_is_required():
     assert set(cap.QDISC_ARGS) == {"htb", "tbf", "netem", "sfq", "codel", "fq_codel", "fq", "red",
-                                   "prio", "hfsc", "pfifo", "bfifo"}
+                                   "prio", "hfsc", "pfifo", "pfifo_head_drop", "bfifo"}
     assert [kind for kind in cap.QDISC_ARGS if cap._qdisc_capability(kind, True, "").required] == ["htb"]
     assert cap._qdisc_capability("netem", False, "").name == "netem"
     assert cap._qdisc_capability("tbf", True, "").probe == (

@@ -6,7 +6,7 @@ import yaml
 
 from controller.flows import COOKIE, COOKIE_MASK, desired_flows
 from controller.policy import load_policy, parse_policy
-from controller.queues import QosSpec, QueueSpec, desired_qos, fifo_qos, reserve_qos
+from controller.queues import QosSpec, QueueSpec, desired_qos, fifo_qos, leaf_spec, reserve_qos
 from controller.stats import PortRates
 from controller.switch_state import SwitchState, class_contention
 
@@ -115,11 +115,12 @@ def test_rule_class_is_none_for_a_cookie_that_is_not_one_of_our_rules(cookie):
 
 def test_fifo_is_one_queue_at_the_port_capacity():
     port = s1(NONE).port(1)
-    assert fifo_qos(port) == QosSpec("fifo", CAPACITY, (QueueSpec(0, CAPACITY, CAPACITY, "default"),), ())
+    assert fifo_qos(port, userspace=False) == QosSpec("fifo", CAPACITY, (QueueSpec(0, CAPACITY, CAPACITY, "default"),),
+                                                      (), ("pfifo", "limit", "1000"))
 
 
 def test_reserve_has_the_default_queue_and_one_queue_per_class():
-    spec = reserve_qos(RESERVE, s1(RESERVE).port(1))
+    spec = reserve_qos(RESERVE, s1(RESERVE).port(1), userspace=False)
     assert spec.mode == "reserve"
     assert spec.max_bps == CAPACITY
     by_class = {q.traffic_class: q for q in spec.queues}
@@ -132,7 +133,7 @@ def test_reserve_has_the_default_queue_and_one_queue_per_class():
 
 
 def test_the_default_queue_keeps_exactly_what_the_classes_do_not_reserve():
-    spec = reserve_qos(RESERVE, s1(RESERVE).port(1))
+    spec = reserve_qos(RESERVE, s1(RESERVE).port(1), userspace=False)
     assert spec.queues[0].min_bps == 500_000
     assert sum(q.min_bps for q in spec.queues) == CAPACITY
 
@@ -142,7 +143,7 @@ def test_reserve_honours_max_shares_and_keeps_one_percent_for_the_default_queue(
     doc["classes"] = {"tcp": {"queue": 1, "min": "60%", "max": "70%", "dscp": 10},
                       "udp": {"queue": 2, "min": "40%", "max": "50%", "dscp": 46}}
     policy = parse_policy(doc)
-    spec = reserve_qos(policy, policy.switch(1).port(1))
+    spec = reserve_qos(policy, policy.switch(1).port(1), userspace=False)
     assert [(q.queue_id, q.min_bps, q.max_bps) for q in spec.queues] == [
         (0, 50_000, 5_000_000), (1, 3_000_000, 3_500_000), (2, 2_000_000, 2_500_000)]
     assert spec.marks == ((10, 1), (46, 2))
@@ -150,8 +151,34 @@ def test_reserve_honours_max_shares_and_keeps_one_percent_for_the_default_queue(
 
 def test_desired_qos_chooses_by_reservation():
     port = s1(AUTO).port(1)
-    assert desired_qos(AUTO, port, reserving=False).mode == "fifo"
-    assert desired_qos(AUTO, port, reserving=True).mode == "reserve"
+    assert desired_qos(AUTO, port, reserving=False, userspace=False).mode == "fifo"
+    assert desired_qos(AUTO, port, reserving=True, userspace=False).mode == "reserve"
+
+
+def _port(**fields):
+    doc = yaml.safe_load((POLICIES / "reserve.yaml").read_text())
+    doc["switches"]["s1"]["ports"][1].update(fields)
+    return parse_policy(doc).switch(1).port(1)
+
+
+def test_a_fifo_queue_drops_from_the_head_on_the_userspace_datapath_only():
+    # A tail drop there makes OVS abandon the rest of its send batch (controller/queues.py).
+    port = _port(queue_packets=25)
+    assert leaf_spec(port, userspace=True) == ("pfifo_head_drop", "limit", "25")
+    assert leaf_spec(port, userspace=False) == ("pfifo", "limit", "25")
+    assert reserve_qos(RESERVE, port, userspace=True).leaf == ("pfifo_head_drop", "limit", "25")
+
+
+@pytest.mark.parametrize("discipline, expected", [
+    ("sfq", ("sfq", "limit", "100", "perturb", "10")),
+    ("codel", ("codel", "limit", "100")),
+    ("fq_codel", ("fq_codel", "limit", "100")),
+    ("red", ("red", "limit", "151400", "min", "12616", "max", "37850", "avpkt", "1000", "burst", "22",
+             "bandwidth", "5000000bit")),
+])
+def test_a_port_discipline_becomes_every_class_queue(discipline, expected):
+    port = _port(queue_packets=100, discipline=discipline)
+    assert leaf_spec(port, userspace=True) == leaf_spec(port, userspace=False) == expected
 
 
 # --- congestion drives the auto policy ----------------------------------------------------------------

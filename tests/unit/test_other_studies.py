@@ -5,7 +5,7 @@ import pytest
 
 from controller.policy import load_policy
 from topo import capabilities as cap
-from topo.aqm_study import (LeafStats, discipline_result, leaf_args, parse_leaf, parse_ping,
+from topo.aqm_study import (LeafStats, discipline_result, parse_leaf, parse_ping,
                             table as aqm_table)
 from topo.cc_study import sender_metrics, table as cc_table
 from topo.fairness_study import case_result, jain_index, parse_pairs, table as fairness_table
@@ -186,19 +186,6 @@ def test_fairness_table():
 
 
 # --- aqm ------------------------------------------------------------------------------------
-
-def test_leaf_args():
-    assert leaf_args("fifo", 100, 10_000_000) == ["pfifo", "limit", "100"]
-    assert leaf_args("sfq", 100, 10_000_000) == ["sfq", "limit", "100", "perturb", "10"]
-    assert leaf_args("fq_codel", 50, 10_000_000) == ["fq_codel", "limit", "50"]
-    red = leaf_args("red", 100, 10_000_000)
-    assert red == ["red", "limit", "151400", "min", "12616", "max", "37850", "avpkt", "1000", "burst", "22",
-                   "bandwidth", "10000000bit"]
-    low, high, avpkt, burst = (int(red[red.index(k) + 1]) for k in ("min", "max", "avpkt", "burst"))
-    assert burst >= (2 * low + high) / (3 * avpkt)   # tc refuses a smaller burst
-    with pytest.raises(ValueError):
-        leaf_args("rem", 100, 10_000_000)
-
 
 def test_parse_leaf_finds_the_qdisc_under_the_default_class():
     assert parse_leaf(TC_JSON) == LeafStats("pfifo", 43306, 29, 2004, 12)

@@ -1,0 +1,243 @@
+"""Linux traffic control over netlink (pyroute2): what OVS's linux-htb QoS needs beside OVSDB.
+
+OVS builds the HTB root 1: and a class 1:<queue+1> per queue on the port's device. This module
+reads their counters and adds two things OVS does not:
+- leaves: the qdisc under each class. OVS leaves the kernel's default pfifo, as long as the
+  device's txqueuelen; the policy chooses its length and discipline (controller/queues.py).
+- filters: u32 rules that send a DSCP mark to its class, because the userspace datapath ignores
+  set_queue (every packet leaves through one AF_PACKET socket).
+Disciplines other than FIFOs (sfq, codel, fq_codel, red) go through the `tc` command: pyroute2
+0.8 cannot encode all of them, and they are only set when a port asks for one.
+One lock serialises every netlink call: a pyroute2 socket must not be shared by two green or
+native threads at once. Every failure, the kernel's refusals included, is an OSError.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+from pyroute2 import IPRoute
+from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE, NLM_F_REQUEST, nla, nlmsg
+from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.rtnl import RTM_GETQDISC, RTM_GETTFILTER, RTM_NEWQDISC, RTM_NEWTFILTER
+from pyroute2.netlink.rtnl.tcmsg import tcmsg
+
+FILTER_PRIO = 7                 # our filters live at this prio, so we replace only our own
+ROOT = 0x10000                  # 1: (OVS's HTB root)
+ETH_P_IP = 0x0800
+DSCP_MASK = 0x00FC0000          # the DS field's six DSCP bits in the first word of the IPv4 header
+FIFO_KINDS = ("pfifo", "pfifo_head_drop")
+_ENOENT = 2
+
+
+def classid(handle: int) -> str:
+    return f"{handle >> 16:x}:{handle & 0xFFFF:x}"
+
+
+def parse_classid(text: str) -> int:
+    major, minor = text.split(":")
+    return int(major, 16) << 16 | int(minor or "0", 16)
+
+
+def htb_classid(queue_id: int) -> str:
+    return classid(ROOT | (queue_id + 1))
+
+
+def leaf_handle(cls: str) -> int:
+    """A handle per class for the leaf we put under it (1:2 → 102:)."""
+    return (0x100 + (parse_classid(cls) & 0xFFFF)) << 16
+
+
+@dataclass(frozen=True)
+class ClassCounters:
+    bytes: int
+    packets: int
+    drops: int
+
+
+@dataclass(frozen=True)
+class Leaf:
+    kind: str
+    limit: int | None      # packets, for the FIFOs; None where the kind has no packet limit
+
+
+class _U32DscpFilter(nlmsg):
+    """RTM_NEWTFILTER for one u32 key on the DS field, encoded exactly as `tc ... match ip dsfield`
+    does (pyroute2's own u32 encoder re-packs the key to another offset, which reads back differently)."""
+    fields = tcmsg.fields
+    nla_map = (("TCA_UNSPEC", "none"), ("TCA_KIND", "asciiz"), ("TCA_OPTIONS", "options"))
+
+    class options(nla):
+        nla_map = (("TCA_U32_UNSPEC", "none"), ("TCA_U32_CLASSID", "uint32"), ("TCA_U32_HASH", "uint32"),
+                   ("TCA_U32_LINK", "hex"), ("TCA_U32_DIVISOR", "uint32"), ("TCA_U32_SEL", "sel"))
+
+        class sel(nla):   # struct tc_u32_sel with one struct tc_u32_key
+            fields = (("flags", "B"), ("offshift", "B"), ("nkeys", "B"), ("__align", "x"), ("offmask", ">H"),
+                      ("off", "H"), ("offoff", "h"), ("hoff", "h"), ("hmask", ">I"),
+                      ("key_mask", ">I"), ("key_val", ">I"), ("key_off", "i"), ("key_offmask", "i"))
+
+
+class _FifoQdisc(nlmsg):
+    """RTM_NEWQDISC for pfifo or pfifo_head_drop (struct tc_fifo_qopt); pyroute2 0.8 knows only pfifo."""
+    fields = tcmsg.fields
+    nla_map = (("TCA_UNSPEC", "none"), ("TCA_KIND", "asciiz"), ("TCA_OPTIONS", "options"))
+
+    class options(nla):
+        fields = (("limit", "I"),)
+
+
+class _DumpInvisible(nlmsg):
+    """A qdisc dump request that includes the default leaves HTB hides (`tc qdisc show ... invisible`)."""
+    fields = tcmsg.fields
+    nla_map = ((10, "TCA_DUMP_INVISIBLE", "flag"),)
+
+
+class Tc:
+    def __init__(self) -> None:
+        self._ipr = IPRoute()
+        self._lock = threading.Lock()   # green under os-ken's monkey patching, native elsewhere
+
+    def close(self) -> None:
+        self._ipr.close()
+
+    @contextmanager
+    def _netlink(self) -> Iterator[IPRoute]:
+        with self._lock:
+            try:
+                yield self._ipr
+            except NetlinkError as err:
+                raise OSError(err.code, f"netlink: {err}") from None
+
+    def ifindex(self, iface: str) -> int | None:
+        with self._netlink() as ipr:
+            found = ipr.link_lookup(ifname=iface)
+        return found[0] if found else None
+
+    def classes(self, iface: str) -> dict[str, ClassCounters]:
+        """HTB class → its counters; empty when the device is gone or has no HTB."""
+        index = self.ifindex(iface)
+        if index is None:
+            return {}
+        with self._netlink() as ipr:
+            msgs = ipr.get_classes(index=index)
+        counters = {}
+        for msg in msgs:
+            stats = msg.get_attr("TCA_STATS2")
+            if msg.get_attr("TCA_KIND") != "htb" or stats is None:
+                continue
+            basic, queue = stats.get_attr("TCA_STATS_BASIC"), stats.get_attr("TCA_STATS_QUEUE")
+            counters[classid(msg["handle"])] = ClassCounters(basic["bytes"], basic["packets"], queue["drops"])
+        return counters
+
+    def leaves(self, iface: str) -> dict[str, Leaf]:
+        """HTB class → the qdisc under it, the kernel's hidden default leaves included."""
+        index = self.ifindex(iface)
+        if index is None:
+            return {}
+        request = _DumpInvisible()
+        request["index"] = index
+        request["attrs"] = [["TCA_DUMP_INVISIBLE", None]]
+        with self._netlink() as ipr:
+            msgs = tuple(ipr.nlm_request(request, RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP))
+        found = {}
+        for msg in msgs:   # the kernel does not filter qdisc dumps by device
+            parent = msg["parent"]
+            if msg["index"] != index or parent >> 16 != ROOT >> 16 or parent == ROOT:
+                continue
+            kind = msg.get_attr("TCA_KIND")
+            found[classid(parent)] = Leaf(kind, _fifo_limit(msg) if kind in FIFO_KINDS else None)
+        return found
+
+    def filters(self, iface: str) -> set[tuple[int, str]]:
+        """(dscp, class) of our DSCP filters on the device."""
+        index = self.ifindex(iface)
+        if index is None:
+            return set()
+        request = tcmsg()
+        request["index"], request["parent"], request["info"] = index, ROOT, FILTER_PRIO << 16
+        with self._netlink() as ipr:
+            msgs = tuple(ipr.nlm_request(request, RTM_GETTFILTER, NLM_F_REQUEST | NLM_F_DUMP))
+        found = set()
+        for msg in msgs:
+            options = msg.get_attr("TCA_OPTIONS")
+            if msg.get_attr("TCA_KIND") != "u32" or options is None:
+                continue
+            sel, target = options.get_attr("TCA_U32_SEL"), options.get_attr("TCA_U32_CLASSID")
+            if sel is None or target is None:
+                continue   # the u32 hash table entries
+            for value, mask, offset in _u32_keys(sel):
+                if mask == DSCP_MASK and offset == 0:
+                    found.add(((value & DSCP_MASK) >> 18, classid(target)))
+        return found
+
+    def replace_filters(self, iface: str, marks: tuple[tuple[int, int], ...]) -> None:
+        """Make our filters exactly `marks` ((dscp, queue_id) pairs); an empty tuple removes them."""
+        index = self._require(iface)
+        with self._netlink() as ipr:
+            try:
+                ipr.tc("del-filter", index=index, parent=ROOT, info=FILTER_PRIO << 16)
+            except NetlinkError as err:
+                if err.code != _ENOENT:   # none there
+                    raise
+            for dscp, queue_id in marks:
+                ipr.nlm_request(_dscp_filter(index, dscp, ROOT | (queue_id + 1)), RTM_NEWTFILTER,
+                                      NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE)
+
+    def replace_leaf(self, iface: str, cls: str, leaf: tuple[str, ...]) -> None:
+        """Put `leaf` (a tc qdisc spec: kind, then its arguments) under HTB class `cls`."""
+        kind, args = leaf[0], leaf[1:]
+        if kind not in FIFO_KINDS:
+            done = subprocess.run(["tc", "qdisc", "replace", "dev", iface, "parent", cls,
+                                   "handle", f"{leaf_handle(cls) >> 16:x}:", *leaf], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise OSError(f"tc refused leaf '{' '.join(leaf)}' on {iface} {cls}: {done.stderr.strip()}")
+            return
+        msg = _FifoQdisc()
+        msg["family"], msg["index"] = socket.AF_UNSPEC, self._require(iface)
+        msg["handle"], msg["parent"] = leaf_handle(cls), parse_classid(cls)
+        limit = int(args[args.index("limit") + 1])
+        msg["attrs"] = [["TCA_KIND", kind], ["TCA_OPTIONS", {"limit": limit}]]
+        with self._netlink() as ipr:
+            ipr.nlm_request(msg, RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE)
+
+    def _require(self, iface: str) -> int:
+        index = self.ifindex(iface)
+        if index is None:
+            raise OSError(f"no network device {iface}")
+        return index
+
+
+def _dscp_filter(index: int, dscp: int, target: int) -> _U32DscpFilter:
+    msg = _U32DscpFilter()
+    msg["family"], msg["index"], msg["handle"], msg["parent"] = socket.AF_UNSPEC, index, 0, ROOT
+    msg["info"] = FILTER_PRIO << 16 | socket.htons(ETH_P_IP)
+    selector = {"flags": 1, "offshift": 0, "nkeys": 1, "offmask": 0, "off": 0, "offoff": 0, "hoff": 0, "hmask": 0,
+                "key_mask": DSCP_MASK, "key_val": (dscp << 2) << 16, "key_off": 0, "key_offmask": 0}
+    msg["attrs"] = [["TCA_KIND", "u32"],
+                    ["TCA_OPTIONS", {"attrs": [["TCA_U32_CLASSID", target], ["TCA_U32_SEL", selector]]}]]
+    return msg
+
+
+def _u32_keys(sel) -> list[tuple[int, int, int]]:
+    """(value, mask, offset) of each key, read from the raw selector: pyroute2 0.8 decodes the keys
+    from the wrong offset."""
+    base, keys = sel.offset + 4 + 16, []   # nla header, then the 16-byte struct tc_u32_sel
+    for k in range(sel["nkeys"]):
+        mask, value = struct.unpack_from(">II", sel.data, base + 16 * k)
+        offset, = struct.unpack_from("=i", sel.data, base + 16 * k + 8)
+        keys.append((value, mask, offset))
+    return keys
+
+
+def _fifo_limit(msg) -> int | None:
+    options = msg.get_attr("TCA_OPTIONS")
+    if options is None:
+        return None
+    if isinstance(options, str):   # pfifo_head_drop: no pyroute2 plugin, the struct comes back as hex
+        return int.from_bytes(bytes.fromhex(options.replace(":", "")[:8]), "little")
+    return options.get("limit")
