@@ -422,6 +422,7 @@ def _flow_mod(dp, entry: FlowEntry):
 
 
 def _leaf_matches(leaf, spec: tuple[str, ...]) -> bool:
+    """Whether the leaf in force is the kind (and, for a FIFO, the length) the policy asks for."""
     if leaf is None or leaf.kind != spec[0]:
         return False
     return spec[0] not in FIFO_KINDS or leaf.limit == int(spec[spec.index("limit") + 1])

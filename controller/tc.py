@@ -64,6 +64,10 @@ class ClassCounters:
 class Leaf:
     kind: str
     limit: int | None      # packets, for the FIFOs; None where the kind has no packet limit
+    packets: int = 0       # sent so far
+    drops: int = 0
+    backlog_bytes: int = 0
+    backlog_packets: int = 0
 
 
 class _U32DscpFilter(nlmsg):
@@ -149,8 +153,10 @@ class Tc:
             parent = msg["parent"]
             if msg["index"] != index or parent >> 16 != ROOT >> 16 or parent == ROOT:
                 continue
-            kind = msg.get_attr("TCA_KIND")
-            found[classid(parent)] = Leaf(kind, _fifo_limit(msg) if kind in FIFO_KINDS else None)
+            kind, stats = msg.get_attr("TCA_KIND"), msg.get_attr("TCA_STATS2")
+            basic, queue = stats.get_attr("TCA_STATS_BASIC"), stats.get_attr("TCA_STATS_QUEUE")
+            found[classid(parent)] = Leaf(kind, _fifo_limit(msg) if kind in FIFO_KINDS else None,
+                                          basic["packets"], queue["drops"], queue["backlog"], queue["qlen"])
         return found
 
     def filters(self, iface: str) -> set[tuple[int, str]]:

@@ -12,19 +12,22 @@ from mininet.link import TCLink
 from mininet.topo import Topo
 
 
-def _delayed(delay):
-    return {"cls": TCLink, "params1": {"delay": delay}} if delay else {}
+def _delayed(delay, loss=None):
+    """netem on the host side of a link: `delay` and `loss` (percent) on the packets the host sends."""
+    params = {**({"delay": delay} if delay else {}), **({"loss": loss} if loss else {})}
+    return {"cls": TCLink, "params1": params} if params else {}
 
 
 class StudyTopo(Topo):
-    """h1, h2 on s1; h3, h4 on s2; s1–s2 is the bottleneck; `delay` one way on the h1–h4 path."""
+    """h1, h2 on s1; h3, h4 on s2; s1–s2 is the bottleneck; `delay` one way and `loss` (percent) on each
+    direction of the h1–h4 path."""
 
-    def build(self, delay=None):
+    def build(self, delay=None, loss=None):
         s1, s2 = self.addSwitch("s1", dpid="1"), self.addSwitch("s2", dpid="2")
         self.addLink(s1, s2, port1=1, port2=1)
         for name, switch, port, delayed in (("h1", s1, 3, True), ("h2", s1, 2, False),
                                             ("h3", s2, 3, False), ("h4", s2, 4, True)):
-            self.addLink(self.addHost(name), switch, port2=port, **(_delayed(delay) if delayed else {}))
+            self.addLink(self.addHost(name), switch, port2=port, **(_delayed(delay, loss) if delayed else {}))
 
 
 class DumbbellTopo(Topo):

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.integration.conftest import NOTHING_LEFT, leftovers, requires_ovs
-from topo.controller_client import ControllerError, controller
+from topo.harness.controller import ControllerError, controller
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = requires_ovs

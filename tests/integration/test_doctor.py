@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from topo import capabilities as cap
+from topo.harness import capabilities as cap
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="the qdisc probes create a veth pair and add qdiscs: run as root")
@@ -78,7 +78,7 @@ def test_environment_records_kernel_and_datapaths(caps):
 
 def test_doctor_command_prints_the_report_and_returns_its_exit_code(caps):
     before = probe_links()
-    done = subprocess.run([sys.executable, "-m", "topo.capabilities"], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "topo.harness.capabilities"], cwd=REPO,
                           capture_output=True, text=True, timeout=120, check=False)
     assert probe_links() <= before, "a probe veth was left behind"
     assert done.returncode == cap.doctor_exit_code(caps), done.stderr

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from topo import capabilities as cap
-from topo.aqm_study import DISCIPLINES, tc_kind
-from topo.fairness_study import jain_index
+from topo.harness import capabilities as cap
+from topo.studies.aqm import DISCIPLINES, tc_kind
+from topo.harness.report import jain_index
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="Mininet and Open vSwitch need root")
 

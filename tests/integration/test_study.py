@@ -1,7 +1,8 @@
 """The main study end to end: real OVS, the real os-ken app, Mininet hosts, iperf3, Prometheus.
 
-One quick run of none, reserve and auto feeds every test here. Margins are wider than the
-issue's targets (which the README's recorded run meets) so a loaded 2-core machine passes.
+One quick run of none, reserve and auto feeds most tests here. Margins are wider than the issue's
+targets (which the README's recorded run meets) so a loaded 2-core machine passes, and a step the
+fidelity monitor marks as decided by the emulator must say why.
 """
 import json
 import socket
@@ -34,6 +35,25 @@ def step(summary, policy, udp):
     return next(s for s in summary["policies"][policy]["steps"] if s["udp_mbps_offered"] == udp)
 
 
+def run_of(summary, policy):
+    (run,) = summary["policies"][policy]["repetitions"]
+    return run
+
+
+def holds_or_says_why(row, ok: bool) -> bool:
+    """A measured step meets its bound, or the fidelity monitor marked it and gave the reason."""
+    return ok or (not row["faithful"] and row["fidelity_notes"])
+
+
+def test_most_steps_are_faithful_and_every_unfaithful_one_says_why(run):
+    _, summary, _ = run
+    steps = [s for p in summary["policies"].values() for s in p["steps"]]
+    assert sum(s["faithful"] for s in steps) >= 0.8 * len(steps), [s["fidelity_notes"] for s in steps]
+    for s in steps:
+        assert s["faithful"] == (not s["fidelity_notes"]), s
+        assert s["fidelity"][0]["samples"] >= 4, s
+
+
 def test_a_lone_tcp_flow_fills_the_bottleneck(run):
     _, summary, _ = run
     for policy in ("none", "reserve", "auto"):
@@ -46,42 +66,50 @@ def test_the_single_fifo_starves_tcp_and_the_reservation_protects_it(run):
     assert reservation >= 0.6 * summary["bottleneck_mbps"]
     for udp in (10, 12):
         none, reserve = step(summary, "none", udp), step(summary, "reserve", udp)
-        assert reserve["tcp_mbps"] >= 0.75 * reservation, udp
-        assert reserve["tcp_mbps"] >= 3 * none["tcp_mbps"], udp
+        assert holds_or_says_why(reserve, reserve["tcp_mbps"] >= 0.9 * reservation), reserve
+        assert holds_or_says_why(reserve, reserve["tcp_mbps"] >= 3 * (none["tcp_mbps"] or 0)), (reserve, none)
         assert none["udp_mbps_delivered"] > 0.8 * summary["bottleneck_mbps"], udp
 
 
 def test_udp_bytes_land_in_their_own_htb_class(run):
     _, summary, _ = run
-    classes = {c["class"]: c for c in summary["policies"]["reserve"]["tc_classes"].values()}
+    classes = {c["class"]: c for c in run_of(summary, "reserve")["tc_classes"].values()}
     assert classes["udp"]["bytes"] > 500_000 and classes["udp"]["drops"] > 1000
     assert classes["tcp"]["bytes"] > 5 * classes["udp"]["bytes"]
     assert classes["default"]["bytes"] < 0.02 * classes["tcp"]["bytes"]
 
 
-def test_every_policy_runs_with_the_scenarios_fifo_limit(run):
+def test_every_class_queue_is_a_head_drop_fifo_of_the_scenarios_length(run):
+    # The userspace datapath loses other classes' packets on a tail drop (controller/queues.py).
     _, summary, _ = run
-    for policy, result in summary["policies"].items():
-        limits = {c["limit_packets"] for cid, c in result["tc_classes"].items() if c["class"] != "parent"}
-        assert limits == {summary["scenario"]["queue_packets"]}, policy
+    for policy in summary["policies"]:
+        queues = {(c["queue"], c["limit_packets"]) for c in run_of(summary, policy)["tc_classes"].values()
+                  if c["class"] != "parent"}
+        assert queues == {("pfifo_head_drop", summary["scenario"]["queue_packets"])}, policy
 
 
 def test_auto_programs_once_per_episode_and_recovers(run):
     _, summary, _ = run
-    auto = summary["policies"]["auto"]
+    auto = run_of(summary, "auto")
     assert [d["action"] for d in auto["decisions"]] == ["program", "rollback"]
     (episode,) = auto["episodes"]
+    assert summary["policies"]["auto"]["reaction_seconds"] == [episode["reaction_seconds"]]
     assert 0 < episode["reaction_seconds"] <= 4
     assert episode["recovery_seconds"] is not None and episode["recovery_seconds"] <= 5
     for udp in (10, 12):
-        assert step(summary, "auto", udp)["tcp_mbps"] >= 0.7 * step(summary, "reserve", udp)["tcp_mbps"]
+        auto = step(summary, "auto", udp)
+        assert holds_or_says_why(auto, auto["tcp_mbps"] >= 0.8 * step(summary, "reserve", udp)["tcp_mbps"]), auto
 
 
 def test_results_hold_raw_json_summary_table_and_figure(run):
     out, summary, _ = run
     for policy in ("none", "reserve", "auto"):
-        raw = out / "raw" / policy
-        assert json.loads((raw / "tcp.json").read_text())["server_output_json"]["intervals"]
+        raw = out / "raw" / policy / "1"
+        tcp = raw / "tcp.json"
+        # Past a pipe's 64 KiB: the iperf3 client of the default run once blocked writing this to a pipe.
+        assert tcp.stat().st_size > 64 * 1024
+        intervals = json.loads(tcp.read_text())["server_output_json"]["intervals"]
+        assert {round(i["sum"]["seconds"], 2) for i in intervals[:-1]} == {0.25}
         assert json.loads((raw / "udp_12mbps.json").read_text())["end"]["sum"]["packets"] > 0
     env = summary["environment"]
     assert {"kernel", "ovs_version", "datapath", "missing"} <= set(env)
@@ -89,6 +117,7 @@ def test_results_hold_raw_json_summary_table_and_figure(run):
         assert "netem" in env["missing"] and summary["environment"]["delay_applied"] is None
     assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| 12 |" in (out / "table.md").read_text()
+    assert summary["complete"] is True
 
 
 def test_nothing_is_left_behind(run):
@@ -110,7 +139,7 @@ def test_prometheus_holds_every_policy_and_answers_every_dashboard_query(run):
     try:
         base = f"http://127.0.0.1:{port}/api/v1/query"
         _wait_ready(port)
-        at = summary["policies"]["auto"]["t0"] + 15   # mid-run: UDP flooding, auto's queues programmed
+        at = run_of(summary, "auto")["t0"] + 15   # mid-run: UDP flooding, auto's queues programmed
         empty = []
         for dashboard, panel, expr in all_dashboard_expressions({"__rate_interval": "5s", "__range": "10m"}):
             query = urllib.parse.urlencode({"query": expr, "time": at})

@@ -1,10 +1,10 @@
-"""The pure parts of topo.capabilities, on output captured from real commands; no root needed."""
+"""The pure parts of topo.harness.capabilities, on output captured from real commands; no root needed."""
 from pathlib import Path
 
 import pytest
 
-from topo import capabilities as cap
-from topo.capabilities import Capability
+from topo.harness import capabilities as cap
+from topo.harness.capabilities import Capability
 
 # Captured on the Debian 12 build machine (kernel 6.18, no loadable modules).
 OVS_VSCTL_VERSION = "ovs-vsctl (Open vSwitch) 3.1.0\nDB Schema 8.3.1\n"

@@ -1,6 +1,6 @@
-"""topo/episodes.py: reaction and recovery of each congestion episode of an `auto` run."""
+"""topo/studies/main/episodes.py: reaction and recovery of each congestion episode of an `auto` run."""
 
-from topo.episodes import episodes
+from topo.studies.main.episodes import episodes
 
 RESERVATION = 4.0      # Mbit/s; recovered at 80 % of it: 3.2 Mbit/s
 

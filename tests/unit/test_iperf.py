@@ -1,16 +1,19 @@
-"""topo/iperf.py: iperf3 command lines and the reading of its JSON output."""
+"""topo/net/iperf.py: iperf3 command lines and the reading of its JSON output."""
 import pytest
 
-from topo.iperf import (REPORT_SECONDS, TCP_PORT, UDP_PORT, Interval, client_args, error, received, sent,
-                        server_args, window_mean_bps, window_retransmits)
+from topo.net.iperf import (BASE_PORT, RECEIVER_SECONDS, REPORT_SECONDS, Interval, client_args, error, longest_gap,
+                            received, received_streams, sent, server_args, window_mean_bps, window_retransmits)
+
+TCP_PORT, UDP_PORT = BASE_PORT, BASE_PORT + 1
 
 
 def option(args: list[str], flag: str) -> str:
     return args[args.index(flag) + 1]
 
 
-def test_server_args_listen_with_json_on_the_port():
-    assert server_args(UDP_PORT) == ["iperf3", "-s", "-J", "-p", "5202"]
+def test_server_args_listen_with_json_on_the_port_and_report_every_quarter_second():
+    assert server_args(UDP_PORT) == ["iperf3", "-s", "-J", "-i", "0.25", "-p", "5202"]
+    assert RECEIVER_SECONDS == 0.25
 
 
 def test_tcp_client_args_with_a_congestion_control():
@@ -26,6 +29,11 @@ def test_tcp_client_args_with_a_congestion_control():
 
 def test_tcp_client_args_leave_the_kernel_default_congestion_control():
     assert "-C" not in client_args("10.0.0.4", TCP_PORT, 10)
+
+
+def test_parallel_tcp_flows_are_one_test_with_streams():
+    assert option(client_args("10.0.0.4", TCP_PORT, 10, parallel=3), "-P") == "3"
+    assert "-P" not in client_args("10.0.0.4", TCP_PORT, 10)
 
 
 @pytest.mark.parametrize("mbps, bandwidth", [(8, "8M"), (2.5, "2.5M"), (12.0, "12M")])
@@ -138,3 +146,23 @@ def test_the_synthetic_document_measured_over_a_step_window():
     # TCP started at launcher time 50; a step window [50.5, 2.0 + 50]
     assert window_mean_bps(received(TCP_DOC), 50.0, 50.5, 52.0) == pytest.approx((4.4e6 + 2.2e6 + 3.4e6) / 3)
     assert window_retransmits(sent(TCP_DOC), 50.0, 50.5, 52.0) == 16
+
+
+def test_received_streams_reads_each_stream_of_a_parallel_test():
+    two = {"server_output_json": {"intervals": [
+        {"streams": [{"start": 0.0, "end": 0.25, "bits_per_second": 1e6}, {"start": 0.0, "end": 0.25, "bits_per_second": 3e6}],
+         "sum": {"start": 0.0, "end": 0.25, "bits_per_second": 4e6}},
+        {"streams": [{"start": 0.25, "end": 0.5, "bits_per_second": 2e6}, {"start": 0.25, "end": 0.5, "bits_per_second": 2e6}],
+         "sum": {"start": 0.25, "end": 0.5, "bits_per_second": 4e6}}]}}
+    assert received_streams(two) == [[Interval(0.0, 0.25, 1e6), Interval(0.25, 0.5, 2e6)],
+                                     [Interval(0.0, 0.25, 3e6), Interval(0.25, 0.5, 2e6)]]
+    assert received(two) == [Interval(0.0, 0.25, 4e6), Interval(0.25, 0.5, 4e6)]
+
+
+def test_longest_gap_finds_the_receivers_silence_inside_a_window():
+    # test started at launcher time 10; a report is missing between 11.0 and 12.5
+    intervals = [Interval(0.0, 0.5, 1e6), Interval(0.5, 1.0, 1e6), Interval(2.5, 3.0, 1e6)]
+    assert longest_gap(intervals, 10.0, 10.0, 13.0) == pytest.approx(1.5)
+    assert longest_gap(intervals, 10.0, 10.0, 11.0) == 0.0
+    assert longest_gap(intervals, 10.0, 12.8, 14.0) == pytest.approx(1.0)   # after the last report
+    assert longest_gap([], 0.0, 0.0, 2.0) == 2.0

@@ -4,25 +4,22 @@ from pathlib import Path
 import pytest
 
 from controller.policy import load_policy
-from topo import capabilities as cap
-from topo.aqm_study import (LeafStats, discipline_result, parse_leaf, parse_ping,
-                            table as aqm_table)
-from topo.cc_study import sender_metrics, table as cc_table
-from topo.fairness_study import case_result, jain_index, parse_pairs, table as fairness_table
-from topo.study_command import UsageError, choose_tcp, parser, settings
-from topo.study_report import Panel, bar_figure, group_reasons, markdown_table
+from topo.harness import capabilities as cap
+from controller.tc import Leaf
+from topo.harness.capabilities import choose_tcp
+from topo.harness.fidelity import Sample
+from topo.harness.report import Panel, bar_figure, group_reasons, jain_index, markdown_table
+from topo.net.traffic import Flow, Ping, Ran
+from topo.studies import STUDIES
+from topo.studies.aqm import discipline_result, parse_ping, table as aqm_table
+from topo.studies.base import UsageError, common_window, parser_for, received_mbps, settings
+from topo.studies.cc import sender_metrics, table as cc_table
+from topo.studies.fairness import case_result, parse_pairs, table as fairness_table
 from topo.topos import DumbbellTopo, StudyTopo
-from topo.trial import Flow, FlowRun, received_mbps, window
 
 REPO = Path(__file__).resolve().parents[2]
 MSS = 1448
 
-# `tc -s -j qdisc show dev s1-eth1` with a pfifo leaf under OVS's HTB (iproute2 6.1).
-TC_JSON = ('[{"kind":"htb","handle":"1:","root":true,"refcnt":3,"options":{"r2q":10,"default":"0x1",'
-           '"direct_packets_stat":0,"direct_qlen":100},"bytes":3002860,"packets":2004,"drops":12,"overlimits":811,'
-           '"requeues":0,"backlog":43306,"qlen":29},{"kind":"pfifo","handle":"10:","parent":"1:1","options":'
-           '{"limit":100},"bytes":3002860,"packets":2004,"drops":12,"overlimits":0,"requeues":0,"backlog":43306,'
-           '"qlen":29}]')
 # `ping -D -i 0.2 ...` (iputils 20221126).
 PING_TEXT = """PING 10.0.0.1 (10.0.0.1) 56(84) bytes of data.
 [100.500000] 64 bytes from 10.0.0.1: icmp_seq=1 ttl=64 time=0.058 ms
@@ -123,13 +120,20 @@ def test_choose_tcp_loads_study_modules_and_reports_unknown_names():
     assert set(skipped) == {"bic", "nosuch"} and "unknown" in skipped["nosuch"]
 
 
+FAITHFUL = {"faithful": True, "fidelity_notes": []}
+
+
 def test_cc_table_has_a_row_per_algorithm_and_the_published_numbers():
     row = {"cwnd_mean_packets": 22.0, "cwnd_max_packets": 24.0, "rtt_mean_ms": 52.163, "rttvar_mean_ms": 4.0,
-           "throughput_mbps": 4.784, "retransmits": 3}
-    text = cc_table({"scenario": {"bottleneck": 5_000_000, "queue_packets": 25, "seconds": 8},
-                     "algorithms": {"reno": row, "bbr": row}, "skipped": {"vegas": "absent"}})
-    assert "| reno | 22.00 | 24.00 | 52.16 | 4.00 | 4.78 | 3 |" in text
-    assert "| bbr |" in text and "skipped: vegas" in text
+           "throughput_mbps": 4.784, "retransmits": 3, **FAITHFUL}
+    stalled = {**row, "faithful": False, "fidelity_notes": ["TCP stalled for 1.50 s while its queue dropped nothing"]}
+    text = cc_table({"scenario": {"bottleneck": 5_000_000, "queue_packets": 25, "seconds": 8, "delay": "150ms",
+                                  "loss_percent": 1.0},
+                     "algorithms": {"reno": row, "bbr": stalled}, "skipped": {"vegas": "absent"}})
+    assert "| reno | 22.00 | 24.00 | 52.16 | 4.00 | 4.78 | 3 | yes |" in text
+    assert "| bbr | 22.00 | 24.00 | 52.16 | 4.00 | 4.78 | 3 | no † |" in text
+    assert "- bbr: TCP stalled for 1.50 s" in text and "skipped: vegas" in text
+    assert "25 packets, 150ms one way, 1 % loss each way" in text
     assert "| cubic | 1276.5 | 391.9 | 156.1 | 919 |" in text
 
 
@@ -142,20 +146,24 @@ def test_parse_pairs():
             parse_pairs([bad])
 
 
+def ran(name, src, dst, doc, started, **flow):
+    return Ran(Flow(name, src, dst, 4, **flow), started, started + 4, doc)
+
+
 def test_window_and_receiver_rate_follow_the_launch_times():
-    first = FlowRun(Flow("a", "h1", "h4", "cubic"), iperf_tcp([1] * 8, [1] * 8, 0, server_bps=[1e6, 2e6, 3e6, 4e6]),
-                    launched=100.0)
-    second = FlowRun(Flow("b", "h2", "h3", "reno"), iperf_tcp([1] * 8, [1] * 8, 0, server_bps=[4e6] * 4),
-                     launched=100.5)
-    span = window([first, second], 4)
+    first = ran("a", "h1", "h4", iperf_tcp([1] * 8, [1] * 8, 0, server_bps=[1e6, 2e6, 3e6, 4e6]), 100.0,
+                congestion_control="cubic")
+    second = ran("b", "h2", "h3", iperf_tcp([1] * 8, [1] * 8, 0, server_bps=[4e6] * 4), 100.5,
+                 congestion_control="reno")
+    span = common_window([first, second, Ran(Ping("p", "h1", "h4", 9), 50.0, 60.0)], 4)
     assert span == (101.5, 104.0)
     assert received_mbps(first, span) == pytest.approx((0.5 * 2 + 1 * 3 + 1 * 4) / 2.5, abs=1e-3)
 
 
 def test_case_result_gives_each_flow_and_the_index():
-    tcp = FlowRun(Flow("h1-h4_cubic", "h1", "h4", "cubic"),
-                  iperf_tcp([1] * 8, [1] * 8, 0, retransmits=7, server_bps=[0.6e6] * 4), launched=10.0)
-    udp = FlowRun(Flow("h2-h3_udp", "h2", "h3", udp_mbps=10), iperf_udp([4.4e6] * 4), launched=10.0)
+    tcp = ran("h1-h4_cubic", "h1", "h4", iperf_tcp([1] * 8, [1] * 8, 0, retransmits=7, server_bps=[0.6e6] * 4), 10.0,
+              congestion_control="cubic")
+    udp = ran("h2-h3_udp", "h2", "h3", iperf_udp([4.4e6] * 4), 10.0, udp_mbps=10)
     case = case_result("cubic vs UDP", [tcp, udp], (11.0, 14.0))
     assert case["flows"][0] == {"flow": "h1 -> h4", "mbps": 0.6, "protocol": "tcp", "congestion_control": "cubic",
                                 "retransmits": 7}
@@ -166,32 +174,27 @@ def test_case_result_gives_each_flow_and_the_index():
 
 
 def test_case_result_of_two_silent_flows_has_no_index():
-    runs = [FlowRun(Flow(n, "h1", "h4", "reno"), iperf_tcp([1] * 8, [1] * 8, 0, server_bps=[0] * 4), 0.0)
+    runs = [ran(n, "h1", "h4", iperf_tcp([1] * 8, [1] * 8, 0, server_bps=[0] * 4), 0.0, congestion_control="reno")
             for n in "ab"]
     assert case_result("reno vs reno", runs, (1.0, 4.0))["jain_index"] is None
 
 
 def test_fairness_table():
-    case = {"name": "cubic vs reno", "jain_index": 0.9, "flows": [
+    case = {"name": "cubic vs reno", "jain_index": 0.9, **FAITHFUL, "flows": [
         {"protocol": "tcp", "congestion_control": "cubic", "mbps": 2.9},
         {"protocol": "tcp", "congestion_control": "reno", "mbps": 1.8}]}
-    udp = {"name": "cubic vs UDP", "jain_index": 0.5, "flows": [
+    udp = {"name": "cubic vs UDP", "jain_index": 0.5, **FAITHFUL, "flows": [
         {"protocol": "tcp", "congestion_control": "cubic", "mbps": 0.0},
         {"protocol": "udp", "offered_mbps": 10.0, "mbps": 4.8}]}
     text = fairness_table({"scenario": {"bottleneck": 5_000_000, "queue_packets": 25, "seconds": 10},
                            "cases": [case, udp], "skipped": {}})
-    assert "| cubic vs reno | cubic | 2.90 | reno | 1.80 | 0.900 |" in text
-    assert "| cubic vs UDP | cubic | 0.00 | UDP at 10 Mbit/s | 4.80 | 0.500 |" in text
+    assert "| cubic vs reno | cubic | 2.90 | reno | 1.80 | 0.900 | yes |" in text
+    assert "| cubic vs UDP | cubic | 0.00 | UDP at 10 Mbit/s | 4.80 | 0.500 | yes |" in text
+    assert "not faithful" not in text
     assert "| reno vs reno | 9.14 | 0.154 | 0.517 |" in text
 
 
 # --- aqm ------------------------------------------------------------------------------------
-
-def test_parse_leaf_finds_the_qdisc_under_the_default_class():
-    assert parse_leaf(TC_JSON) == LeafStats("pfifo", 43306, 29, 2004, 12)
-    assert parse_leaf(TC_JSON, parent="1:2") is None
-    assert parse_leaf("") is None
-
 
 def test_parse_ping():
     replies, transmitted, received = parse_ping(PING_TEXT)
@@ -201,12 +204,13 @@ def test_parse_ping():
 
 
 def test_discipline_result():
-    runs = [FlowRun(Flow(f"snd{i}-rcv{i}", f"snd{i}", f"rcv{i}", "cubic"),
-                    iperf_tcp([1] * 8, [1] * 8, 0, retransmits=10, sent_bytes=1000 * MSS, server_bps=[2e6] * 4),
-                    launched=100.0) for i in range(1, 6)]
-    leaf = lambda packets: LeafStats("pfifo", packets * 1514, packets, 900, 12)  # noqa: E731
-    samples = [(100.2, leaf(5)), (101.5, leaf(10)), (102.0, leaf(30)), (104.5, leaf(0))]
-    r = discipline_result(runs, (101.0, 104.0), 10_000_000, samples, PING_TEXT)
+    runs = [ran(f"snd{i}-rcv{i}", f"snd{i}", f"rcv{i}",
+                iperf_tcp([1] * 8, [1] * 8, 0, retransmits=10, sent_bytes=1000 * MSS, server_bps=[2e6] * 4), 100.0,
+                congestion_control="cubic") for i in range(1, 6)]
+    leaf = lambda packets: Leaf("pfifo", 100, 900, 12, packets * 1514, packets)  # noqa: E731
+    samples = [Sample(t, {}, {"1:1": leaf(n)}, None, None) for t, n in ((100.2, 5), (101.5, 10), (102.0, 30), (104.5, 0))]
+    r = discipline_result([*runs, Ran(Ping("ping", "snd1", "rcv1", 5), 100.0, 105.0)], (101.0, 104.0), 10_000_000,
+                          samples, PING_TEXT)
     assert r["throughput_mbps"] == 10.0 and r["utilisation"] == 1.0 and r["jain_index"] == 1.0
     assert (r["retransmits"], r["packets_sent"], r["loss_rate"]) == (50, 5000, 0.01)
     assert (r["queue_drops"], r["queue_packets_sent"]) == (12, 900)
@@ -220,11 +224,11 @@ def test_discipline_result():
 def test_aqm_table_lists_unavailable_disciplines():
     row = {"throughput_mbps": 9.6, "utilisation": 0.96, "loss_rate": 0.0123, "queue_drops": 40, "jain_index": 0.97,
            "delay_ms": {"min": 50.0, "mean": 110.25, "max": 125.0},
-           "backlog": {"mean_packets": 80.0, "max_packets": 100}}
+           "backlog": {"mean_packets": 80.0, "max_packets": 100}, **FAITHFUL}
     text = aqm_table({"scenario": {"bottleneck": 10_000_000, "queue_packets": 100, "seconds": 10,
                                    "congestion_control": "cubic"},
                       "disciplines": {"fifo": row}, "unavailable": {"sfq": "kernel lacks sch_sfq"}})
-    assert "| fifo | 9.60 | 96.00 | 1.23 | 40 | 50.0/110.2/125.0 | 80.0/100.0 | 0.97 |" in text
+    assert "| fifo | 9.60 | 96.00 | 1.23 | 40 | 50.0/110.2/125.0 | 80.0/100.0 | 0.97 | yes |" in text
     assert "not run: sfq (kernel lacks sch_<name>)" in text
     assert "| RED | 5.53 |" in text
 
@@ -236,12 +240,12 @@ def test_markdown_table():
 
 
 def test_settings_defaults_quick_and_errors():
-    p = parser("t", "test", seconds=30, quick_seconds=8, bottleneck="5Mbit", queue_packets=25)
+    p = parser_for(STUDIES["cc"], "topo/run.py cc")
     assert settings(p.parse_args([])).seconds == 30
     quick = settings(p.parse_args(["--quick", "--bottleneck", "10Mbit"]))
     assert (quick.seconds, quick.bottleneck_bps, quick.queue_packets) == (8, 10_000_000, 25)
     assert settings(p.parse_args(["--quick", "--seconds", "4"])).seconds == 4
-    for bad in (["--seconds", "2"], ["--bottleneck", "fast"], ["--queue-packets", "0"]):
+    for bad in (["--seconds", "2"], ["--seconds", "4.5"], ["--bottleneck", "fast"], ["--queue-packets", "0"]):
         with pytest.raises(UsageError):
             settings(p.parse_args(bad))
 
@@ -269,7 +273,6 @@ def test_policy_forwards_each_host_mac_towards_its_port(name, topo):
             expected[mac] = (port,)
         assert outputs == expected
         assert [(p.port_no, p.queues) for p in switch.ports] == [(1, "fifo")]
-
 
 
 def test_group_reasons_says_a_shared_reason_once():

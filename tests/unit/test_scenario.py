@@ -1,9 +1,9 @@
-"""topo/scenario.py: the study's parameters, their overrides and errors that name the field."""
+"""topo/studies/main/scenario.py: the study's parameters, their overrides and errors that name the field."""
 import re
 
 import pytest
 
-from topo.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
+from topo.studies.main.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
 
 
 def test_defaults_are_the_studys():

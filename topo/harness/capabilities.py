@@ -5,7 +5,7 @@ datapath), so the study probes instead of assuming, uses what exists and says on
 plainly, what it could not do. Probes run real commands; the parsing of their output
 is kept in pure functions so it can be tested on captured text.
 
-Run `python -m topo.capabilities` (as root) for the report; exit status 1 means the
+Run `python -m topo.harness.capabilities` (as root) for the report; exit status 1 means the
 main study cannot run here.
 """
 from __future__ import annotations
@@ -388,6 +388,25 @@ def _optional_notes(caps: list[Capability]) -> list[str]:
         for family, names in families.items()]
 
 
+def unavailable(caps: dict[str, Capability], names: list[str], family: str) -> dict[str, str]:
+    """name → why this host lacks it, for each name whose `family:name` capability is missing."""
+    reasons = {}
+    for name in names:
+        cap = caps.get(f"{family}:{name}")
+        if not (cap and cap.available):
+            reasons[name] = cap.detail if cap else f"not probed: {family} {name} is unknown to this host"
+    return reasons
+
+
+def choose_tcp(requested: list[str] | None, kernel: list[str],
+               caps: dict[str, Capability]) -> tuple[list[str], dict[str, str]]:
+    """(algorithms to run, skipped → why) of `requested`, default every one the kernel offers: its
+    own list (`kernel`) plus the study's algorithms it loads on first use."""
+    offered = kernel + [a for a in STUDY_TCP if a not in kernel and not unavailable(caps, [a], "tcp")]
+    wanted = requested or list(dict.fromkeys([*STUDY_TCP, *offered]))
+    return [a for a in wanted if a in offered], unavailable(caps, [a for a in wanted if a not in offered], "tcp")
+
+
 def verdict(caps: list[Capability]) -> str:
     lacking = [cap.name for cap in caps if cap.required and not cap.available]
     if lacking:
@@ -408,7 +427,7 @@ def doctor_exit_code(caps: list[Capability]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(prog="python -m topo.capabilities",
+    argparse.ArgumentParser(prog="python -m topo.harness.capabilities",
                             description="Probe what this host can emulate (run as root) and "
                                         "print the doctor report; exit 1 if the main study "
                                         "cannot run here.").parse_args(argv)

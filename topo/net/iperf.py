@@ -1,17 +1,18 @@
 """iperf3 command lines and the analysis of their JSON output (pure).
 
-Throughput is what the receiver got: the server's intervals, which the client
-brings back with --get-server-output. Interval times are relative to the test's
-start; the launcher records when it started each client, and step windows are
-matched to intervals by overlap, so a late start never drops a second.
+Throughput is what the receiver got: the server's intervals, which the client brings back with
+--get-server-output. The server reports every 0.25 s, so a recovery is timed to a quarter second.
+Interval times are relative to the test's start; the launcher records when it started each
+client, and windows are matched to intervals by overlap, so a late start never drops a second.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-TCP_PORT, UDP_PORT = 5201, 5202
-REPORT_SECONDS = 0.5   # iperf3 interval: fine enough to time a recovery
+BASE_PORT = 5201
+REPORT_SECONDS = 0.5         # the sender's interval (cwnd, RTT and retransmits are sampled there)
+RECEIVER_SECONDS = 0.25      # the receiver's interval (throughput)
 
 
 @dataclass(frozen=True)
@@ -23,13 +24,11 @@ class Interval:
 
 
 def server_args(port: int) -> list[str]:
-    # No -i here: with a sub-second server interval (0.5 or 0.25 s) the TCP client of a 34 s test
-    # never finished on iperf3 3.12, twice out of two on an idle host. Receiver reports stay at 1 s.
-    return ["iperf3", "-s", "-J", "-p", str(port)]
+    return ["iperf3", "-s", "-J", "-i", str(RECEIVER_SECONDS), "-p", str(port)]
 
 
 def client_args(server_ip: str, port: int, seconds: float, udp_mbps: float | None = None,
-                congestion_control: str | None = None) -> list[str]:
+                congestion_control: str | None = None, parallel: int = 1) -> list[str]:
     if seconds != int(seconds):
         raise ValueError(f"iperf3 runs whole seconds (-t is read with atoi); got {seconds}")
     args = ["iperf3", "-c", server_ip, "-p", str(port), "-t", str(int(seconds)), "-i", str(REPORT_SECONDS), "-J",
@@ -38,14 +37,28 @@ def client_args(server_ip: str, port: int, seconds: float, udp_mbps: float | Non
         args += ["-u", "-b", f"{udp_mbps:g}M"]
     if congestion_control:
         args += ["-C", congestion_control]
+    if parallel > 1:
+        args += ["-P", str(parallel)]
     return args
 
 
 def received(doc: dict[str, Any]) -> list[Interval]:
-    """Intervals as the receiver (server) saw them."""
+    """Intervals as the receiver (server) saw them, all streams together."""
     server = doc.get("server_output_json") or {}
     return [Interval(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"])
             for i in server.get("intervals", [])]
+
+
+def received_streams(doc: dict[str, Any]) -> list[list[Interval]]:
+    """The receiver's intervals of each stream (of a -P test), in the order iperf3 lists them."""
+    server = doc.get("server_output_json") or {}
+    streams: list[list[Interval]] = []
+    for interval in server.get("intervals", []):
+        for k, stream in enumerate(interval["streams"]):
+            if k == len(streams):
+                streams.append([])
+            streams[k].append(Interval(stream["start"], stream["end"], stream["bits_per_second"]))
+    return streams
 
 
 def sent(doc: dict[str, Any]) -> list[Interval]:
@@ -69,6 +82,17 @@ def window_mean_bps(intervals: list[Interval], offset: float, start: float, end:
 def window_retransmits(intervals: list[Interval], offset: float, start: float, end: float) -> int:
     return round(sum(i.retransmits * _overlap(i, offset, start, end) / (i.end - i.start)
                      for i in intervals if i.end > i.start))
+
+
+def longest_gap(intervals: list[Interval], offset: float, start: float, end: float) -> float:
+    """The longest part of [start, end] (launcher time) that no interval covers."""
+    covered = sorted((max(i.start + offset, start), min(i.end + offset, end)) for i in intervals
+                     if i.end + offset > start and i.start + offset < end)
+    gap, reached = 0.0, start
+    for lo, hi in covered:
+        gap = max(gap, lo - reached)
+        reached = max(reached, hi)
+    return max(gap, end - reached)
 
 
 def _overlap(i: Interval, offset: float, start: float, end: float) -> float:

@@ -1,11 +1,15 @@
-"""Tables and bar charts of the other studies' results, and the plain words for what a host lacks."""
+"""Writing results: summary.json, Markdown tables, bar charts, and the plain words for what a host lacks."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
-from topo import results
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -15,6 +19,26 @@ class Panel:
     series: dict[str, list[float | None]]
     line: tuple[float, str] | None = None         # (y, label) of a reference line
     annotations: list[str] = field(default_factory=list)   # one text above each group
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Written whole or not at all: a reader never sees half a summary, even after a kill."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def jain_index(xs: Iterable[float]) -> float:
+    """Jain's fairness index J = (Σx)² / (n·Σx²): 1 when every flow got the same, 1/n when one got all."""
+    xs = list(xs)
+    if not xs:
+        raise ValueError("Jain's index of no flows is undefined")
+    if any(x < 0 for x in xs):
+        raise ValueError(f"throughputs cannot be negative: {xs}")
+    squares = sum(x * x for x in xs)
+    if squares == 0:
+        raise ValueError("Jain's index is undefined when every flow got nothing")
+    return sum(xs) ** 2 / (len(xs) * squares)
 
 
 def reasons_text(reasons: dict[str, str]) -> str:
@@ -32,19 +56,19 @@ def group_reasons(reasons: dict[str, str]) -> dict[str, list[str]]:
 
 def markdown_table(head: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
 def bar_figure(path: Path, title: str, groups: list[str], panels: list[Panel]) -> None:
-    fig, axes = results.plt.subplots(1, len(panels), figsize=(1.2 + 3.6 * len(panels), 4.2), dpi=120,
+    fig, axes = plt.subplots(1, len(panels), figsize=(1.2 + 3.6 * len(panels), 4.2), dpi=120,
                                      squeeze=False)
     for ax, panel in zip(axes[0], panels):
         width = 0.8 / len(panel.series)
         for k, (name, values) in enumerate(panel.series.items()):
             xs = [i + (k - (len(panel.series) - 1) / 2) * width for i in range(len(groups))]
             bars = ax.bar(xs, [v or 0.0 for v in values], width, label=name)
-            ax.bar_label(bars, labels=[_cell(v) for v in values], fontsize=7)
+            ax.bar_label(bars, labels=[cell(v) for v in values], fontsize=7)
         for i, text in enumerate(panel.annotations):
             ax.annotate(text, (i, 1.0), xycoords=("data", "axes fraction"), ha="center", va="bottom", fontsize=8)
         if panel.line:
@@ -59,10 +83,10 @@ def bar_figure(path: Path, title: str, groups: list[str], panels: list[Panel]) -
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
-    results.plt.close(fig)
+    plt.close(fig)
 
 
-def _cell(value: Any) -> str:
+def cell(value: Any) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):

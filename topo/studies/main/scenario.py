@@ -28,6 +28,8 @@ class Scenario:
     cooldown_seconds: float = 8.0         # TCP alone after the last step (auto's roll-back shows here)
     tcp_congestion_control: str | None = None   # None: the kernel's default
     queue_packets: int = 25               # FIFO limit of the bottleneck's queues (the study's max_queue_size)
+    tcp_flows: int = 1                    # parallel TCP flows h1 → h4
+    repeat: int = 1                       # runs of each policy, each on a fresh network
 
     def __post_init__(self) -> None:
         # iperf3 reads -t as a whole number of seconds: 2.5 would silently run 2.
@@ -35,6 +37,10 @@ class Scenario:
             value = getattr(self, key)
             if value != int(value) or value < low:
                 raise ScenarioError(f"{key}: {value!r} is not a whole number of seconds >= {low}")
+        for key, high in (("tcp_flows", 16), ("repeat", 50), ("queue_packets", 100_000)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+                raise ScenarioError(f"{key}: {value!r} is not a whole number from 1 to {high}")
         if self.settle_seconds >= self.step_seconds:
             raise ScenarioError("settle_seconds: must be shorter than step_seconds, or no second is measured")
 
@@ -79,12 +85,19 @@ def parse_scenario(doc: dict[str, Any]) -> Scenario:
         if not isinstance(steps, (list, tuple)) or not steps:
             raise ScenarioError("udp_steps_mbps: give a list of rates in Mbit/s, e.g. [0, 2, 4]")
         values["udp_steps_mbps"] = tuple(_number(s, "udp_steps_mbps", 0) for s in steps)
-    if "queue_packets" in doc:
-        values["queue_packets"] = int(_number(doc["queue_packets"], "queue_packets", 1))
+    for key in ("queue_packets", "tcp_flows", "repeat"):
+        if key in doc:
+            values[key] = _whole(doc[key], key)
     for key in ("delay", "tcp_congestion_control"):
         if key in doc:
             values[key] = None if doc[key] in (None, "", "none") else str(doc[key])
     return Scenario(**values)
+
+
+def _whole(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise ScenarioError(f"{where}: {value!r} is not a whole number")
+    return int(value)
 
 
 def _number(value: Any, where: str, low: float) -> float:

@@ -1,52 +1,67 @@
 """A Mininet network of OVS switches under our controller, torn down whatever happens.
 
-Everything started inside (iperf3 servers and clients) is registered with the network
-and killed before the network stops, so an error or Ctrl-C leaves no process, bridge
-or namespace behind.
+Every process started in a host writes to a file, never to a pipe: nobody reads a pipe until the
+process exits, and iperf3's JSON of a long test outgrows the pipe's 64 KiB, so the child blocked
+in write() forever (the README's default run hung that way). Processes are registered with the
+network, which kills them before it stops, and with the run record, so that the next launcher
+removes them if this one is killed.
 """
 from __future__ import annotations
 
 import subprocess
 from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 from typing import Iterator
 
 from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import OVSSwitch, RemoteController
 
+from topo.harness.host import RunRecord
+
 
 class Network:
-    def __init__(self, net: Mininet):
+    def __init__(self, net: Mininet, record: RunRecord | None):
         self.net = net
+        self._record = record
         self._procs: list[subprocess.Popen] = []
 
     def host(self, name: str):
         return self.net.get(name)
 
-    def popen(self, host: str, args: list[str]) -> subprocess.Popen:
-        proc = self.net.get(host).popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def popen(self, host: str, args: list[str], out: Path) -> subprocess.Popen:
+        """Start `args` in `host` with stdout to `out` and stderr to `out`.stderr."""
+        with open(out, "w") as stdout, open(out.with_name(out.name + ".stderr"), "w") as stderr:
+            proc = self.net.get(host).popen(args, stdout=stdout, stderr=stderr)
         self._procs.append(proc)
+        if self._record:
+            self._record.process(proc.pid, args[0])
         return proc
 
     def kill_all(self) -> None:
         for proc in self._procs:
             if proc.poll() is None:
                 proc.kill()
-            proc.communicate()
+            proc.wait()
         self._procs.clear()
 
 
 @contextmanager
-def network(topo, datapath: str, controller_port: int = 6653) -> Iterator[Network]:
+def network(topo, datapath: str, record: RunRecord | None = None, controller_port: int = 6653) -> Iterator[Network]:
     """Start `topo` on OVS (`datapath` "user" or "kernel") with a remote controller on loopback."""
     setLogLevel("error")
     switch = partial(OVSSwitch, datapath=datapath, protocols="OpenFlow13", failMode="secure")
     controller = partial(RemoteController, ip="127.0.0.1", port=controller_port)
     net = Mininet(topo=topo, switch=switch, controller=controller, autoSetMacs=True, build=False)
-    wrapped = Network(net)
+    wrapped = Network(net, record)
     try:
+        if record:
+            record.network(bridges=list(topo.switches()), links=[], hosts={})
         net.build()
+        if record:
+            record.network(bridges=[], hosts={h.name: h.pid for h in net.hosts},
+                           links=[i.name for s in net.switches for i in s.intfList() if i.name != "lo"])
         net.start()
         for host in net.hosts:
             for intf in host.intfList():

@@ -13,7 +13,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-REPO = Path(__file__).resolve().parents[1]
+from topo.harness.host import RunRecord
+
+REPO = Path(__file__).resolve().parents[2]
 OPENFLOW = ("127.0.0.1", 6653)
 API = "http://127.0.0.1:8080/qos/v1"
 
@@ -65,7 +67,8 @@ def _listening(addr: tuple[str, int]) -> bool:
 
 
 @contextmanager
-def controller(log_path: Path, config: Path = REPO / "controller" / "qos.conf") -> Iterator[ControllerClient]:
+def controller(log_path: Path, record: RunRecord | None = None,
+               config: Path = REPO / "controller" / "qos.conf") -> Iterator[ControllerClient]:
     """The controller already on 127.0.0.1:6653, or one started here and stopped at the end."""
     client = ControllerClient()
     if _listening(OPENFLOW):
@@ -80,6 +83,8 @@ def controller(log_path: Path, config: Path = REPO / "controller" / "qos.conf") 
     with open(log_path, "w") as log:
         proc = subprocess.Popen([str(manager), "--config-file", str(config), str(REPO / "controller" / "qos_app.py")],
                                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+    if record:
+        record.process(proc.pid, "controller")
     try:
         deadline = time.monotonic() + 30
         while not (_listening(OPENFLOW) and _answers(client)):

@@ -15,29 +15,29 @@ Disciplines the kernel lacks are reported as unavailable and not run; nothing st
 from __future__ import annotations
 
 import argparse
-import json
 import re
-import subprocess
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from topo import capabilities
-from topo.fairness_study import jain_index
-from topo.study import BOTTLENECK_IFACES, StudyError
-from topo.study_command import (Settings, UsageError, choose_tcp, finish, guarded, launch, parser, policy,
-                                run_trials, say_unavailable, settings, unavailable)
-from topo.study_report import Panel, bar_figure, markdown_table, reasons_text
+from controller.policy import DISCIPLINES
+from controller.tc import Leaf, htb_classid
+from topo.harness import capabilities
+from topo.harness.fidelity import Sample
+from topo.harness.launch import Host
+from topo.harness.report import Panel, bar_figure, jain_index, markdown_table, reasons_text
+from topo.net.traffic import Flow, Ping, Ran
+from topo.studies.base import (BOTTLENECK, Settings, Study, StudyError, Trial, TrialContext, UsageError,
+                               add_trial_arguments, common_window, faithful_cell, fidelity_notes, flows_of, measure,
+                               network_under, policy_document, received_mbps, say_unavailable, settings,
+                               trial_fidelity)
 from topo.topos import DumbbellTopo
-from topo.trial import DEFAULT_CLASS, Flow, FlowRun, TrialContext, received_mbps, run_flows, trial, window
 
 PAIRS = 5                              # DumbbellTopo(n=5), as policies/dumbbell.yaml forwards
-DISCIPLINES = ("fifo", "sfq", "codel", "fq_codel", "red")
-SAMPLE_SECONDS = 0.5
 PING_INTERVAL = 0.2
-QUEUED_IFACE = BOTTLENECK_IFACES[0]    # s1-eth1 carries the data, s2-eth1 the ACKs
+QUEUED_CLASS = htb_classid(0)          # a fifo port has the one class; s1-eth1 carries the data, s2-eth1 the ACKs
 # STUDY.md section 4, as published (ns-2, 10 Mbit/s, 100 s).
 PUBLISHED = {"RED": ("5.53", "60.03/67.25", "37157 / 151", "0.41", "59.45"),
              "SFQ": ("6.64", "60.03/90.01", "42554 / 56", "0.13", "68.08"),
@@ -45,39 +45,66 @@ PUBLISHED = {"RED": ("5.53", "60.03/67.25", "37157 / 151", "0.41", "59.45"),
 _PING_REPLY = re.compile(r"^\[(\d+\.\d+)\].* time=([\d.]+) ms")
 _PING_TOTALS = re.compile(r"(\d+) packets transmitted, (\d+) received")
 
-PARSER = parser("aqm", "Queue disciplines at a 10 Mbit/s bottleneck shared by five TCP flows.",
-                seconds=30, quick_seconds=10, bottleneck="10Mbit", queue_packets=100)
-PARSER.add_argument("--disciplines", nargs="+", choices=DISCIPLINES, metavar="NAME",
-                    help=f"run only these, of {', '.join(DISCIPLINES)} (default: all this kernel has)")
-PARSER.add_argument("--cc", default="cubic", metavar="ALG", help="the flows' TCP algorithm (default cubic)")
 
 
 @dataclass(frozen=True)
-class LeafStats:
-    """The bottleneck leaf qdisc's counters at one moment (`tc -s -j qdisc show`)."""
-    kind: str
-    backlog_bytes: int
-    backlog_packets: int
-    packets: int                       # sent so far
-    drops: int
+class Plan:
+    setup: Settings
+    documents: dict[str, dict]          # discipline → the dumbbell policy queued by it
+    disciplines: list[str]
+    cc: str
 
 
-@dataclass
-class QueueSampler:
-    """`tc -s -j qdisc show dev <iface>` every SAMPLE_SECONDS, as often as poll() is called."""
-    iface: str
-    samples: list[tuple[float, LeafStats]] = field(default_factory=list)
-    _due: float = 0.0
+class AqmStudy(Study):
+    name = "aqm"
+    description = "Queue disciplines at a 10 Mbit/s bottleneck shared by five TCP flows."
+    figure_name = "aqm.png"
 
-    def poll(self) -> None:
-        now = time.time()
-        if now < self._due:
-            return
-        self._due = now + SAMPLE_SECONDS
-        shown = subprocess.run(["tc", "-s", "-j", "qdisc", "show", "dev", self.iface], capture_output=True, text=True)
-        leaf = parse_leaf(shown.stdout)
-        if leaf is not None:
-            self.samples.append((now, leaf))
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        add_trial_arguments(p, seconds=30, quick_seconds=10, bottleneck="10Mbit", queue_packets=100)
+        p.add_argument("--disciplines", nargs="+", choices=DISCIPLINES, metavar="NAME",
+                       help=f"run only these, of {', '.join(DISCIPLINES)} (default: all this kernel has)")
+        p.add_argument("--cc", default="cubic", metavar="ALG", help="the flows' TCP algorithm (default cubic)")
+
+    def plan(self, args: argparse.Namespace) -> Plan:
+        setup = settings(args)
+        documents = {d: policy_document("dumbbell", setup.bottleneck_bps, setup.queue_packets, d) for d in DISCIPLINES}
+        return Plan(setup, documents, list(args.disciplines or DISCIPLINES), args.cc)
+
+    def trials(self, plan: Plan, host: Host) -> list[Trial]:
+        _, lacking = capabilities.choose_tcp([plan.cc], capabilities.tcp_algorithms(), host.capabilities)
+        if lacking:
+            raise UsageError(f"--cc {plan.cc}: {lacking[plan.cc]}")
+        absent = _absent(plan, host)
+        say_unavailable("queue disciplines this kernel lacks, not run", absent)
+        runnable = [d for d in plan.disciplines if d not in absent]
+        if not runnable:
+            raise UsageError("none of the requested disciplines is available in this kernel")
+        return [Trial(d, d, plan.setup.seconds, partial(_one_discipline, d, plan)) for d in runnable]
+
+    def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
+        return {"scenario": plan.setup.scenario(
+            policy="dumbbell", congestion_control=plan.cc, flows=[f"snd{i} -> rcv{i}" for i in range(1, PAIRS + 1)],
+            placement=f"the queue under OVS linux-htb's class {QUEUED_CLASS} on both ends of the bottleneck, put "
+                      "there by the controller from the policy's discipline; the HTB class holds the bottleneck "
+                      "rate (OVS's classless linux-sfq/-codel/-fq_codel QoS types put the qdisc at the port's root "
+                      "without a rate limit, so cannot shape it)",
+            loss_rate="TCP retransmits / packets sent (bytes sent / MSS), from iperf3",
+            delay=f"ping -i {PING_INTERVAL} snd1 -> rcv1 under load",
+            backlog=f"{BOTTLENECK}'s queue, sampled every 0.25 s"),
+            "environment": host.environment, "disciplines": done, "unavailable": _absent(plan, host)}
+
+    def table(self, summary: dict[str, Any]) -> str:
+        return table(summary)
+
+    def figure(self, summary: dict[str, Any], path: Path) -> None:
+        figure(summary, path)
+
+
+def _absent(plan: Plan, host: Host) -> dict[str, str]:
+    kinds = {d: tc_kind(d, host.datapath) for d in plan.disciplines}
+    missing = capabilities.unavailable(host.capabilities, list(kinds.values()), "qdisc")
+    return {d: missing[kind] for d, kind in kinds.items() if kind in missing}
 
 
 def tc_kind(discipline: str, datapath: str) -> str:
@@ -87,15 +114,6 @@ def tc_kind(discipline: str, datapath: str) -> str:
     return discipline
 
 
-def parse_leaf(tc_json: str, parent: str = DEFAULT_CLASS) -> LeafStats | None:
-    """The qdisc attached under HTB class `parent`, from `tc -s -j qdisc show` output."""
-    for qdisc in json.loads(tc_json or "[]"):
-        if qdisc.get("parent") == parent:
-            return LeafStats(qdisc["kind"], qdisc.get("backlog", 0), qdisc.get("qlen", 0), qdisc.get("packets", 0),
-                             qdisc.get("drops", 0))
-    return None
-
-
 def parse_ping(text: str) -> tuple[list[tuple[float, float]], int, int]:
     """(reply time, RTT ms) of each reply of `ping -D`, and the packets transmitted and received."""
     replies = [(float(m.group(1)), float(m.group(2))) for m in map(_PING_REPLY.match, text.splitlines()) if m]
@@ -103,17 +121,19 @@ def parse_ping(text: str) -> tuple[list[tuple[float, float]], int, int]:
     return replies, int(totals.group(1)) if totals else 0, int(totals.group(2)) if totals else 0
 
 
-def discipline_result(runs: list[FlowRun], span: tuple[float, float], bottleneck_bps: int,
-                      samples: list[tuple[float, LeafStats]], ping_text: str) -> dict[str, Any]:
+def discipline_result(ran: list[Ran], span: tuple[float, float], bottleneck_bps: int,
+                      samples: list[Sample], ping_text: str) -> dict[str, Any]:
     """Throughput, utilisation, loss, delay and backlog of one discipline's run, over `span`."""
+    runs = flows_of(ran)
     flows = [received_mbps(run, span) for run in runs]
     total = round(sum(flows), 3)
     sent_packets = sum(run.doc["end"]["sum_sent"]["bytes"] / run.doc["start"]["tcp_mss_default"] for run in runs)
     retransmits = sum(run.doc["end"]["sum_sent"]["retransmits"] for run in runs)
-    queued = [leaf for t, leaf in samples if span[0] <= t <= span[1]]
+    leaves = [(s.t, s.leaves[QUEUED_CLASS]) for s in samples if QUEUED_CLASS in s.leaves]
+    queued = [leaf for t, leaf in leaves if span[0] <= t <= span[1]]
     replies, transmitted, received = parse_ping(ping_text)
     rtts = [rtt for t, rtt in replies if span[0] <= t <= span[1]]
-    last = samples[-1][1] if samples else None
+    last: Leaf | None = leaves[-1][1] if leaves else None
     return {
         "flows_mbps": flows, "throughput_mbps": total, "utilisation": round(total * 1e6 / bottleneck_bps, 3),
         "jain_index": round(jain_index(flows), 3) if any(flows) else None,
@@ -126,25 +146,26 @@ def discipline_result(runs: list[FlowRun], span: tuple[float, float], bottleneck
                     "max_packets": max((q.backlog_packets for q in queued), default=None),
                     "mean_bytes": _mean([q.backlog_bytes for q in queued]),
                     "max_bytes": max((q.backlog_bytes for q in queued), default=None), "samples": len(queued)},
-        "leaf_kinds_seen": sorted({leaf.kind for _, leaf in samples}),
+        "leaf_kinds_seen": sorted({leaf.kind for _, leaf in leaves}),
         "congestion_control": sorted({run.doc["end"].get("sender_tcp_congestion") for run in runs}),
     }
 
 
 def table(summary: dict[str, Any]) -> str:
     head = ["discipline", "throughput (Mbit/s)", "utilisation (%)", "loss rate (%)", "queue drops",
-            "delay min/mean/max (ms)", "backlog mean/max (packets)", "Jain's index"]
+            "delay min/mean/max (ms)", "backlog mean/max (packets)", "Jain's index", "faithful"]
     rows = []
     for name, r in summary["disciplines"].items():
         delay, backlog = r["delay_ms"], r["backlog"]
         rows.append([name, r["throughput_mbps"], _percent(r["utilisation"]), _percent(r["loss_rate"]),
                      r["queue_drops"], "/".join(_num(delay[k]) for k in ("min", "mean", "max")),
-                     f"{_num(backlog['mean_packets'])}/{_num(backlog['max_packets'])}", r["jain_index"]])
+                     f"{_num(backlog['mean_packets'])}/{_num(backlog['max_packets'])}", r["jain_index"],
+                     faithful_cell(r)])
     scenario = summary["scenario"]
     lines = [f"Measured: {PAIRS} {scenario['congestion_control']} flows through a {scenario['bottleneck'] / 1e6:g} "
              f"Mbit/s bottleneck (HTB class, discipline as its leaf, limit {scenario['queue_packets']} packets), "
              f"{scenario['seconds']:g} s each; loss rate = TCP retransmits / packets sent (iperf3).", "",
-             markdown_table(head, rows)]
+             markdown_table(head, rows) + fidelity_notes(summary["disciplines"])]
     if summary["unavailable"]:
         lines += [f"Not in this kernel, not run: {reasons_text(summary['unavailable'])}.", ""]
     lines += ["Published (STUDY.md section 4; ns-2, 40 ms bottleneck delay, 100 s):", "",
@@ -172,58 +193,22 @@ def figure(summary: dict[str, Any], path) -> None:
     ])
 
 
-def main(argv: list[str] | None = None) -> int:
-    return guarded(lambda: _study(PARSER.parse_args(argv)))
-
-
-def _study(args: argparse.Namespace) -> int:
-    setup = settings(args)
-    documents = {d: policy("dumbbell", setup, d) for d in DISCIPLINES}
-    host = launch("aqm", setup)
-    caps = host.capabilities
-    _, lacking = choose_tcp([args.cc], capabilities.tcp_algorithms(), caps)
-    if lacking:
-        raise UsageError(f"--cc {args.cc}: {lacking[args.cc]}")
-    wanted = list(args.disciplines or DISCIPLINES)
-    missing = unavailable(caps, [tc_kind(d, host.datapath) for d in wanted], "qdisc")
-    lacking_kinds = {d: missing[tc_kind(d, host.datapath)] for d in wanted if tc_kind(d, host.datapath) in missing}
-    say_unavailable("queue disciplines this kernel lacks, not run", lacking_kinds)
-    runnable = [d for d in wanted if d not in lacking_kinds]
-    if not runnable:
-        raise UsageError("none of the requested disciplines is available in this kernel")
-    done = run_trials(host, setup, {d: partial(_one_discipline, d, args.cc, documents[d], setup) for d in runnable})
-    summary = {"scenario": setup.scenario(
-        policy="dumbbell", congestion_control=args.cc, flows=[f"snd{i} -> rcv{i}" for i in range(1, PAIRS + 1)],
-        placement=f"leaf of OVS linux-htb's class {DEFAULT_CLASS} on {' and '.join(BOTTLENECK_IFACES)}; "
-                  "the HTB class holds the bottleneck rate (OVS's classless linux-sfq/-codel/-fq_codel QoS "
-                  "types put the qdisc at the port's root without a rate limit, so cannot shape it)",
-        loss_rate="TCP retransmits / packets sent (bytes sent / MSS), from iperf3",
-        delay=f"ping -i {PING_INTERVAL} snd1 -> rcv1 under load", backlog=f"{QUEUED_IFACE} leaf qdisc, sampled "
-                                                                       f"every {SAMPLE_SECONDS} s"),
-        "environment": host.environment, "disciplines": done, "unavailable": lacking_kinds}
-    return finish(host.out, summary, table(summary), lambda path: figure(summary, path), "aqm.png")
-
-
-def _one_discipline(discipline: str, cc: str, document: dict, setup: Settings, ctx: TrialContext) -> dict[str, Any]:
+def _one_discipline(discipline: str, plan: Plan, ctx: TrialContext) -> dict[str, Any]:
     pairs = [(f"snd{i}", f"rcv{i}") for i in range(1, PAIRS + 1)]
-    sampler = QueueSampler(QUEUED_IFACE)
-    with trial(ctx, DumbbellTopo(n=PAIRS), document, pairs) as net:
-        ping = net.popen("snd1", ["ping", "-D", "-i", str(PING_INTERVAL), "-w", f"{setup.seconds + 1:g}",
-                                  net.host("rcv1").IP()])
-
-        def tick(elapsed: float) -> None:
-            sampler.poll()
-            ctx.tick(discipline, elapsed)
-
-        runs = run_flows(net, [Flow(f"{s}-{d}", s, d, congestion_control=cc) for s, d in pairs], setup.seconds,
-                         ctx.raw_dir, tick)
-        ping_text = ping.communicate(timeout=10)[0]
-    (ctx.raw_dir / "ping.txt").write_text(ping_text)
-    kind = tc_kind(discipline, ctx.datapath)
-    if {leaf.kind for _, leaf in sampler.samples} != {kind}:
-        raise StudyError(f"{QUEUED_IFACE}: the leaf under {DEFAULT_CLASS} was not {kind} throughout the run "
-                         f"(seen: {sorted({leaf.kind for _, leaf in sampler.samples}) or 'nothing'})")
-    return discipline_result(runs, window(runs, setup.seconds), setup.bottleneck_bps, sampler.samples, ping_text)
+    seconds = plan.setup.seconds
+    lanes = [[Flow(f"{s}-{d}", s, d, seconds, congestion_control=plan.cc, label=discipline)] for s, d in pairs]
+    lanes.append([Ping("ping", "snd1", "rcv1", seconds + 1, PING_INTERVAL)])
+    with network_under(ctx, DumbbellTopo(n=PAIRS), plan.documents[discipline], pairs) as net:
+        ran, samples = measure(ctx, net, lanes)
+    kind, seen = tc_kind(discipline, ctx.host.datapath), {s.leaves[QUEUED_CLASS].kind for s in samples
+                                                           if QUEUED_CLASS in s.leaves}
+    if seen != {kind}:
+        raise StudyError(f"{BOTTLENECK}: the queue under {QUEUED_CLASS} was not {kind} throughout the run "
+                         f"(seen: {sorted(seen) or 'nothing'})")
+    span = common_window(ran, seconds)
+    ping = next(r for r in ran if isinstance(r.item, Ping))
+    return {**discipline_result(ran, span, plan.setup.bottleneck_bps, samples, ping.text),
+            **trial_fidelity(samples, span, plan.setup.bottleneck_bps, ran)}
 
 
 def _mean(values: list[float]) -> float | None:
@@ -240,3 +225,6 @@ def _percent(value: float | None) -> str:
 
 def _num(value: float | None) -> str:
     return "–" if value is None else f"{value:.1f}"
+
+
+STUDY = AqmStudy()

@@ -16,7 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-REPO = Path(__file__).resolve().parents[1]
+from topo.harness.host import RunRecord
+
+REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "prometheus" / "prometheus.yml"
 LISTEN = ("127.0.0.1", 9090)
 
@@ -31,7 +33,7 @@ def tcp_throughput_query(policy: str) -> str:
 
 
 @contextmanager
-def prometheus(data_dir: Path, mode: str = "auto") -> Iterator[str | None]:
+def prometheus(data_dir: Path, mode: str = "auto", record: RunRecord | None = None) -> Iterator[str | None]:
     """Yields the base URL, or None when recording is off (`mode` "none") or impossible."""
     url = f"http://{LISTEN[0]}:{LISTEN[1]}"
     if mode == "none":
@@ -49,6 +51,8 @@ def prometheus(data_dir: Path, mode: str = "auto") -> Iterator[str | None]:
         proc = subprocess.Popen([binary, f"--config.file={CONFIG}", f"--storage.tsdb.path={data_dir}",
                                  f"--web.listen-address={LISTEN[0]}:{LISTEN[1]}", "--storage.tsdb.retention.time=3650d"],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    if record:
+        record.process(proc.pid, "prometheus")
     try:
         deadline = time.monotonic() + 30
         while not _ready(url):

@@ -1,0 +1,93 @@
+"""topo/harness/fidelity.py: each signal of the fidelity monitor, on synthetic samples."""
+import pytest
+
+from controller.tc import ClassCounters
+from topo.harness.fidelity import Received, Sample, assess
+from topo.net.iperf import Interval
+
+CAPACITY = 5_000_000
+TCP_CLASS = "1:2"
+
+
+def samples(seconds=4.0, utilisation=1.0, tcp_drops=0.0, udp_drops=0.0, wait=0.02, classes=("1:2", "1:3")):
+    """Every 0.25 s from t=0: the port sending at `utilisation`, the classes dropping so many per second,
+    ovs-vswitchd waiting `wait` of the time."""
+    out = []
+    for k in range(int(seconds / 0.25) + 1):
+        t = 0.25 * k
+        sent = int(utilisation * CAPACITY / 8 * t / len(classes))
+        drops = {"1:2": int(tcp_drops * t), "1:3": int(udp_drops * t), "1:1": int(udp_drops * t)}
+        counters = {c: ClassCounters(sent, int(t * 400 / len(classes)), drops[c]) for c in classes}
+        counters["1:fffe"] = ClassCounters(sent * len(classes), 999 * k, 0)   # the parent: never counted
+        out.append(Sample(t, counters, {}, int(wait * 1e9 * t), int(0.03 * 1e6 * t)))
+    return out
+
+
+def tcp(rates, seconds=0.25):
+    return [Received([Interval(k * seconds, (k + 1) * seconds, bps) for k, bps in enumerate(rates)], 0.0)]
+
+
+FULL = tcp([4.3e6] * 16)
+
+
+def test_a_quiet_healthy_step_is_faithful_and_reports_its_numbers():
+    verdict = assess(samples(udp_drops=200), 0.0, 4.0, CAPACITY, TCP_CLASS, 0, FULL)
+    assert verdict["faithful"] and verdict["fidelity_notes"] == []
+    numbers = verdict["fidelity"]
+    assert numbers["bottleneck_utilisation"] == pytest.approx(1.0, abs=0.01)
+    assert numbers["queue_drops"] == 800 and numbers["tcp_queue_drops"] == 0
+    assert numbers["datapath_wait_ratio"] == pytest.approx(0.02) and numbers["cpu_pressure_ratio"] == pytest.approx(0.03)
+    assert numbers["receiver_gap_seconds"] == 0.0 and numbers["samples"] == 17
+
+
+def test_retransmits_the_queue_does_not_explain_are_losses_outside_it():
+    ok = assess(samples(tcp_drops=5, udp_drops=200), 0.0, 4.0, CAPACITY, TCP_CLASS, 2 * 20 + 10, FULL)
+    assert ok["faithful"]                                   # 50 retransmits against 20 drops: at the bound
+    lost = assess(samples(tcp_drops=5, udp_drops=200), 0.0, 4.0, CAPACITY, TCP_CLASS, 51, FULL)
+    assert not lost["faithful"]
+    assert lost["fidelity_notes"] == ["TCP retransmitted 51 segments while its queue dropped 20: packets were lost "
+                                      "outside the queue the policy controls"]
+
+
+def test_without_a_tcp_class_every_drop_may_be_tcps():
+    # a single FIFO (policy none): UDP's drops and TCP's share the queue
+    verdict = assess(samples(udp_drops=200, classes=("1:1",)), 0.0, 4.0, CAPACITY, None, 400, FULL)
+    assert verdict["faithful"]
+
+
+def test_a_stall_without_drops_is_flagged_but_one_the_queue_explains_is_not():
+    stalled = tcp([4.3e6] * 4 + [0.0] * 6 + [4.3e6] * 6)
+    quiet = assess(samples(udp_drops=200), 0.0, 4.0, CAPACITY, TCP_CLASS, 0, stalled)
+    assert any(note.startswith("TCP stalled for 1.50 s") for note in quiet["fidelity_notes"])
+    explained = assess(samples(tcp_drops=40, udp_drops=200), 0.0, 4.0, CAPACITY, TCP_CLASS, 20, stalled)
+    assert explained["faithful"]
+
+
+def test_an_idle_bottleneck_that_drops_nothing_is_the_emulator_falling_behind():
+    idle = assess(samples(utilisation=0.6), 0.0, 4.0, CAPACITY, TCP_CLASS, 0, FULL)
+    assert idle["fidelity_notes"] == ["the bottleneck carried 60% of its capacity while dropping 0 packets: the "
+                                      "senders did not fill an unsaturated queue (emulator too slow)"]
+    congested = assess(samples(utilisation=0.6, udp_drops=50), 0.0, 4.0, CAPACITY, TCP_CLASS, 0, FULL)
+    assert congested["faithful"]                             # a dropping queue is the policy's outcome
+
+
+def test_a_starved_datapath_and_a_silent_receiver_are_flagged():
+    starved = assess(samples(udp_drops=100, wait=0.4), 0.0, 4.0, CAPACITY, TCP_CLASS, 0, FULL)
+    assert starved["fidelity_notes"] == ["ovs-vswitchd waited for a CPU 40% of the time: the datapath was starved"]
+    silent = assess(samples(udp_drops=100), 0.0, 4.0, CAPACITY, TCP_CLASS, 0, tcp([4.3e6] * 8))
+    assert silent["fidelity_notes"] == ["the receiver reported nothing for 2.00 s"]
+
+
+def test_a_class_that_appears_mid_window_counts_from_its_second_sample():
+    # auto programs its queues: before, one FIFO class; after, three
+    before = samples(seconds=2.0, udp_drops=100, classes=("1:1",))
+    after = [Sample(s.t + 2.25, s.classes, s.leaves, s.datapath_wait_ns, s.cpu_pressure_us)
+             for s in samples(seconds=1.75, udp_drops=100)]
+    verdict = assess(before + after, 0.0, 4.0, CAPACITY, TCP_CLASS, 0, FULL)
+    assert verdict["fidelity"]["queue_drops"] == 200 + 175
+    assert verdict["fidelity"]["tcp_queue_drops"] == 200    # all drops while no tcp class existed
+
+
+def test_too_few_samples_is_said_not_guessed():
+    verdict = assess(samples()[:1], 0.0, 4.0, CAPACITY, TCP_CLASS, 0, FULL)
+    assert verdict["fidelity_notes"] == ["fewer than two samples of the bottleneck in this window"]

@@ -1,0 +1,124 @@
+"""topo/studies/main/report.py: one run's steps, repeats combined, the table and the figure."""
+import json
+
+import pytest
+
+from controller.policy import load_policy
+from controller.tc import ClassCounters, Leaf
+from topo.harness.fidelity import Sample
+from topo.harness.report import write_json
+from topo.net.traffic import Flow, Pause, Ran
+from topo.studies.main.report import UNFAITHFUL, aggregate, figure, summarise_run, table
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+RESERVE = load_policy("policies/reserve.yaml")
+T0 = 1000.0
+
+
+def intervals(rates, seconds=0.25, streams=1):
+    out, t = [], 0.0
+    for bps in rates:
+        share = {"start": t, "end": t + seconds, "bits_per_second": bps / streams}
+        out.append({"streams": [share] * streams, "sum": {**share, "bits_per_second": bps, "retransmits": 0}})
+        t += seconds
+    return out
+
+
+def tcp_ran(rates, streams=1):
+    doc = {"intervals": intervals(rates, 0.5), "server_output_json": {"intervals": intervals(rates, streams=streams)}}
+    return Ran(Flow("tcp", "h1", "h4", 10, parallel=streams), T0, T0 + len(rates) * 0.25, doc)
+
+
+def samples(until, tcp_drops=0):
+    """The bottleneck sampled every 0.25 s, full (5 Mbit/s), TCP's class dropping `tcp_drops` in all."""
+    out, n = [], int(until / 0.25) + 1
+    for k in range(n):
+        sent = int(5e6 / 8 * 0.25 * k)
+        classes = {"1:2": ClassCounters(sent, k * 100, tcp_drops * k // (n - 1)), "1:fffe": ClassCounters(sent, k, 0)}
+        out.append(Sample(T0 + 0.25 * k, classes, {"1:2": Leaf("pfifo_head_drop", 25)}, k * 1000, None))
+    return out
+
+
+def run_of(tcp_rates, drops=0):
+    tcp = tcp_ran(tcp_rates)
+    steps = [Ran(Pause(2, label="UDP 0"), T0, T0 + 2.0)]
+    return summarise_run(5_000_000, 1.0, (0,), RESERVE, tcp, steps, samples(len(tcp_rates) * 0.25, drops),
+                         {"1:2": ClassCounters(100, 2, 0)}, {"1:2": Leaf("pfifo_head_drop", 25)}, [])
+
+
+def test_a_run_measures_each_step_after_its_settling_second_and_is_faithful_when_nothing_fired():
+    run = run_of([4.0e6] * 4 + [4.8e6] * 8)     # 3 s of TCP; the step is [0, 2], measured over [1, 2]
+    (step,) = run["steps"]
+    assert step["tcp_mbps"] == 4.8 and step["udp_mbps_delivered"] == 0.0
+    assert step["faithful"] is True and step["fidelity_notes"] == []
+    assert step["fidelity"]["bottleneck_utilisation"] == pytest.approx(1.0, abs=0.01)
+    assert run["tc_classes"]["1:2"] == {"class": "tcp", "bytes": 100, "packets": 2, "drops": 0,
+                                        "queue": "pfifo_head_drop", "limit_packets": 25}
+
+
+def test_a_stall_the_queue_does_not_explain_makes_the_step_unfaithful():
+    run = run_of([4.8e6] * 4 + [0.0] * 8)       # TCP gets nothing for 2 s while its class drops nothing
+    (step,) = run["steps"]
+    assert step["faithful"] is False
+    assert any("stalled" in note for note in step["fidelity_notes"])
+
+
+def test_parallel_flows_report_each_flows_rate_and_their_jain_index():
+    tcp = tcp_ran([4.8e6] * 12, streams=2)
+    run = summarise_run(5_000_000, 1.0, (0,), RESERVE, tcp, [Ran(Pause(2), T0, T0 + 2.0)], samples(3.0), {}, {}, [])
+    (step,) = run["steps"]
+    assert step["tcp_flows_mbps"] == [2.4, 2.4] and step["tcp_jain_index"] == 1.0
+
+
+def step(tcp, udp=0.0, faithful=True, notes=()):
+    return {"udp_mbps_offered": 10, "tcp_mbps": tcp, "udp_mbps_delivered": udp, "tcp_retransmits": 0,
+            "faithful": faithful, "fidelity_notes": list(notes), "fidelity": {"samples": 36}}
+
+
+def test_repeats_give_the_median_the_range_and_every_run_of_each_step():
+    runs = [{"steps": [step(4.3)]}, {"steps": [step(4.1, notes=["x"], faithful=False)]}, {"steps": [step(4.2)]}]
+    (combined,) = aggregate(runs)["steps"]
+    assert (combined["tcp_mbps"], combined["tcp_mbps_min"], combined["tcp_mbps_max"]) == (4.2, 4.1, 4.3)
+    assert combined["runs"] == [4.3, 4.1, 4.2]
+    assert combined["faithful"] is False and combined["fidelity_notes"] == ["run 2: x"]
+    assert combined["fidelity"] == [{"samples": 36}] * 3
+    assert aggregate(runs)["repetitions"] == runs
+
+
+def summary(repeats=1, faithful=True):
+    runs = [{"steps": [step(4.8, 0.0), step(4.2 + 0.1 * k, 0.5, faithful, [] if faithful else ["stalled"])]}
+            for k in range(repeats)]
+    for run in runs:
+        run["steps"][0]["udp_mbps_offered"] = 0
+    return {"bottleneck_mbps": 5, "scenario": {"repeat": repeats},
+            "policies": {"reserve": {**aggregate(runs), "tcp_reservation_mbps": 4.0}}}
+
+
+def test_table_of_one_run_has_plain_numbers():
+    assert table(summary()).splitlines() == [
+        "| UDP offered (Mbit/s) | reserve: TCP | reserve: UDP delivered |",
+        "|---:|---:|---:|",
+        "| 0 | 4.80 | 0.00 |",
+        "| 10 | 4.20 | 0.50 |",
+    ]
+
+
+def test_table_of_repeats_shows_the_median_and_its_range_and_marks_unfaithful_steps():
+    lines = table(summary(repeats=3, faithful=False)).splitlines()
+    assert lines[3] == f"| 10 | 4.30 (4.20–4.40) {UNFAITHFUL} | 0.50 |"
+    assert lines[5].startswith(f"{UNFAITHFUL} not faithful")
+    assert lines[6] == "- reserve at UDP 10 Mbit/s: run 1: stalled"
+
+
+@pytest.mark.parametrize("repeats, faithful", [(1, True), (3, False)])
+def test_figure_writes_a_png(tmp_path, repeats, faithful):
+    path = tmp_path / "throughput.png"
+    figure(summary(repeats, faithful), path)
+    assert path.read_bytes().startswith(PNG_MAGIC) and path.stat().st_size > 5000
+
+
+def test_write_json_round_trips_and_leaves_no_temporary_file(tmp_path):
+    path = tmp_path / "summary.json"
+    write_json(path, summary())
+    assert json.loads(path.read_text()) == summary()
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]

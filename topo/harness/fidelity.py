@@ -1,0 +1,195 @@
+"""The fidelity monitor: does a measurement show the policy, or the emulator's limits?
+
+After Mininet-HiFi's idea: a run says when the emulator, not the policy, decided the outcome.
+While traffic runs, a thread samples the bottleneck port every 0.25 s: its HTB class and leaf
+counters (netlink), the CPU time ovs-vswitchd spent waiting to run (/proc/PID/task/*/schedstat:
+it forwards every packet of the userspace datapath) and the host's CPU pressure
+(/proc/pressure/cpu). `assess` then judges a window of those samples (pure), with these signals:
+
+- lost outside the queue: TCP retransmitted more than twice what its queue dropped (plus 10):
+  its packets died somewhere the policy does not act (the batch losses controller/queues.py
+  explains, a socket overflow).
+- stalled: TCP got under 5 % of the bottleneck for a second or more while its queue dropped
+  nothing, so no congestion signal explains the stall.
+- idle bottleneck: the port carried under 85 % of its capacity while dropping under 1 % of its
+  packets: the queue was not full, yet the senders, who always have data, did not fill it.
+- receiver silent: the iperf3 receiver reported nothing for over a second.
+- datapath starved: ovs-vswitchd waited for a CPU more than 25 % of the window.
+A step is faithful when none fires. The thresholds hold on a quiet 2-core host (none fired in its
+runs) and each signal fired in a run built to trigger it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from controller.tc import ClassCounters, Leaf, Tc
+from topo.net.iperf import Interval, longest_gap
+
+SAMPLE_SECONDS = 0.25
+LOST_FACTOR, LOST_SLACK = 2.0, 10
+STALL_SHARE, STALL_SECONDS = 0.05, 1.0
+IDLE_UTILISATION, IDLE_LOSS = 0.85, 0.01
+GAP_SECONDS = 1.0
+WAIT_RATIO = 0.25
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float                               # launcher wall clock
+    classes: dict[str, ClassCounters]      # HTB class → counters, of the watched port
+    leaves: dict[str, Leaf]                # HTB class → its queue
+    datapath_wait_ns: int | None           # ovs-vswitchd's run-queue delay so far, all threads
+    cpu_pressure_us: int | None            # /proc/pressure/cpu "some" total so far
+
+
+@dataclass(frozen=True)
+class Received:
+    """A TCP flow's receiver intervals, with the launcher time its test started."""
+    intervals: list[Interval]
+    offset: float
+
+
+@dataclass
+class Monitor:
+    """Samples `iface` every SAMPLE_SECONDS while in a `with` block."""
+    iface: str
+    samples: list[Sample] = field(default_factory=list)
+
+    def __enter__(self) -> Monitor:
+        self._tc = Tc()
+        self._pids = _pids("ovs-vswitchd")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._tc.close()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                classes, leaves = self._tc.classes(self.iface), self._tc.leaves(self.iface)
+            except OSError:   # the port is not there yet, or no longer
+                classes, leaves = {}, {}
+            self.samples.append(Sample(time.time(), classes, leaves, _run_delay(self._pids), _cpu_pressure()))
+            if self._stop.wait(SAMPLE_SECONDS):
+                return
+
+
+def assess(samples: list[Sample], start: float, end: float, capacity_bps: float, tcp_class: str | None,
+           tcp_retransmits: int | None, received: list[Received]) -> dict:
+    """Judge [start, end] (launcher time): {"faithful", "fidelity_notes", "fidelity": the numbers}.
+    `tcp_class` is the HTB class TCP is steered to while queues reserve, if the policy has one."""
+    inside = [s for s in samples if start <= s.t <= end]
+    numbers: dict[str, float | int | None] = {"samples": len(inside)}
+    notes: list[str] = []
+    if len(inside) >= 2:
+        first, last = inside[0], inside[-1]
+        span = last.t - first.t
+        drops, packets, tcp_drops, sent_bytes = _queue_deltas(inside, tcp_class)
+        utilisation = sent_bytes * 8 / span / capacity_bps
+        numbers.update(bottleneck_utilisation=round(utilisation, 3), queue_drops=drops, tcp_queue_drops=tcp_drops,
+                       datapath_wait_ratio=_ratio(first.datapath_wait_ns, last.datapath_wait_ns, 1e9 * span),
+                       cpu_pressure_ratio=_ratio(first.cpu_pressure_us, last.cpu_pressure_us, 1e6 * span))
+        if utilisation < IDLE_UTILISATION and drops < IDLE_LOSS * max(packets + drops, 1):
+            notes.append(f"the bottleneck carried {utilisation:.0%} of its capacity while dropping "
+                         f"{drops} packets: the senders did not fill an unsaturated queue (emulator too slow)")
+        if tcp_retransmits is not None and tcp_retransmits > LOST_FACTOR * tcp_drops + LOST_SLACK:
+            notes.append(f"TCP retransmitted {tcp_retransmits} segments while its queue dropped {tcp_drops}: "
+                         "packets were lost outside the queue the policy controls")
+        wait = numbers["datapath_wait_ratio"]
+        if wait is not None and wait > WAIT_RATIO:
+            notes.append(f"ovs-vswitchd waited for a CPU {wait:.0%} of the time: the datapath was starved")
+        stall = _longest_stall(inside, received, start, end, STALL_SHARE * capacity_bps, tcp_class)
+        if stall >= STALL_SECONDS:
+            notes.append(f"TCP stalled for {stall:.2f} s while its queue dropped nothing")
+    else:
+        notes.append("fewer than two samples of the bottleneck in this window")
+    gap = max((longest_gap(r.intervals, r.offset, start, end) for r in received), default=0.0)
+    numbers["receiver_gap_seconds"] = round(gap, 3)
+    numbers["tcp_retransmits"] = tcp_retransmits
+    if gap > GAP_SECONDS:
+        notes.append(f"the receiver reported nothing for {gap:.2f} s")
+    return {"faithful": not notes, "fidelity_notes": notes, "fidelity": numbers}
+
+
+def _queue_deltas(samples: list[Sample], tcp_class: str | None) -> tuple[int, int, int, int]:
+    """(drops, packets sent, TCP's drops, bytes sent) over the samples; a class that appeared or went
+    (auto programs and rolls back queues) counts from when it is in two consecutive samples."""
+    drops = packets = tcp_drops = sent = 0
+    for a, b in zip(samples, samples[1:]):
+        # OVS's HTB parent class 1:fffe holds the sum of its children: count the children only.
+        common = {c for c in a.classes.keys() & b.classes.keys() if not c.endswith(":fffe")}
+        d = {c: b.classes[c].drops - a.classes[c].drops for c in common}
+        drops += sum(d.values())
+        packets += sum(b.classes[c].packets - a.classes[c].packets for c in common)
+        sent += sum(b.classes[c].bytes - a.classes[c].bytes for c in common)
+        tcp_drops += d[tcp_class] if tcp_class in d else sum(d.values())
+    return drops, packets, tcp_drops, sent
+
+
+def _longest_stall(samples: list[Sample], received: list[Received], start: float, end: float,
+                   floor_bps: float, tcp_class: str | None) -> float:
+    longest = 0.0
+    for flow in received:
+        run_start = None
+        for i in flow.intervals:
+            lo, hi = i.start + flow.offset, i.end + flow.offset
+            if hi <= start or lo >= end:
+                continue
+            if i.bps < floor_bps:
+                run_start = lo if run_start is None else run_start
+                if _drops_between(samples, run_start, hi, tcp_class) == 0:
+                    longest = max(longest, hi - run_start)
+            else:
+                run_start = None
+    return longest
+
+
+def _drops_between(samples: list[Sample], lo: float, hi: float, tcp_class: str | None) -> int:
+    around = [s for s in samples if lo - SAMPLE_SECONDS <= s.t <= hi + SAMPLE_SECONDS]
+    return _queue_deltas(around, tcp_class)[2] if len(around) >= 2 else 1
+
+
+def _ratio(before: int | None, after: int | None, span: float) -> float | None:
+    return None if before is None or after is None or span <= 0 else round((after - before) / span, 3)
+
+
+def _pids(name: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == name:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _run_delay(pids: list[int]) -> int | None:
+    """Nanoseconds the processes' threads have waited on a run queue (schedstat's second field)."""
+    total, seen = 0, False
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                total += int((task / "schedstat").read_text().split()[1])
+                seen = True
+            except (OSError, IndexError, ValueError):
+                continue
+    return total if seen else None
+
+
+def _cpu_pressure() -> int | None:
+    try:
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except OSError:
+        return None
+    return int(some.rsplit("total=", 1)[1])
+

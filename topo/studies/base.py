@@ -1,0 +1,306 @@
+"""Every study behind one small interface, run by one driver.
+
+A study turns its command line into a plan (checked before anything starts: a bad flag or policy
+exits 2 and touches nothing), the plan into trials (each on a fresh network, with its traffic on the
+one traffic runner, topo/net/traffic.py), and their results into a summary, a table and a figure.
+The driver does the rest for every study: the host lock and probes (topo/harness/launch.py), the
+controller, Prometheus and the live exporter where the study records series, the progress bar,
+summary.json rewritten after every trial (an interrupted run keeps what finished), exit codes
+(0 done, 1 could not run, 2 usage, 130 interrupted).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from contextlib import ExitStack, closing, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import yaml
+
+from controller.policy import PolicyError, parse_policy, parse_rate
+from topo.harness import fidelity
+from topo.harness.controller import ControllerClient, ControllerError, controller
+from topo.harness.launch import USAGE_ERROR, Host, LaunchError, launched, note
+from topo.harness.live import LiveThroughput
+from topo.harness.prometheus import PrometheusError, prometheus
+from topo.harness.progress import ProgressBar
+from topo.harness.report import reasons_text, write_json
+from topo.net import iperf, traffic
+from topo.net.network import Network, network
+from topo.net.traffic import Flow, Ran, TrafficError
+
+REPO = Path(__file__).resolve().parents[2]
+SETTLE_SECONDS = 1.0          # left out of every mean: connection set-up and slow start
+
+
+class UsageError(ValueError):
+    """The command line asks for something that cannot run; the message says what to change."""
+
+
+class StudyError(RuntimeError):
+    """The study could not be carried out (connectivity, switches, queues)."""
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    client: ControllerClient
+    host: Host
+    raw_dir: Path                                  # where this trial's raw output goes
+    tick: Callable[[str, float], None]             # progress: label, seconds since its traffic started
+    live: LiveThroughput | None                    # the live exporter, for studies that record
+
+
+@dataclass(frozen=True)
+class Trial:
+    label: str                                     # e.g. "reserve 2/3", "cubic"
+    raw: str                                       # its folder under raw/
+    seconds: float                                 # length of its traffic, for the progress bar
+    run: Callable[[TrialContext], dict[str, Any]]
+
+
+class Study:
+    """What a study provides; the driver (`run`) calls these in order."""
+    name = ""
+    description = ""
+    records = False           # Prometheus and the live exporter run alongside
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        pass
+
+    def plan(self, args: argparse.Namespace) -> Any:
+        """Everything the trials need, validated; raise UsageError (or PolicyError) on bad input."""
+        raise NotImplementedError
+
+    def trials(self, plan: Any, host: Host) -> list[Trial]:
+        raise NotImplementedError
+
+    def summary(self, plan: Any, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def table(self, summary: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def figure(self, summary: dict[str, Any], path: Path) -> None:
+        raise NotImplementedError
+
+    figure_name = "figure.png"
+
+
+def parser_for(study: Study, prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=study.description)
+    p.add_argument("--quick", action="store_true", help="shorter runs, for a first look")
+    p.add_argument("--out", type=Path, help="results folder (default results/<timestamp>[-<command>])")
+    p.add_argument("--datapath", choices=("auto", "user", "kernel"), default="auto",
+                   help="OVS datapath; auto picks kernel where the OVS module is loaded, else userspace")
+    study.add_arguments(p)
+    return p
+
+
+def run(study: Study, argv: list[str], prog: str) -> int:
+    args = parser_for(study, prog).parse_args(argv)
+    try:
+        plan = study.plan(args)
+    except (UsageError, PolicyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return USAGE_ERROR
+    done: dict[str, dict] = {}
+    try:
+        with launched(args.out, args.datapath, "" if study.name == "main" else study.name) as host:
+            try:
+                summary = _run_trials(study, plan, host, args, done)
+            except KeyboardInterrupt:
+                if done:
+                    write_json(host.out / "summary.json", {**study.summary(plan, host, done, None),
+                                                           "complete": False, "interrupted": True})
+                raise
+            write_json(host.out / "summary.json", summary)
+            table = study.table(summary)
+            (host.out / "table.md").write_text(table)
+            study.figure(summary, host.out / study.figure_name)
+            print(table)
+            print(f"results in {host.out}")
+            return 0
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return USAGE_ERROR
+    except LaunchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.code
+    except (ControllerError, StudyError, TrafficError, PrometheusError, PolicyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: network, processes and queues cleaned up" +
+              (f"; summary.json keeps the {len(done)} finished" if done else ""), file=sys.stderr)
+        return 130
+
+
+def _run_trials(study: Study, plan: Any, host: Host, args: argparse.Namespace, done: dict[str, dict]) -> dict:
+    trials = study.trials(plan, host)
+    bar = ProgressBar(total=sum(t.seconds for t in trials))
+    try:
+        with ExitStack() as stack:
+            url = None
+            live = None
+            if study.records:
+                url = stack.enter_context(prometheus(host.out / "prometheus", args.prometheus, host.record))
+                live = stack.enter_context(closing(LiveThroughput(args.metrics_port)))
+            client = stack.enter_context(controller(host.out / "controller.log", host.record))
+            offset = 0.0
+            for k, trial in enumerate(trials):
+                bar.start_part(f"{trial.label} ({k + 1}/{len(trials)})", offset)
+                offset += trial.seconds
+                done[trial.label] = trial.run(TrialContext(client, host, host.out / "raw" / trial.raw, bar.tick, live))
+                write_json(host.out / "summary.json", {**study.summary(plan, host, done, None), "complete": False})
+            if url:
+                time.sleep(2)   # the last second's scrape
+            return {**study.summary(plan, host, done, url), "complete": True}
+    finally:
+        bar.finish()
+
+
+# --- what trials share ------------------------------------------------------------------------
+
+def policy_document(name: str, capacity_bps: int, queue_packets: int, discipline: str = "fifo") -> dict:
+    """policies/<name>.yaml (or a path), validated, every port with the study's rate and queue."""
+    path = Path(name) if name.endswith((".yaml", ".yml")) else REPO / "policies" / f"{name}.yaml"
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError:
+        raise PolicyError(f"--policy {name}: no file {path}; choose one of "
+                          f"{', '.join(p.stem for p in sorted((REPO / 'policies').glob('*.yaml')))}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise PolicyError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    parse_policy(doc)   # named errors before anything is overridden
+    for switch in doc["switches"].values():
+        for port in (switch or {}).get("ports", {}).values():
+            port.update(capacity=capacity_bps, queue_packets=queue_packets, discipline=discipline)
+    parse_policy(doc)
+    return doc
+
+
+@contextmanager
+def network_under(ctx: TrialContext, topo, document: dict, reach: list[tuple[str, str]]) -> Iterator[Network]:
+    """`topo` up under `document`'s flows and queues, each (src, dst) of `reach` able to ping."""
+    policy = parse_policy(document)
+    # The new switches must connect to no policy: what a previous trial left must not shape them.
+    ctx.client.clear_policy()
+    with network(topo, ctx.host.datapath, ctx.host.record) as net:
+        wanted = {f"{s.dp_id:016x}" for s in policy.switches}
+        ctx.client.wait(lambda s: wanted <= set(s["switches"]), 30, "every switch connected")
+        ctx.client.put_policy(document)
+        ctx.client.wait(lambda s: queues_in_force(s, policy), 20, f"policy {policy.name}'s queues in force")
+        for src, dst in reach:
+            check_path(net, src, dst)
+        yield net
+
+
+def queues_in_force(status: dict, policy) -> bool:
+    """Every QoS port has the queues its mode starts with (auto starts as fifo)."""
+    return all(status["switches"].get(f"{sw.dp_id:016x}", {}).get("ports", {}).get(str(p.port_no), {})
+               .get("queues") == ("reserve" if p.queues == "reserve" else "fifo")
+               for sw in policy.switches for p in sw.ports)
+
+
+def check_path(net: Network, src: str, dst: str) -> None:
+    # Userspace bridges take a moment before forwarding the first packets.
+    a, b = net.host(src), net.host(dst)
+    for _ in range(10):
+        if "1 received" in a.cmd(f"ping -c1 -W1 {b.IP()}"):
+            return
+        time.sleep(0.5)
+    raise StudyError(f"{src} cannot reach {dst}: the flows or the switches are not forwarding")
+
+
+BOTTLENECK = "s1-eth1"   # every topology's bottleneck port in the direction of the data
+
+
+def measure(ctx: TrialContext, net: Network, lanes: list[list[traffic.Item]]) -> tuple[list[Ran], list[fidelity.Sample]]:
+    """Run the traffic while the fidelity monitor samples the bottleneck; every flow's test must succeed."""
+    with fidelity.Monitor(BOTTLENECK) as monitor:
+        ran = traffic.run(net, lanes, ctx.raw_dir, ctx.tick)
+    for flow in flows_of(ran):
+        flow.require()
+    return ran, monitor.samples
+
+
+def flows_of(ran: list[Ran]) -> list[Ran]:
+    return [r for r in ran if isinstance(r.item, Flow)]
+
+
+def common_window(ran: list[Ran], seconds: float) -> tuple[float, float]:
+    """When every flow was running, past its settling second (launcher clock)."""
+    flows = flows_of(ran)
+    return max(r.started for r in flows) + SETTLE_SECONDS, min(r.started for r in flows) + seconds
+
+
+def received_mbps(ran: Ran, span: tuple[float, float]) -> float:
+    """The receiver's mean rate over `span`."""
+    return round((iperf.window_mean_bps(iperf.received(ran.doc), ran.started, *span) or 0.0) / 1e6, 3)
+
+
+def trial_fidelity(samples: list[fidelity.Sample], span: tuple[float, float], capacity_bps: int,
+                   ran: list[Ran]) -> dict[str, Any]:
+    """The fidelity monitor's verdict over a trial's common window, for all of its TCP flows."""
+    tcp = [r for r in flows_of(ran) if r.item.udp_mbps is None]
+    retransmits = sum(iperf.window_retransmits(iperf.sent(r.doc), r.started, *span) for r in tcp)
+    return fidelity.assess(samples, *span, capacity_bps, None, retransmits if tcp else None,
+                           [fidelity.Received(iperf.received(r.doc), r.started) for r in tcp])
+
+
+def faithful_cell(result: dict[str, Any]) -> str:
+    return "yes" if result["faithful"] else "no †"
+
+
+def fidelity_notes(results: dict[str, dict[str, Any]]) -> str:
+    """The fidelity monitor's notes under a table, one line each; nothing when every run was faithful."""
+    notes = [f"- {label}: {note}" for label, r in results.items() for note in r["fidelity_notes"]]
+    return "\n† not faithful (the emulator, not the studied mechanism, decided):\n" + "\n".join(notes) + "\n" \
+        if notes else ""
+
+
+def say_unavailable(what: str, reasons: dict[str, str]) -> None:
+    if reasons:
+        note(f"{what}: {reasons_text(reasons)}")
+
+
+def add_trial_arguments(p: argparse.ArgumentParser, *, seconds: float, quick_seconds: float, bottleneck: str,
+                        queue_packets: int) -> None:
+    """The flags of the studies made of equal trials (cc, fairness, aqm)."""
+    p.add_argument("--seconds", type=float, help=f"length of each run (default {seconds:g}; with --quick "
+                                                 f"{quick_seconds:g})")
+    p.add_argument("--bottleneck", default=bottleneck, help=f"bottleneck rate (default {bottleneck})")
+    p.add_argument("--queue-packets", type=int, default=queue_packets,
+                   help=f"packet limit of the bottleneck queue (default {queue_packets})")
+    p.set_defaults(default_seconds=seconds, quick_seconds=quick_seconds)
+
+
+@dataclass(frozen=True)
+class Settings:
+    bottleneck_bps: int
+    seconds: int
+    queue_packets: int
+    quick: bool
+
+    def scenario(self, **extra: Any) -> dict[str, Any]:
+        return {"bottleneck": self.bottleneck_bps, "seconds": self.seconds, "settle_seconds": SETTLE_SECONDS,
+                "queue_packets": self.queue_packets, "quick": self.quick, **extra}
+
+
+def settings(args: argparse.Namespace) -> Settings:
+    try:
+        bps = parse_rate(args.bottleneck, "--bottleneck")
+    except PolicyError as err:
+        raise UsageError(str(err)) from None
+    seconds = args.seconds if args.seconds is not None else \
+        args.quick_seconds if args.quick else args.default_seconds
+    if seconds != int(seconds) or seconds <= SETTLE_SECONDS + 1:
+        raise UsageError(f"--seconds: {seconds:g} must be a whole number of seconds above {SETTLE_SECONDS + 1:g} "
+                         "(iperf3 runs whole seconds; the first one is left out of every mean)")
+    if not 1 <= args.queue_packets <= 100_000:
+        raise UsageError(f"--queue-packets: {args.queue_packets} must be from 1 to 100000")
+    return Settings(bps, int(seconds), args.queue_packets, args.quick)
+

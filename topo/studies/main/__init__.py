@@ -1,0 +1,186 @@
+"""The main study: TCP h1 → h4 throughout, UDP h1 → h4 stepping up, under each policy in turn.
+
+Each policy (× each repetition) runs on a fresh network. Prometheus records the controller and the
+live per-flow throughput; `auto` runs are also scored by their congestion episodes.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from controller.policy import parse_policy
+from controller.tc import Tc
+from topo.harness.fidelity import Monitor
+from topo.harness.launch import Host, note
+from topo.harness.prometheus import query_range, tcp_throughput_query
+from topo.net import traffic
+from topo.net.traffic import Flow, Pause
+from topo.studies.base import Study, Trial, TrialContext, UsageError, network_under, policy_document
+from topo.studies.main import report
+from topo.studies.main.episodes import episodes
+from topo.studies.main.scenario import Scenario, ScenarioError, load_scenario
+from topo.topos import StudyTopo
+
+BOTTLENECK = "s1-eth1"       # s1's port to s2: where h1 → h4 traffic queues
+SLACK_PER_STEP = 1           # TCP outlasts the steps: a UDP test's control exchange may start late
+
+
+@dataclass(frozen=True)
+class Plan:
+    scenario: Scenario
+    documents: dict[str, dict]          # policy name → document, in run order
+
+
+class MainStudy(Study):
+    name = "main"
+    description = "TCP under a stepped UDP flood through a 5 Mbit/s bottleneck, per QoS policy."
+    records = True
+    figure_name = "throughput.png"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--policy", nargs="+", default=["none", "reserve"], metavar="NAME",
+                       help="policies/<NAME>.yaml (or a path), run in this order (default: none reserve)")
+        p.add_argument("--scenario", type=Path, help="YAML file of scenario fields (flags override it)")
+        p.add_argument("--bottleneck", help="bottleneck rate, e.g. 5Mbit (default 5Mbit)")
+        p.add_argument("--delay", help="one-way delay on the h1–h4 path where netem exists, e.g. 5ms; 'none'")
+        p.add_argument("--udp-steps", help="offered UDP rates in Mbit/s, e.g. 0,2,4,6,8,10,12")
+        p.add_argument("--step-seconds", type=float, help="how long each UDP step lasts (default 10; --quick 3)")
+        p.add_argument("--queue-packets", type=int, help="packet limit of the bottleneck's queues (default 25)")
+        p.add_argument("--cc", dest="tcp_congestion_control", help="TCP congestion control (default: the kernel's)")
+        p.add_argument("--tcp-flows", type=int, help="parallel TCP flows h1 → h4 (default 1)")
+        p.add_argument("--repeat", type=int, help="run each policy this many times, each on a fresh network "
+                                                  "(default 1); steps report the median and the range")
+        p.add_argument("--prometheus", choices=("auto", "none"), default="auto",
+                       help="auto: record series in the Prometheus on 127.0.0.1:9090, or start Debian's "
+                            "with its data in DIR/prometheus; none: no time series")
+        p.add_argument("--metrics-port", type=int, default=9102, help="launcher exporter port on 127.0.0.1")
+
+    def plan(self, args: argparse.Namespace) -> Plan:
+        try:
+            scenario = _scenario(args)
+        except ScenarioError as err:
+            raise UsageError(str(err)) from None
+        documents = {}
+        for name in args.policy:
+            doc = policy_document(name, scenario.bottleneck_bps, scenario.queue_packets)
+            documents[doc["name"]] = doc
+        return Plan(scenario, documents)
+
+    def trials(self, plan: Plan, host: Host) -> list[Trial]:
+        scenario, env = plan.scenario, host.environment
+        if scenario.tcp_congestion_control and scenario.tcp_congestion_control not in env["tcp_congestion_control"]:
+            raise UsageError(f"--cc {scenario.tcp_congestion_control}: this kernel offers only "
+                             f"{', '.join(env['tcp_congestion_control'])}")
+        delay = scenario.delay if scenario.delay and env["netem"] else None
+        if scenario.delay and not delay:
+            note(f"netem is missing from this kernel: the {scenario.delay} delay is NOT applied")
+        repeat = scenario.repeat
+        return [Trial(label=name if repeat == 1 else f"{name} {r}/{repeat}", raw=f"{name}/{r}",
+                      seconds=scenario.tcp_seconds, run=partial(_run_policy, name, doc, scenario, delay))
+                for name, doc in plan.documents.items() for r in range(1, repeat + 1)]
+
+    def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
+        scenario = plan.scenario
+        delay = scenario.delay if scenario.delay and host.environment["netem"] else None
+        policies = {}
+        for name, doc in plan.documents.items():
+            runs = [result for label, result in done.items() if result["policy"] == name]
+            if not runs:
+                continue
+            reservation = report.reservation_mbps(parse_policy(doc), scenario.bottleneck_bps)
+            policies[name] = {**report.aggregate(runs),
+                              **({"tcp_reservation_mbps": reservation} if reservation is not None else {})}
+        summary = {"scenario": {**dataclasses.asdict(scenario), "tcp_seconds": scenario.tcp_seconds},
+                   "bottleneck_mbps": scenario.bottleneck_bps / 1e6,
+                   "environment": {**host.environment, "delay_applied": delay,
+                                   "notes": [f"netem is missing from this kernel: the {scenario.delay} delay is "
+                                             "NOT applied"] if scenario.delay and not delay else []},
+                   "policies": policies}
+        if prometheus_url:
+            summary["prometheus"] = _recorded(prometheus_url, policies, host.out / "prometheus")
+        return summary
+
+    def table(self, summary: dict[str, Any]) -> str:
+        return report.table(summary)
+
+    def figure(self, summary: dict[str, Any], path: Path) -> None:
+        report.figure(summary, path)
+
+
+def _scenario(args: argparse.Namespace) -> Scenario:
+    steps = None
+    if args.udp_steps:
+        try:
+            steps = [float(s) for s in args.udp_steps.split(",")]
+        except ValueError:
+            raise ScenarioError(f"--udp-steps: {args.udp_steps!r} is not a comma-separated list of numbers") from None
+    scenario = load_scenario(args.scenario, {"bottleneck": args.bottleneck, "delay": args.delay,
+                                             "udp_steps_mbps": steps,
+                                             "tcp_congestion_control": args.tcp_congestion_control,
+                                             "queue_packets": args.queue_packets, "tcp_flows": args.tcp_flows,
+                                             "repeat": args.repeat})
+    if args.quick:
+        scenario = scenario.quick()
+    if args.step_seconds is not None:
+        scenario = dataclasses.replace(scenario, step_seconds=args.step_seconds)   # validated on construction
+    return scenario
+
+
+def lanes(scenario: Scenario) -> list[list[traffic.Item]]:
+    """TCP for the whole run; beside it the UDP steps one after the other, then TCP alone."""
+    tcp = Flow("tcp", "h1", "h4", int(scenario.tcp_seconds + SLACK_PER_STEP * len(scenario.udp_steps_mbps)),
+               congestion_control=scenario.tcp_congestion_control, parallel=scenario.tcp_flows)
+    steps: list[traffic.Item] = [
+        Pause(scenario.step_seconds, label="UDP 0 Mbit/s") if rate == 0 else
+        Flow(f"udp_{rate:g}mbps", "h1", "h4", int(scenario.step_seconds), udp_mbps=rate, label=f"UDP {rate:g} Mbit/s")
+        for rate in scenario.udp_steps_mbps]
+    return [[tcp], [*steps, Pause(scenario.cooldown_seconds, label="cooldown, TCP alone")]]
+
+
+def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None, ctx: TrialContext) -> dict:
+    policy = parse_policy(document)
+
+    def on_start(item: traffic.Item) -> None:
+        if ctx.live and not (isinstance(item, Flow) and item.udp_mbps is None):
+            ctx.live.step(name, item.udp_mbps if isinstance(item, Flow) else 0.0)
+
+    with network_under(ctx, StudyTopo(delay=delay), document, [("h1", "h4")]) as net:
+        started = time.time()
+        with Monitor(BOTTLENECK) as monitor:
+            ran = traffic.run(net, lanes(scenario), ctx.raw_dir, ctx.tick, on_start)
+        tc = Tc()
+        try:
+            classes, leaves = tc.classes(BOTTLENECK), tc.leaves(BOTTLENECK)
+        finally:
+            tc.close()
+        decisions = [d for d in ctx.client.status()["decisions"] if d["time"] >= started]
+    tcp = next(r for r in ran if isinstance(r.item, Flow) and r.item.name == "tcp")
+    tcp.require()
+    steps = [r for r in ran if r is not tcp][:len(scenario.udp_steps_mbps)]
+    result = report.summarise_run(scenario.bottleneck_bps, scenario.settle_seconds, scenario.udp_steps_mbps, policy,
+                                  tcp, steps, monitor.samples, classes, leaves, decisions)
+    reservation = report.reservation_mbps(policy, scenario.bottleneck_bps)
+    if reservation is not None and decisions:
+        result["episodes"] = episodes(result["steps"], result["decisions"], result["tcp_series"], reservation)
+    return {"policy": name, **result}
+
+
+def _recorded(url: str, policies: dict[str, dict], data_dir: Path) -> dict[str, Any]:
+    """What Prometheus holds of each policy's TCP throughput: the query and its points."""
+    recorded = {"url": url, "data_dir": str(data_dir), "queries": {}}
+    for name, result in policies.items():
+        runs = result["repetitions"]
+        expr = tcp_throughput_query(name)
+        start, end = runs[0]["t0"], runs[-1]["t0"] + runs[-1]["cooldown"]["end_s"]
+        points = query_range(url, expr, start, end)
+        recorded["queries"][name] = {"expr": expr, "start": start, "end": end, "points": len(points),
+                                     "mean_mbps": round(sum(v for _, v in points) / len(points), 3) if points else None}
+    return recorded
+
+
+STUDY = MainStudy()

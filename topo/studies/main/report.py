@@ -1,0 +1,194 @@
+"""The main study's numbers (pure): one run's steps, repeats combined, the table and the figure.
+
+A step's TCP and UDP rates are what the receivers got, averaged over the step with its first
+(settling) second left out. With --repeat N each step reports the median of the N runs, with the
+minimum, the maximum and the per-run values beside it; a step is faithful only if it was in every
+run, and its notes say which run the emulator failed in.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from controller.policy import Policy
+from controller.tc import ClassCounters, Leaf, htb_classid
+from topo.harness import fidelity
+from topo.harness.report import jain_index, plt
+from topo.net import iperf
+from topo.net.traffic import Ran
+
+UNFAITHFUL = "†"
+
+
+def tcp_class(policy: Policy) -> str | None:
+    """The HTB class TCP is steered to while a port reserves, if the policy has a tcp class."""
+    found = next((c for c in policy.classes if c.name == "tcp"), None)
+    return htb_classid(found.queue) if found else None
+
+
+def reservation_mbps(policy: Policy, capacity_bps: int) -> float | None:
+    """The TCP class's reserved rate, for policies that can reserve."""
+    tcp = next((c for c in policy.classes if c.name == "tcp"), None)
+    reserves = any(p.queues != "fifo" for s in policy.switches for p in s.ports)
+    return round(tcp.min_share * capacity_bps / 1e6, 3) if tcp and reserves else None
+
+
+def step_window(ran: Ran) -> tuple[float, float]:
+    """When a step's UDP test really ran: it ended as the client exited (the closing exchange takes
+    milliseconds), and its data went out for the seconds iperf3 reports; a pause, or a test that
+    failed, is its own span."""
+    if ran.doc is None or ran.error:
+        return ran.started, ran.ended
+    return max(ran.started, ran.ended - ran.doc["end"]["sum_sent"]["seconds"]), ran.ended
+
+
+def summarise_run(capacity_bps: int, settle: float, steps_mbps: tuple[float, ...], policy: Policy,
+                  tcp: Ran, steps: list[Ran], samples: list[fidelity.Sample], classes: dict[str, ClassCounters],
+                  leaves: dict[str, Leaf], decisions: list[dict]) -> dict[str, Any]:
+    """One run of one policy: its steps (with their fidelity), the cooldown, the TCP series, the
+    bottleneck's HTB classes at the end and the controller's decisions. Times are from TCP's start."""
+    t0 = tcp.started
+    received, sent = iperf.received(tcp.doc), iperf.sent(tcp.doc)
+    streams = iperf.received_streams(tcp.doc)
+    rows = []
+    for rate, ran in zip(steps_mbps, steps):
+        start, end = step_window(ran)
+        window = (start + settle, end)
+        udp_sum = (ran.doc or {}).get("end", {}).get("sum", {})
+        retransmits = iperf.window_retransmits(sent, t0, *window)
+        delivered = None if ran.error else iperf.window_mean_bps(iperf.received(ran.doc), start, *window) \
+            if ran.doc else 0.0
+        row = {"udp_mbps_offered": rate, "udp_mbps_delivered": _mbps(delivered),
+               "udp_lost_percent": udp_sum.get("lost_percent"),
+               "tcp_mbps": _mbps(iperf.window_mean_bps(received, t0, *window)),
+               "tcp_retransmits": retransmits,
+               "start_s": round(start - t0, 3), "end_s": round(end - t0, 3)}
+        if len(streams) > 1:
+            flows = [_mbps(iperf.window_mean_bps(s, t0, *window)) or 0.0 for s in streams]
+            row.update(tcp_flows_mbps=flows, tcp_jain_index=round(jain_index(flows), 3) if any(flows) else None)
+        row.update(fidelity.assess(samples, *window, capacity_bps, tcp_class(policy), retransmits,
+                                   [fidelity.Received(received, t0)]))
+        if ran.error:
+            row.update(faithful=False, fidelity_notes=[*row["fidelity_notes"], f"the UDP test failed: {ran.error}"])
+        rows.append(row)
+    last_end = step_window(steps[-1])[1]
+    cooldown = (last_end + settle, tcp.ended)
+    names = {htb_classid(0): "default", **{htb_classid(c.queue): c.name for c in policy.classes}}
+    return {
+        "steps": rows,
+        "cooldown": {"tcp_mbps": _mbps(iperf.window_mean_bps(received, t0, *cooldown)),
+                     "start_s": round(last_end - t0, 3), "end_s": round(tcp.ended - t0, 3)},
+        "tcp_series": [{"t": round(i.start, 3), "seconds": round(i.end - i.start, 3), "tcp_mbps": _mbps(i.bps)}
+                       for i in received],
+        "tc_classes": {cid: {"class": names.get(cid, "parent"), "bytes": c.bytes, "packets": c.packets,
+                             "drops": c.drops, "queue": leaves[cid].kind if cid in leaves else None,
+                             "limit_packets": leaves[cid].limit if cid in leaves else None}
+                       for cid, c in sorted(classes.items())},
+        "decisions": [{**d, "t": round(d["time"] - t0, 3)} for d in decisions],
+        "t0": t0,
+    }
+
+
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Repeats of one policy combined step by step; the runs themselves are kept under "repetitions"."""
+    steps = []
+    for k, first in enumerate(runs[0]["steps"]):
+        per = [run["steps"][k] for run in runs]
+        tcp = [s["tcp_mbps"] for s in per]
+        row = {"udp_mbps_offered": first["udp_mbps_offered"],
+               **_spread("tcp_mbps", tcp), "runs": tcp,
+               **_spread("udp_mbps_delivered", [s["udp_mbps_delivered"] for s in per]),
+               "tcp_retransmits": _median([s["tcp_retransmits"] for s in per]),
+               "faithful": all(s["faithful"] for s in per), "fidelity": [s["fidelity"] for s in per],
+               "fidelity_notes": [note if len(runs) == 1 else f"run {i + 1}: {note}"
+                                  for i, s in enumerate(per) for note in s["fidelity_notes"]]}
+        if "tcp_flows_mbps" in first:
+            row["tcp_flows_mbps"] = [_median(list(rates)) for rates in zip(*(s["tcp_flows_mbps"] for s in per))]
+            row["tcp_jain_index"] = _median([s["tcp_jain_index"] for s in per])
+        steps.append(row)
+    episodes = [e for run in runs for e in run.get("episodes", [])]
+    return {"steps": steps, "repetitions": runs,
+            "reaction_seconds": [e["reaction_seconds"] for e in episodes],
+            "recovery_seconds": [e["recovery_seconds"] for e in episodes]}
+
+
+def table(summary: dict[str, Any]) -> str:
+    """TCP throughput (and UDP delivered) per offered UDP rate, one column pair per policy; with
+    repeats the median and its range; † marks a step the emulator, not the policy, decided."""
+    policies = summary["policies"]
+    names = list(policies)
+    head = "| UDP offered (Mbit/s) | " + " | ".join(f"{n}: TCP | {n}: UDP delivered" for n in names) + " |"
+    lines = [head, "|---:|" + "---:|---:|" * len(names)]
+    notes = []
+    for i, first in enumerate(policies[names[0]]["steps"]):
+        cells = []
+        for n in names:
+            step = policies[n]["steps"][i]
+            mark = "" if step["faithful"] else f" {UNFAITHFUL}"
+            cells += [_ranged(step, "tcp_mbps") + mark, _ranged(step, "udp_mbps_delivered")]
+            notes += [f"{n} at UDP {step['udp_mbps_offered']:g} Mbit/s: {note}" for note in step["fidelity_notes"]]
+        lines.append(f"| {first['udp_mbps_offered']:g} | " + " | ".join(cells) + " |")
+    text = "\n".join(lines) + "\n"
+    if notes:
+        text += f"\n{UNFAITHFUL} not faithful (the emulator, not the policy, decided):\n" + \
+                "".join(f"- {note}\n" for note in notes)
+    return text
+
+
+def figure(summary: dict[str, Any], path: Path) -> None:
+    """The study's Figure 2: TCP throughput against offered UDP rate, one line per policy; with
+    repeats a band from the minimum to the maximum; unfaithful steps as hollow markers."""
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    hollow_labelled = False
+    for name, result in summary["policies"].items():
+        steps = result["steps"]
+        xs = [s["udp_mbps_offered"] for s in steps]
+        line, = ax.plot(xs, [s["tcp_mbps"] or 0 for s in steps], marker="o", label=name)
+        if len(result.get("repetitions", ())) > 1:
+            ax.fill_between(xs, [s["tcp_mbps_min"] or 0 for s in steps], [s["tcp_mbps_max"] or 0 for s in steps],
+                            color=line.get_color(), alpha=0.2, linewidth=0)
+        bad = [s for s in steps if not s["faithful"]]
+        if bad:
+            ax.plot([s["udp_mbps_offered"] for s in bad], [s["tcp_mbps"] or 0 for s in bad], linestyle="none",
+                    marker="o", markersize=11, markerfacecolor="none", markeredgecolor="black",
+                    label=None if hollow_labelled else f"{UNFAITHFUL} not faithful (emulator)")
+            hollow_labelled = True
+    ax.axhline(summary["bottleneck_mbps"], color="grey", linestyle=":", label="bottleneck")
+    reservations = {r.get("tcp_reservation_mbps") for r in summary["policies"].values()} - {None}
+    for mbps in reservations:
+        ax.axhline(mbps, color="grey", linestyle="--", label=f"TCP reservation ({mbps:g} Mbit/s)")
+    ax.set_xlabel("offered UDP rate (Mbit/s)")
+    ax.set_ylabel("TCP throughput (Mbit/s)")
+    ax.set_ylim(bottom=0, top=summary["bottleneck_mbps"] * 1.15)
+    repeats = summary.get("scenario", {}).get("repeat", 1)
+    ax.set_title(f"TCP under a UDP flood, {summary['bottleneck_mbps']:g} Mbit/s bottleneck"
+                 + (f" (median of {repeats} runs, band: min–max)" if repeats > 1 else ""), fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _spread(key: str, values: list[float | None]) -> dict[str, float | None]:
+    known = [v for v in values if v is not None]
+    return {key: _median(known), f"{key}_min": min(known, default=None), f"{key}_max": max(known, default=None)}
+
+
+def _median(values: list) -> Any:
+    known = [v for v in values if v is not None]
+    return round(median(known), 3) if known else None
+
+
+def _ranged(step: dict, key: str) -> str:
+    value, low, high = step.get(key), step.get(f"{key}_min"), step.get(f"{key}_max")
+    if value is None:
+        return "–"
+    if low is None or high is None or low == high:
+        return f"{value:.2f}"
+    return f"{value:.2f} ({low:.2f}–{high:.2f})"
+
+
+def _mbps(bps: float | None) -> float | None:
+    return None if bps is None else round(bps / 1e6, 3)
