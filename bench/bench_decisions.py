@@ -26,10 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.congestion import PROGRAM, ROLLBACK, Decision  # noqa: E402
-from controller.policy import parse_policy  # noqa: E402
-from controller.stats import FlowCounters, PortCounters, QueueCounters, RateTracker  # noqa: E402
-from controller.switch_state import SwitchState  # noqa: E402
+from controller.core.congestion import PROGRAM, ROLLBACK, Decision  # noqa: E402
+from controller.core.policy import parse_policy  # noqa: E402
+from controller.core.stats import FlowCounters, PortCounters, QueueCounters, RateTracker  # noqa: E402
+from controller.core.switch_state import SwitchState  # noqa: E402
 
 DP_ID = 1
 CAPACITY_BPS = 10_000_000

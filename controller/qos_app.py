@@ -1,16 +1,24 @@
-"""os-ken (or Ryu) app: the thin shim between OpenFlow/OVSDB events and the pure core.
+"""os-ken (or Ryu) app: the shim between OpenFlow, OVSDB, tc, REST and the pure core.
 
 Run:  osken-manager --config-file controller/qos.conf controller/qos_app.py
 
-It installs the policy's flows on each OpenFlow 1.3 switch, keeps each QoS
-port's queues in OVSDB as the policy and congestion say, polls port and queue
-statistics, serves a REST API and Prometheus metrics on loopback, and on exit
-removes every QoS/Queue row it created.
+One writer. OpenFlow events, REST requests, the statistics timers, the OVSDB/tc worker and the
+netlink watcher all enter through this app's event queue, so its state never changes under a
+handler's feet. Every change is planned by the pure core (controller/core/plan.py) against what
+the switch and OVSDB hold, never against a memory of what was sent: flow batches end with a
+barrier, OpenFlow errors are matched to their message by xid, and every poll compares again, so a
+flow deleted or a QoS cleared by hand is repaired within a poll or two. OVSDB and tc work goes to
+one worker greenthread (controller/adapters/worker.py), so OpenFlow handling never waits on it.
+
+A restart is not an outage: the policy in force is saved (controller/adapters/statefile.py), and
+a new process adopts what the switches and OVSDB already hold, changing only what differs. On exit
+the controller leaves flows and queues as they are; DELETE /qos/v1/policy is what removes them.
 """
 from __future__ import annotations
 
 import collections
 import logging
+import random
 import signal
 import sys
 import time
@@ -21,42 +29,111 @@ from typing import Any
 # osken-manager loads this file by path; make the `controller` package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import yaml  # noqa: E402
 from prometheus_client import CollectorRegistry, make_wsgi_app  # noqa: E402
 
-from controller.compat import (App, CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, cfg, hub,  # noqa: E402
-                               ofp_event, ofproto_v1_3, set_ev_cls)
-from controller.congestion import Decision  # noqa: E402
-from controller.flows import COOKIE, COOKIE_MASK, FlowEntry  # noqa: E402
-from controller.metrics import ControllerCollector, Snapshot  # noqa: E402
-from controller.ovsdb import DEFAULT_DB, BridgeInfo, Ovsdb, OvsdbError  # noqa: E402
-from controller.policy import Policy, PolicyError, parse_policy  # noqa: E402
-from controller.rest import make_app  # noqa: E402
-from controller.stats import FlowCounters, PortCounters, QueueCounters, RateTracker  # noqa: E402
-from controller.switch_state import SwitchState  # noqa: E402
-from controller.tc import FIFO_KINDS, Tc, htb_classid  # noqa: E402
+from controller.adapters import config, openflow, statefile  # noqa: E402
+from controller.adapters.listeners import PortInUse, check_free, listen, serve  # noqa: E402
+from controller.adapters.metrics import ControllerCollector, Snapshot  # noqa: E402
+from controller.adapters.ovsdb import BridgeInfo, Ovsdb, OvsdbError  # noqa: E402
+from controller.adapters.rest import Busy, make_app  # noqa: E402
+from controller.adapters.tc import Tc, TcEvents  # noqa: E402
+from controller.adapters.worker import Job, Result, Worker  # noqa: E402
+from controller.compat import (CONF, DEAD_DISPATCHER, MAIN_DISPATCHER, App, EventBase,  # noqa: E402
+                               EventReplyBase, EventRequestBase, hub, ofp_event, ofproto_v1_3, set_ev_cls)
+from controller.core.congestion import Decision  # noqa: E402
+from controller.core.errors import PolicyError  # noqa: E402
+from controller.core.plan import ABSENT, ActualFlow, FlowChanges, plan  # noqa: E402
+from controller.core.policy import Policy, load_document, parse_policy  # noqa: E402
+from controller.core.queues import OvsdbQos  # noqa: E402
+from controller.core.stats import FlowCounters, Multipart, PortCounters, QueueCounters, RateTracker  # noqa: E402
+from controller.core.switch_state import SwitchState  # noqa: E402
 
 LOG = logging.getLogger("qos_app")
-CONF = cfg.CONF
-CONF.register_opts([
-    cfg.StrOpt("policy", default="", help="policy file (YAML) to apply at start"),
-    cfg.StrOpt("ovsdb", default=DEFAULT_DB, help="OVSDB remote"),
-    cfg.StrOpt("owner", default="default", help="external_ids tag that marks this instance's QoS rows"),
-    cfg.StrOpt("api_host", default="127.0.0.1"),
-    cfg.PortOpt("api_port", default=8080),
-    cfg.StrOpt("metrics_host", default="127.0.0.1"),
-    cfg.PortOpt("metrics_port", default=9101),
-], group="qos")
+LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s"
+config.register(CONF)
+
+UNSET, CLEARED, ACTIVE = "unset", "cleared", "active"   # no policy yet (hands off) / cleared / in force
+REQUEST_TIMEOUT = 30.0
+CONFIRM_SECONDS = 20.0        # a change is answered once every switch is in sync, or after this saying what is not
+CONFIRMED = ("set_policy", "clear_policy")
+BRIDGE_RETRIES, BRIDGE_RETRY_SECONDS = 50, 0.2
+TC_SWEEP_SECONDS = 300.0      # netlink announces tc changes; a slow sweep catches any it dropped
+
+
+class EventRequest(EventRequestBase):
+    def __init__(self, op: str, arg: Any):
+        super().__init__()
+        self.op, self.arg = op, arg
+
+
+class EventReply(EventReplyBase):
+    def __init__(self, dst, result: Any = None, error: Exception | None = None):
+        super().__init__(dst)
+        self.result, self.error = result, error
+
+
+class EventPollDue(EventBase):
+    def __init__(self, dp_id: int, due: float):
+        super().__init__()
+        self.dp_id, self.due = dp_id, due
+
+
+class EventJobsDone(EventBase):
+    def __init__(self, results: list[Result]):
+        super().__init__()
+        self.results = results
+
+
+class EventTcChanged(EventBase):
+    def __init__(self, indexes: set[int] | None):
+        super().__init__()
+        self.indexes = indexes
+
+
+class EventRefresh(EventBase):
+    def __init__(self, dp_id: int, tries: int):
+        super().__init__()
+        self.dp_id, self.tries = dp_id, tries
+
+
+@dataclass
+class Batch:
+    """A flow batch sent and not yet confirmed by its barrier."""
+    changes: FlowChanges
+    xids: set[int]
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Poll:
+    due: float
+    sent: float
 
 
 @dataclass
 class Switch:
-    """A connected datapath and what we last put on it."""
-    datapath: Any
-    bridge: BridgeInfo
-    state: SwitchState | None = None
-    flows: dict[tuple, FlowEntry] = field(default_factory=dict)   # (priority, match) → entry
-    qos: dict[int, Any] = field(default_factory=dict)             # port_no → QosSpec in OVSDB
+    dp: Any
+    connection: int                                  # a number of its own for every connection of the switch
+    bridge: BridgeInfo | None = None
+    state: SwitchState | None = None                 # desired; None: the policy has nothing for it
+    flows: dict[int, ActualFlow] | None = None       # what the switch holds; None until it has said
+    epoch: int = 0                                   # flow batches sent: a reply to an older request is stale
+    flow_requests: dict[int, int] = field(default_factory=dict)   # flow stats xid → epoch when sent
+    batches: dict[int, Batch] = field(default_factory=dict)       # barrier xid → batch
+    busy: set[int] = field(default_factory=set)      # ports with a worker job in flight
+    applied: dict[int, OvsdbQos | None] = field(default_factory=dict)   # what we last put in OVSDB
+    tc_check: set[int] = field(default_factory=set)  # ports whose tc may have changed
+    failed: set[int] = field(default_factory=set)    # ports whose last job failed: tried again next poll
+    flows_failed: bool = False                       # the switch refused a flow batch: tried again next poll
+    missing: set[int] = field(default_factory=set)   # ports whose HTB classes a check found gone
+    rebuild: set[int] = field(default_factory=set)   # ports whose QoS must be taken off and put back
+    ifindex: dict[int, int] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)   # what is not in sync, and why
+    in_sync: bool = False
+    settled: bool = False                            # nothing in flight: in sync, or failed until the next poll
+    poll: Poll | None = None
+    poller: Any = None
+    swept: float = 0.0
 
 
 class QosController(App):
@@ -64,368 +141,573 @@ class QosController(App):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        conf = CONF.qos
-        self.ovsdb = Ovsdb(conf.ovsdb, owner=conf.owner)
-        self.tc = Tc()
-        stale = self.ovsdb.remove_all()
-        if stale:
-            LOG.info("removed %d QoS/Queue rows left by an earlier run", stale)
-        self.policy: Policy | None = None
-        self.document: Any = None
+        try:
+            self.settings = self._settings()
+            mode, document, policy = self._initial_policy()
+        except (config.ConfigError, PolicyError) as err:
+            _fail(err, 2)
+        try:
+            self.ovsdb = self._open()
+        except (PortInUse, OvsdbError, OSError) as err:
+            _fail(err, 1)
+        self.mode, self.document, self.policy = mode, document, policy
         self.switches: dict[int, Switch] = {}
         self.rates = RateTracker()
+        self.multipart = Multipart()
         self.queue_drops: dict[tuple[int, int], dict[int, float]] = {}
         self.class_bps: dict[tuple[int, int], dict[str, float]] = {}
-        self.snapshot = Snapshot()
+        self.snapshot = Snapshot(policy=policy.name if policy else None)
         self.decisions: collections.deque[dict] = collections.deque(maxlen=1000)
         self.registry = CollectorRegistry()
         self.registry.register(ControllerCollector(lambda: self.snapshot))
+        self.tc: Tc | None = None
+        self.worker: Worker | None = None
+        self._late_logged: set[int] = set()
+        self._connections = 0
+        self._waiting: list[tuple[EventRequest, dict, float]] = []   # changes answered once in sync
         self._workers: list = []
-        if conf.policy:
-            try:
-                self.set_policy(yaml.safe_load(Path(conf.policy).read_text()))
-            except (OSError, yaml.YAMLError, PolicyError) as err:
-                LOG.error("policy %s: %s", conf.policy, err)
-                self.close()
-                raise SystemExit(2)
+        LOG.info("owner %s, policy %s (%s), saved in %s", self.settings.owner, policy.name if policy else None,
+                 mode, self.settings.state_file)
+
+    # What a unit test replaces with fakes (tests/unit/fakes.py): configuration, sockets and OVSDB,
+    # the worker, timers, the clock.
+    def _settings(self) -> config.Settings:
+        for handler in logging.getLogger().handlers:   # osken-manager's handlers print bare messages
+            handler.setFormatter(logging.Formatter(LOG_FORMAT, "%Y-%m-%d %H:%M:%S"))
+        return config.settings(CONF)
+
+    def _open(self) -> Ovsdb:
+        """The listeners (refused while another process has a port) and the OVSDB connection (refused
+        while another controller of this owner holds the lock)."""
+        check_free((CONF.ofp_listen_host or "0.0.0.0", CONF.ofp_tcp_listen_port or 6653))
+        self._api_sock, self._metrics_sock = listen(self.settings.api), listen(self.settings.metrics)
+        return Ovsdb(self.settings.ovsdb, owner=self.settings.owner)
+
+    def _later(self, seconds: float, event: EventBase) -> None:
+        hub.spawn_after(seconds, self.send_event, self.name, event)
+
+    def _start_poller(self, dp_id: int):
+        return hub.spawn(self._poller, dp_id)
+
+    _now = staticmethod(time.monotonic)
+
+    def _initial_policy(self) -> tuple[str, Any, Policy | None]:
+        """The configured policy file, else the one saved when this owner last ran."""
+        if self.settings.policy is not None:
+            document = load_document(self.settings.policy)
+            return ACTIVE, document, parse_policy(document)
+        try:
+            saved, document = statefile.read(self.settings.state_file)
+        except (OSError, PolicyError) as err:
+            LOG.error("cannot use the saved policy (%s); starting without one, switches left as they are", err)
+            return UNSET, None, None
+        if saved != statefile.POLICY:
+            return (CLEARED if saved == statefile.CLEARED else UNSET), None, None
+        try:
+            return ACTIVE, document, parse_policy(document)
+        except PolicyError as err:
+            LOG.error("the saved policy is no longer valid (%s); starting without one, switches left as they are", err)
+            return UNSET, None, None
+
+    # --- life cycle -------------------------------------------------------------------------
+    def start(self):
+        thread = super().start()
         # osken-manager cleans up (close()) on KeyboardInterrupt only: make SIGTERM do the same,
         # and SIGINT too where a background start left it ignored.
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, _interrupt)
-
-    # --- life cycle -------------------------------------------------------------------------
-    def start(self):
-        super().start()
-        conf = CONF.qos
-        self._workers = [
-            hub.spawn(self._poll_loop),
-            hub.spawn(hub.WSGIServer((conf.api_host, conf.api_port), make_app(self)).serve_forever),
-            hub.spawn(hub.WSGIServer((conf.metrics_host, conf.metrics_port),
-                                     make_wsgi_app(self.registry)).serve_forever),
-        ]
-        LOG.info("REST on %s:%d, metrics on %s:%d", conf.api_host, conf.api_port,
-                 conf.metrics_host, conf.metrics_port)
+        self.tc = Tc()
+        self.worker = Worker(self.ovsdb, self.tc, lambda results: self.send_event(self.name, EventJobsDone(results)))
+        self.worker.sweep_orphans()   # rows of ours a dead run left on ports that are gone
+        self._workers = [hub.spawn(self.worker.run), hub.spawn(self._watch_tc),
+                         hub.spawn(serve, self._api_sock, make_app(self, self.settings.api_token)),
+                         hub.spawn(serve, self._metrics_sock, make_wsgi_app(self.registry))]
+        LOG.info("REST on %s:%d, metrics on %s:%d", *self.settings.api, *self.settings.metrics)
+        return thread
 
     def stop(self):
-        for worker in self._workers:
-            hub.kill(worker)
+        for thread in self._workers + [sw.poller for sw in self.switches.values() if sw.poller]:
+            hub.kill(thread)
         super().stop()
 
     def close(self):
-        removed = self.ovsdb.remove_all()
-        LOG.info("exit: removed %d QoS/Queue rows", removed)
+        """Leave flows and queues as they are: a restarted controller adopts them (no outage)."""
         self.ovsdb.close()
-        self.tc.close()
+        if self.tc:
+            self.tc.close()
+        LOG.info("exit: flows and queues left in place for the next start")
 
-    # --- REST -------------------------------------------------------------------------------
-    def policy_document(self) -> Any:
+    # --- requests (REST), answered in the event loop ----------------------------------------------
+    def call(self, op: str, arg: Any = None) -> Any:
+        """From another greenthread: run `op` in the event loop and wait for its answer."""
+        req = EventRequest(op, arg)
+        req.dst, req.sync, req.reply_q = self.name, True, hub.Queue()
+        self.send_event(self.name, req)
+        try:
+            reply = req.reply_q.get(timeout=REQUEST_TIMEOUT)
+        except hub.QueueEmpty:
+            raise Busy(f"the controller did not answer within {REQUEST_TIMEOUT:g} s; try again") from None
+        if reply.error is not None:
+            raise reply.error
+        return reply.result
+
+    @set_ev_cls(EventRequest)
+    def _request(self, req: EventRequest) -> None:
+        try:
+            result = getattr(self, f"_op_{req.op}")(req.arg)
+        except PolicyError as err:
+            self.reply_to_request(req, EventReply(req.src, error=err))
+            return
+        except Exception as err:   # noqa: BLE001 - answered as a 500; the traceback goes to the log
+            LOG.exception("request %s failed", req.op)
+            self.reply_to_request(req, EventReply(req.src, error=err))
+            return
+        if req.op in CONFIRMED:
+            self._waiting.append((req, result, self._now() + CONFIRM_SECONDS))
+            self._answer_waiting()
+        else:
+            self.reply_to_request(req, EventReply(req.src, result))
+
+    def _answer_waiting(self) -> None:
+        """Answer the changes waiting for every switch to settle (in sync, or failed and shown as such),
+        or for their time to run out."""
+        if not self._waiting:
+            return
+        switches = [sw for sw in self.switches.values() if sw.bridge is not None]
+        settled, in_sync, now = all(sw.settled for sw in switches), all(sw.in_sync for sw in switches), self._now()
+        waiting = []
+        for req, result, deadline in self._waiting:
+            if settled or now > deadline:
+                not_in_sync = {f"{sw.dp.id:016x}": dict(sw.errors) or "in progress" for sw in switches
+                               if not sw.in_sync}
+                self.reply_to_request(req, EventReply(req.src, {**result, "in_sync": in_sync,
+                                                                **({"not_in_sync": not_in_sync} if not_in_sync else {})}))
+            else:
+                waiting.append((req, result, deadline))
+        self._waiting = waiting
+
+    def _op_policy(self, _) -> Any:
         return self.document
 
-    def set_policy(self, document: Any) -> str:
-        """Validate, check against the connected switches, then apply; on error nothing changes."""
+    def _op_set_policy(self, document: Any) -> dict:
+        """Validate, check against the connected switches, save, then apply; on error nothing changes."""
         try:
             policy = parse_policy(document)
             for sw in self.switches.values():
-                self._check_ports(policy, sw.bridge, sw.datapath.id)
+                if sw.bridge is not None:
+                    _check_ports(policy, sw.bridge, sw.dp.id)
         except PolicyError:
             self.snapshot.load_error = True
             raise
-        self.policy, self.document = policy, document
         self.snapshot.load_error = False
-        self.snapshot.policy = policy.name
+        if self.mode == ACTIVE and policy == self.policy:
+            return {"applied": policy.name, "changed": False}
+        statefile.write(self.settings.state_file, document)
         LOG.info("policy %s in force", policy.name)
-        for sw in list(self.switches.values()):   # _adopt yields; switches come and go meanwhile
-            self._adopt(sw)
-        return policy.name
+        self._install(ACTIVE, document, policy)
+        return {"applied": policy.name, "changed": True}
 
-    def clear_policy(self) -> str | None:
-        """No policy: take our flows and queues off every switch (a launcher does this between runs)."""
+    def _op_clear_policy(self, _) -> dict:
+        """No policy: take our flows and queues off every switch."""
         name = self.policy.name if self.policy else None
-        self.policy = self.document = self.snapshot.policy = None
-        for sw in list(self.switches.values()):
-            self._adopt(sw)
+        statefile.write(self.settings.state_file, None)
+        self._install(CLEARED, None, None)
         LOG.info("policy %s cleared", name)
-        return name
+        return {"cleared": name}
 
-    def status(self) -> dict:
+    def _op_status(self, _) -> dict:
         switches = {}
         for dp_id, sw in self.switches.items():
+            if sw.bridge is None:
+                continue
             ports = {}
-            if sw.state is not None:
-                for p in sw.state.switch.ports:
-                    spec = sw.qos.get(p.port_no)
-                    ports[str(p.port_no)] = {
-                        "iface": sw.bridge.ports.get(p.port_no), "mode": p.queues,
-                        "queues": spec.mode if spec else None,
-                        "congested": sw.state.congested(p.port_no)}
+            for port in (sw.state.switch.ports if sw.state else ()):
+                iface = sw.bridge.ports.get(port.port_no)
+                actual = self.ovsdb.port_qos(iface) if iface else None
+                ports[str(port.port_no)] = {"iface": iface, "mode": port.queues,
+                                            "queues": actual.mode if isinstance(actual, OvsdbQos) else actual,
+                                            "congested": sw.state.congested(port.port_no)}
             switches[f"{dp_id:016x}"] = {"bridge": sw.bridge.name, "datapath_type": sw.bridge.datapath_type,
-                                          "flows": len(sw.flows), "ports": ports}
-        return {"policy": self.policy.name if self.policy else None, "switches": switches,
-                "decisions": list(self.decisions)}
+                                          "flows": len(sw.flows or {}), "in_sync": sw.in_sync,
+                                          "not_in_sync": dict(sw.errors), "ports": ports}
+        return {"policy": self.policy.name if self.policy else None, "mode": self.mode,
+                "owner": self.settings.owner, "switches": switches, "decisions": list(self.decisions)}
 
-    # --- OpenFlow events --------------------------------------------------------------------
-    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
-    def _switch_features(self, ev):
-        dp = ev.msg.datapath
-        bridge = self._bridge(dp.id)
-        if bridge is None:
-            LOG.error("datapath %016x is not an OVS bridge in %s; ignoring it", dp.id, CONF.qos.ovsdb)
+    def _install(self, mode: str, document: Any, policy: Policy | None) -> None:
+        self.mode, self.document, self.policy = mode, document, policy
+        self.snapshot.policy = policy.name if policy else None
+        for sw in self.switches.values():
+            self._set_state(sw)
+            self._reconcile(sw)
+
+    # --- switches ---------------------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
+    def _state_change(self, ev):
+        dp = ev.datapath
+        if ev.state == MAIN_DISPATCHER:
+            old = self.switches.get(dp.id)
+            if old is not None and old.poller:
+                hub.kill(old.poller)
+            self._connections += 1
+            self.switches[dp.id] = Switch(dp, self._connections)
+            self._refresh(dp.id, BRIDGE_RETRIES)
             return
-        sw = Switch(dp, bridge)
-        self.switches[dp.id] = sw
-        # Start from a clean slate: whatever flows of ours a previous run left.
-        parser = dp.ofproto_parser
-        dp.send_msg(parser.OFPFlowMod(dp, cookie=COOKIE, cookie_mask=COOKIE_MASK, table_id=dp.ofproto.OFPTT_ALL,
-                                      command=dp.ofproto.OFPFC_DELETE, out_port=dp.ofproto.OFPP_ANY,
-                                      out_group=dp.ofproto.OFPG_ANY))
-        LOG.info("switch %016x (%s, datapath %s) connected", dp.id, bridge.name, bridge.datapath_type or "system")
-        if self.policy is not None:
-            self._adopt(sw)
+        sw = self.switches.get(dp.id) if dp.id is not None else None
+        if sw is None or sw.dp is not dp:   # a reconnected switch's old connection dying late
+            return
+        del self.switches[dp.id]
+        if sw.poller:
+            hub.kill(sw.poller)
+        for forget in (self.rates.forget_datapath, self.multipart.forget, self.snapshot.forget):
+            forget(dp.id)
+        for table in (self.queue_drops, self.class_bps):
+            for key in [k for k in table if k[0] == dp.id]:
+                del table[key]
+        self.worker.sweep_orphans()   # a bridge that went away leaves our QoS rows behind
+        LOG.info("switch %016x left", dp.id)
 
-    @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
-    def _switch_gone(self, ev):
-        dp_id = ev.datapath.id
-        sw = self.switches.pop(dp_id, None) if dp_id is not None else None
+    @set_ev_cls(EventRefresh)
+    def _refresh_due(self, ev: EventRefresh) -> None:
+        self._refresh(ev.dp_id, ev.tries)
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def _port_status(self, ev):
+        # OVSDB learns a new port's OpenFlow number a moment after the switch announces it.
+        self._later(BRIDGE_RETRY_SECONDS, EventRefresh(ev.msg.datapath.id, 5))
+
+    def _refresh(self, dp_id: int, tries: int) -> None:
+        """Read the switch's bridge from OVSDB; again shortly while its ports are not all numbered."""
+        sw = self.switches.get(dp_id)
         if sw is None:
             return
-        # A bridge that went away leaves our QoS rows unreferenced: remove them now.
-        for port_no in list(sw.qos):
-            self._remove_queues(sw, port_no)
-        self.rates.forget_datapath(dp_id)
-        for table in (self.snapshot.ports, self.snapshot.capacity_bps, self.snapshot.congested,
-                      self.snapshot.programmed, self.queue_drops, self.class_bps):
-            for key in [k for k in table if k[0] == dp_id]:
-                del table[key]
-        for key in [k for k in self.snapshot.queues if k[0] == dp_id]:
-            del self.snapshot.queues[key]
-        LOG.info("switch %016x left", dp_id)
+        bridge = self.ovsdb.bridge(dp_id)
+        complete = bridge is not None and bridge.ports and set(sw.dp.ports) - {sw.dp.ofproto.OFPP_LOCAL} \
+            <= set(bridge.ports)
+        if not complete and tries > 0:
+            self._later(BRIDGE_RETRY_SECONDS, EventRefresh(dp_id, tries - 1))
+        if bridge is None:
+            if tries == 0:
+                LOG.error("datapath %016x is not an OVS bridge in %s; ignoring it", dp_id, self.settings.ovsdb)
+            return
+        if bridge == sw.bridge:
+            return
+        first = sw.bridge is None
+        sw.bridge = bridge
+        self._set_state(sw)
+        if first:
+            LOG.info("switch %016x (%s, datapath %s) connected", dp_id, bridge.name, bridge.datapath_type or "system")
+            self._send(sw, openflow.flow_stats_request(sw.dp))   # what it holds, before changing anything
+            sw.poller = self._start_poller(dp_id)
+        else:
+            self._reconcile(sw)
+
+    def _set_state(self, sw: Switch) -> None:
+        switch_policy = self.policy.switch(sw.dp.id) if self.policy and sw.bridge else None
+        if self.policy and sw.bridge and switch_policy is None:
+            LOG.warning("switch %016x is not in policy %s; nothing of ours stays on it", sw.dp.id, self.policy.name)
+        sw.state = SwitchState(self.policy, switch_policy, sw.bridge.userspace, previous=sw.state) \
+            if switch_policy else None
+
+    # --- reconciliation ---------------------------------------------------------------------
+    def _reconcile(self, sw: Switch) -> None:
+        """Plan what differs between the policy and what the switch and OVSDB hold, and start it."""
+        if self.mode == UNSET or sw.bridge is None or sw.flows is None:
+            return
+        qos = {}
+        for port_no, iface in sw.bridge.ports.items():
+            actual = self.ovsdb.port_qos(iface)
+            if actual is not None or (sw.state and sw.state.switch.port(port_no)):
+                qos[port_no] = actual
+                if port_no in sw.applied and actual not in (sw.applied[port_no], ABSENT) and port_no not in sw.busy:
+                    self._drift(sw, "qos", f"port {port_no} ({iface}): OVSDB holds {_mode(actual)}, not what we put")
+                    del sw.applied[port_no]
+        todo = plan(sw.state, sw.flows, qos)
+        if todo.flows and not sw.batches and not sw.flows_failed:
+            self._send_flows(sw, todo.flows)
+        waiting = sw.busy | sw.failed
+        jobs = [self._job(sw, port_no, spec, True) for port_no, spec in todo.qos.items() if port_no not in waiting]
+        for port_no in (sw.tc_check | sw.rebuild) - waiting - todo.qos.keys():
+            spec = todo.specs.get(port_no)
+            if spec is not None and isinstance(qos.get(port_no), OvsdbQos):
+                jobs.append(self._job(sw, port_no, spec, port_no in sw.rebuild, rebuild=port_no in sw.rebuild))
+        # A port's check is done by the job that starts now; one still busy keeps its mark for later.
+        started = {job.port_no for job in jobs}
+        sw.tc_check -= started
+        sw.rebuild -= started
+        if jobs:
+            sw.busy |= {job.port_no for job in jobs}
+            self.worker.submit(jobs)
+        sw.in_sync = not (todo.flows or todo.qos or sw.batches or sw.busy or sw.errors)
+        sw.settled = not (sw.batches or sw.busy or (todo.flows and not sw.flows_failed)
+                          or todo.qos.keys() - sw.failed)
+        self.snapshot.in_sync[sw.dp.id] = sw.in_sync
+        self._answer_waiting()
+        for port_no, actual in qos.items():
+            key = (sw.dp.id, port_no)
+            self.snapshot.programmed[key] = isinstance(actual, OvsdbQos) and actual.mode == "reserve"
+            if isinstance(actual, OvsdbQos):
+                self.snapshot.capacity_bps[key] = actual.max_bps
+
+    def _job(self, sw: Switch, port_no: int, spec, qos: bool, rebuild: bool = False) -> Job:
+        tags = (("dp_id", f"{sw.dp.id:016x}"), ("policy", self.policy.name)) if self.policy else ()
+        return Job(sw.dp.id, sw.connection, port_no, sw.bridge.ports[port_no], sw.bridge.userspace, spec, qos,
+                   rebuild, tags)
+
+    def _send_flows(self, sw: Switch, changes: FlowChanges) -> None:
+        xids = {self._send(sw, msg) for msg in openflow.flow_mods(sw.dp, changes)}
+        barrier = self._send(sw, sw.dp.ofproto_parser.OFPBarrierRequest(sw.dp))
+        sw.batches[barrier] = Batch(changes, xids)
+        sw.epoch += 1
+        LOG.info("switch %016x: flows -%d ~%d +%d", sw.dp.id, len(changes.delete), len(changes.modify),
+                 len(changes.add))
+
+    @staticmethod
+    def _send(sw: Switch, msg) -> int:
+        sw.dp.set_xid(msg)
+        if msg.__class__.__name__ == "OFPFlowStatsRequest":
+            sw.flow_requests[msg.xid] = sw.epoch
+        sw.dp.send_msg(msg)
+        return msg.xid
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def _barrier(self, ev):
+        sw = self.switches.get(ev.msg.datapath.id)
+        batch = sw.batches.pop(ev.msg.xid, None) if sw else None
+        if batch is None:
+            return
+        if batch.errors:
+            sw.errors["flows"] = "; ".join(batch.errors)
+            sw.flows_failed = True
+            sw.flows = None   # not what we think: ask the switch
+            self._send(sw, openflow.flow_stats_request(sw.dp))
+        else:
+            sw.errors.pop("flows", None)
+            sw.flows = batch.changes.applied_to(sw.flows or {})
+        self._reconcile(sw)
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
+    def _error(self, ev):
+        msg = ev.msg
+        dp = msg.datapath
+        what = openflow.describe_error(dp.ofproto, msg.type, msg.code)
+        key = (dp.id, what)
+        self.snapshot.openflow_errors[key] = self.snapshot.openflow_errors.get(key, 0) + 1
+        sw = self.switches.get(dp.id)
+        batch = next((b for b in (sw.batches.values() if sw else ()) if msg.xid in b.xids), None)
+        if batch is not None:
+            batch.errors.append(f"{what} (xid {msg.xid})")
+        LOG.error("switch %016x refused message xid %d: %s", dp.id, msg.xid, what)
+
+    @set_ev_cls(EventJobsDone)
+    def _jobs_done(self, ev: EventJobsDone) -> None:
+        touched = {}
+        for result in ev.results:
+            job = result.job
+            sw = self.switches.get(job.dp_id)
+            if sw is None or sw.connection != job.connection:   # for a connection that is gone
+                continue
+            sw.busy.discard(job.port_no)
+            key = f"port {job.port_no} ({job.iface})"
+            if result.error:
+                if sw.errors.get(key) != result.error:   # said once; retried on every poll
+                    LOG.error("switch %016x %s: %s", job.dp_id, key, result.error)
+                sw.errors[key] = result.error
+                sw.failed.add(job.port_no)
+                sw.tc_check.add(job.port_no)
+            else:
+                sw.errors.pop(key, None)
+                if job.qos:
+                    sw.applied[job.port_no] = job.spec.ovsdb if job.spec else None
+                    LOG.info("switch %016x %s: %s", job.dp_id, key,
+                             f"{job.spec.mode} queues " + ", ".join(
+                                 f"{q.queue_id}:{q.traffic_class} {q.min_bps}-{q.max_bps} bit/s"
+                                 for q in job.spec.queues) if job.spec else "queues removed")
+                elif result.tc:
+                    self._drift(sw, "tc", f"{key}: {'; '.join(result.tc)}")
+                if result.missing and not job.qos:
+                    # Gone for a moment while OVS rebuilds them, or for good (a `tc qdisc del` by hand):
+                    # look again next poll, and rebuild the QoS if they are still gone then.
+                    if job.port_no in sw.missing:
+                        self._drift(sw, "tc", f"{key}: the HTB qdisc is gone from the device; rebuilding the QoS")
+                        sw.missing.discard(job.port_no)
+                        sw.rebuild.add(job.port_no)
+                    else:
+                        sw.missing.add(job.port_no)
+                        sw.failed.add(job.port_no)
+                        sw.tc_check.add(job.port_no)
+                elif not result.missing:
+                    sw.missing.discard(job.port_no)
+            if result.ifindex:
+                sw.ifindex[job.port_no] = result.ifindex
+            touched[job.dp_id] = sw
+        for sw in touched.values():
+            self._reconcile(sw)
+
+    def _drift(self, sw: Switch, kind: str, what: str) -> None:
+        self.snapshot.drift_repairs[kind] = self.snapshot.drift_repairs.get(kind, 0) + 1
+        LOG.warning("switch %016x: drift (%s) repaired: %s", sw.dp.id, kind, what)
+
+    # --- tc changes made by others ------------------------------------------------------------
+    def _watch_tc(self) -> None:
+        events = TcEvents()
+        try:
+            while True:
+                self.send_event(self.name, EventTcChanged(events.next()))
+        finally:
+            events.close()
+
+    @set_ev_cls(EventTcChanged)
+    def _tc_changed(self, ev: EventTcChanged) -> None:
+        for sw in self.switches.values():
+            ports = {p for p, index in sw.ifindex.items() if ev.indexes is None or index in ev.indexes}
+            if ports:   # a busy port is checked once its job is done: the job may have run before the change
+                sw.tc_check |= ports
+                self._reconcile(sw)
+
+    # --- statistics -------------------------------------------------------------------------
+    def _poller(self, dp_id: int) -> None:
+        """Post a poll of one switch every interval, starting at a random offset so that the polls of
+        many switches spread over the interval (as Faucet's Gauge does)."""
+        due = time.monotonic() + random.uniform(0, self._interval())
+        while True:
+            hub.sleep(max(0.0, due - time.monotonic()))
+            self.send_event(self.name, EventPollDue(dp_id, due))
+            due = max(due + self._interval(), time.monotonic())
+
+    def _interval(self) -> float:
+        return self.policy.poll_interval if self.policy else 1.0
+
+    @set_ev_cls(EventPollDue)
+    def _poll_due(self, ev: EventPollDue) -> None:
+        sw = self.switches.get(ev.dp_id)
+        if sw is None or sw.bridge is None:
+            return
+        now = self._now()
+        lag = now - ev.due
+        self.snapshot.poll_lag[ev.dp_id] = lag
+        if sw.poll is not None or lag > self._interval():
+            if ev.dp_id not in self._late_logged:
+                self._late_logged.add(ev.dp_id)
+                LOG.warning("switch %016x: statistics cannot be polled every %g s (the last poll was %.2f s late "
+                            "and took %.2f s); congestion is answered that much later", ev.dp_id, self._interval(),
+                            lag, now - sw.poll.sent if sw.poll else 0.0)
+        sw.poll = Poll(ev.due, now)
+        sw.failed.clear()   # what failed is tried again, once a poll
+        sw.flows_failed = False
+        self._answer_waiting()
+        for msg in openflow.stats_requests(sw.dp):
+            self._send(sw, msg)
+        if now - sw.swept > TC_SWEEP_SECONDS:
+            sw.swept = now
+            sw.tc_check |= set(sw.ifindex)
+        self._reconcile(sw)   # OVSDB may have drifted since the last poll
+
+    def _parts(self, ev, kind: str) -> list | None:
+        msg = ev.msg
+        return self.multipart.add(msg.datapath.id, kind, msg.xid, msg.body,
+                                  bool(msg.flags & msg.datapath.ofproto.OFPMPF_REPLY_MORE))
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def _flow_stats(self, ev):
-        dp_id, now = ev.msg.datapath.id, time.monotonic()
-        sw = self.switches.get(dp_id)
-        if sw is None or sw.state is None:
+        body = self._parts(ev, "flow")
+        sw = self.switches.get(ev.msg.datapath.id)
+        if body is None or sw is None:
             return
+        epoch = sw.flow_requests.pop(ev.msg.xid, None)
+        now = self._now()
         per_class: dict[tuple[int, int], dict[str, float]] = {}
-        for stat in ev.msg.body:
-            owner = sw.state.rule_class(stat.cookie)
-            rates = self.rates.flow(dp_id, stat.cookie, FlowCounters(stat.byte_count, stat.packet_count), now)
+        actual = {}
+        for stat in body:
+            cookie, flow = openflow.actual_flow(stat)
+            actual[cookie] = flow
+            owner = sw.state.rule_class(cookie) if sw.state else None
+            rates = self.rates.flow(sw.dp.id, cookie, FlowCounters(stat.byte_count, stat.packet_count), now)
             if owner is not None and rates is not None and rates.bps is not None:
-                port_no, name = owner
-                classes = per_class.setdefault((dp_id, port_no), {})
-                classes[name] = classes.get(name, 0.0) + rates.bps
-        for key in [k for k in self.class_bps if k[0] == dp_id]:
+                classes = per_class.setdefault((sw.dp.id, owner[0]), {})
+                classes[owner[1]] = classes.get(owner[1], 0.0) + rates.bps
+        for key in [k for k in self.class_bps if k[0] == sw.dp.id]:
             del self.class_bps[key]
         self.class_bps.update(per_class)
+        if epoch != sw.epoch or sw.batches:
+            return   # asked before our last batch: not what the switch holds now
+        if sw.flows is not None and actual != sw.flows:
+            self._drift(sw, "flows", f"{len(actual.keys() ^ sw.flows.keys())} flows added or removed, "
+                                     f"{sum(actual[c] != sw.flows[c] for c in actual.keys() & sw.flows.keys())} changed")
+        sw.flows = actual
+        self._reconcile(sw)
 
     @set_ev_cls(ofp_event.EventOFPQueueStatsReply, MAIN_DISPATCHER)
     def _queue_stats(self, ev):
-        dp_id, now = ev.msg.datapath.id, time.monotonic()
+        body = self._parts(ev, "queue")
+        if body is None:
+            return
+        dp_id, now = ev.msg.datapath.id, self._now()
         drops: dict[tuple[int, int], dict[int, float]] = {}
-        for stat in ev.msg.body:
+        for key in [k for k in self.snapshot.queues if k[0] == dp_id]:
+            del self.snapshot.queues[key]   # only the queues in this reply exist now
+        for stat in body:
             counters = QueueCounters(stat.tx_bytes, stat.tx_packets, stat.tx_errors)
             self.snapshot.queues[(dp_id, stat.port_no, stat.queue_id)] = counters
             rates = self.rates.queue(dp_id, stat.port_no, stat.queue_id, counters, now)
             if rates is not None and rates.tx_errors_ps is not None:
                 drops.setdefault((dp_id, stat.port_no), {})[stat.queue_id] = rates.tx_errors_ps
-        # Only the queues in this reply exist now; older ones went with a QoS change.
         for key in [k for k in self.queue_drops if k[0] == dp_id]:
             del self.queue_drops[key]
         self.queue_drops.update(drops)
 
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
     def _port_stats(self, ev):
-        dp_id, now = ev.msg.datapath.id, time.monotonic()
-        sw = self.switches.get(dp_id)
-        for stat in ev.msg.body:
+        body = self._parts(ev, "port")
+        sw = self.switches.get(ev.msg.datapath.id)
+        if body is None or sw is None:
+            return
+        dp_id, now = sw.dp.id, self._now()
+        if sw.poll is not None:   # the last reply of the poll
+            self.snapshot.poll_duration[dp_id] = now - sw.poll.sent
+            sw.poll = None
+        decided = False
+        for stat in body:
             counters = PortCounters(stat.rx_bytes, stat.tx_bytes, stat.rx_packets, stat.tx_packets,
                                     stat.rx_dropped, stat.tx_dropped, stat.rx_errors, stat.tx_errors)
             self.snapshot.ports[(dp_id, stat.port_no)] = counters
             rates = self.rates.port(dp_id, stat.port_no, counters, now)
-            if rates is None or sw is None or sw.state is None:
+            if rates is None or sw.state is None:
                 continue
             key = (dp_id, stat.port_no)
             decision = sw.state.observe(stat.port_no, rates, sum(self.queue_drops.get(key, {}).values()),
                                         self.class_bps.get(key, {}), now)
-            self.snapshot.congested[(dp_id, stat.port_no)] = sw.state.congested(stat.port_no)
+            self.snapshot.congested[key] = sw.state.congested(stat.port_no)
             if decision is not None:
-                self._decide(sw, stat.port_no, decision)
+                self._decided(sw, stat.port_no, decision)
+                decided = True
+        if decided:
+            self._reconcile(sw)
 
-    # --- reconciliation ---------------------------------------------------------------------
-    def _adopt(self, sw: Switch) -> None:
-        """Put the current policy (or none) on a switch: flows and queues, from scratch."""
-        switch_policy = self.policy.switch(sw.datapath.id) if self.policy else None
-        if switch_policy is None:
-            if self.policy:
-                LOG.warning("switch %016x is not in policy %s; leaving it without flows",
-                            sw.datapath.id, self.policy.name)
-            sw.state = None
-        else:
-            sw.state = SwitchState(self.policy, switch_policy, sw.bridge.userspace)
-        for port_no in set(sw.qos) - {p.port_no for p in (switch_policy.ports if switch_policy else ())}:
-            self._remove_queues(sw, port_no)
-        if sw.state is not None:
-            self._sync_queues(sw)
-        self._sync_flows(sw)
-
-    def _decide(self, sw: Switch, port_no: int, decision: Decision) -> None:
-        dp_id, decided = sw.datapath.id, time.time()
+    def _decided(self, sw: Switch, port_no: int, decision: Decision) -> None:
+        dp_id = sw.dp.id
         LOG.info("switch %016x port %d: %s — %s", dp_id, port_no, decision.action, decision.reason)
-        # Queues exist before flows steer into them; steering stops before queues go.
-        if decision.action == "program":
-            self._sync_queues(sw)
-            self._sync_flows(sw)
-        else:
-            self._sync_flows(sw)
-            self._sync_queues(sw)
         key = (dp_id, port_no, decision.action)
         self.snapshot.events[key] = self.snapshot.events.get(key, 0) + 1
-        done = time.time()
-        LOG.info("switch %016x port %d: %s done in %.0f ms", dp_id, port_no, decision.action, (done - decided) * 1e3)
-        self.decisions.append({"time": done, "decided": decided, "dp_id": f"{dp_id:016x}", "port": port_no,
-                            "action": decision.action, "reason": decision.reason,
-                            "utilisation": decision.utilisation, "loss_ratio": decision.loss_ratio})
-
-    def _sync_queues(self, sw: Switch) -> None:
-        dp_id = sw.datapath.id
-        for port_no, spec in sw.state.qos().items():
-            if sw.qos.get(port_no) == spec:
-                continue
-            iface = sw.bridge.ports.get(port_no)
-            if iface is None:
-                LOG.error("switch %016x has no port %d; its queues are not applied", dp_id, port_no)
-                continue
-            if sw.bridge.userspace and port_no in sw.qos:
-                # HTB refuses to delete a class a filter points at: filters go first.
-                self._tc_call(iface, self.tc.replace_filters, iface, ())
-            try:
-                self.ovsdb.apply_qos(iface, spec, {"policy": self.policy.name, "dp_id": f"{dp_id:016x}"})
-            except OvsdbError as err:
-                LOG.error("switch %016x port %d (%s): %s", dp_id, port_no, iface, err)
-                continue
-            sw.qos[port_no] = spec
-            self.snapshot.capacity_bps[(dp_id, port_no)] = spec.max_bps
-            self.snapshot.programmed[(dp_id, port_no)] = spec.mode == "reserve"
-            LOG.info("switch %016x port %d (%s): %s queues %s", dp_id, port_no, iface, spec.mode,
-                     ", ".join(f"{q.queue_id}:{q.traffic_class} {q.min_bps}-{q.max_bps} bit/s" for q in spec.queues))
-            self._sync_tc(iface, spec, sw.bridge.userspace, wait=True)
-
-    def _remove_queues(self, sw: Switch, port_no: int) -> None:
-        iface = sw.bridge.ports.get(port_no)
-        if iface is not None:
-            self.ovsdb.remove_qos(iface)
-        sw.qos.pop(port_no, None)
-        for table in (self.snapshot.capacity_bps, self.snapshot.programmed, self.snapshot.congested):
-            table.pop((sw.datapath.id, port_no), None)
-
-    def _sync_tc(self, iface: str, spec, userspace: bool, wait: bool) -> None:
-        """Each class's leaf queue as the policy says, and the DSCP filters on the userspace datapath."""
-        wanted = [htb_classid(q.queue_id) for q in spec.queues]
-        for _ in range(30 if wait else 1):   # OVS builds the HTB classes a moment after the OVSDB commit
-            if set(wanted) <= set(self._tc_call(iface, self.tc.classes, iface) or ()):
-                break
-            if wait:
-                hub.sleep(0.1)
-        else:
-            if wait:
-                LOG.warning("%s: HTB classes not there yet; queues and filters will follow on the next poll", iface)
-            return
-        leaves = self._tc_call(iface, self.tc.leaves, iface) or {}
-        for cls in wanted:
-            if not _leaf_matches(leaves.get(cls), spec.leaf):
-                self._tc_call(iface, self.tc.replace_leaf, iface, cls, spec.leaf)
-                LOG.info("%s: %s queue under class %s", iface, " ".join(spec.leaf), cls)
-        if userspace and self._tc_call(iface, self.tc.filters, iface) != {(d, htb_classid(q)) for d, q in spec.marks}:
-            self._tc_call(iface, self.tc.replace_filters, iface, spec.marks)
-            LOG.info("%s: tc filters for DSCP marks %s", iface, spec.marks)
-
-    @staticmethod
-    def _tc_call(iface: str, method, *args):
-        try:
-            return method(*args)
-        except OSError as err:   # the device went away, or the kernel refused: the next poll retries
-            LOG.error("%s: tc: %s", iface, err)
-            return None
-
-    def _sync_flows(self, sw: Switch) -> None:
-        dp = sw.datapath
-        ofp, parser = dp.ofproto, dp.ofproto_parser
-        wanted = {(e.priority, e.match): e for e in (sw.state.flows() if sw.state else ())}
-        for key in set(sw.flows) - set(wanted):
-            priority, match = key
-            dp.send_msg(parser.OFPFlowMod(dp, cookie=COOKIE, cookie_mask=COOKIE_MASK, priority=priority,
-                                          command=ofp.OFPFC_DELETE_STRICT, out_port=ofp.OFPP_ANY,
-                                          out_group=ofp.OFPG_ANY, match=parser.OFPMatch(**dict(match))))
-        for key, entry in wanted.items():
-            if sw.flows.get(key) != entry:
-                dp.send_msg(_flow_mod(dp, entry))
-        sw.flows = wanted
-
-    def _poll_loop(self) -> None:
-        while True:
-            try:
-                self._poll_once()
-            except Exception:   # noqa: BLE001 - a dead poll loop would end congestion handling silently
-                LOG.exception("statistics poll failed; polling goes on")
-            hub.sleep(self.policy.poll_interval if self.policy else 1.0)
-
-    def _poll_once(self) -> None:
-        # Snapshots: tc and OVSDB calls yield to other greenthreads (REST, events) that change these.
-        for sw in list(self.switches.values()):
-            dp = sw.datapath
-            ofp, parser = dp.ofproto, dp.ofproto_parser
-            # Flow and queue stats first: the port-stats handler reads their rates.
-            dp.send_msg(parser.OFPFlowStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
-                                                   COOKIE, COOKIE_MASK, parser.OFPMatch()))
-            dp.send_msg(parser.OFPQueueStatsRequest(dp, 0, ofp.OFPP_ANY, ofp.OFPQ_ALL))
-            dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
-            for port_no, spec in list(sw.qos.items()):
-                iface = sw.bridge.ports.get(port_no)
-                if iface is not None and sw.qos.get(port_no) == spec:
-                    self._sync_tc(iface, spec, sw.bridge.userspace, wait=False)
-
-    # --- OVSDB lookups ------------------------------------------------------------------------
-    def _bridge(self, dp_id: int) -> BridgeInfo | None:
-        # The Interface rows get their ofport a moment after the bridge connects.
-        for _ in range(20):
-            bridge = self.ovsdb.bridge(dp_id)
-            if bridge is not None and bridge.ports:
-                return bridge
-            hub.sleep(0.1)
-        return self.ovsdb.bridge(dp_id)
-
-    @staticmethod
-    def _check_ports(policy: Policy, bridge: BridgeInfo, dp_id: int) -> None:
-        switch = policy.switch(dp_id)
-        for port in switch.ports if switch else ():
-            if port.port_no not in bridge.ports:
-                raise PolicyError(f"switches.{switch.name}.ports.{port.port_no}: bridge {bridge.name} has no "
-                                  f"OpenFlow port {port.port_no} (it has {sorted(bridge.ports)}); fix the port number")
+        self.decisions.append({"time": time.time(), "dp_id": f"{dp_id:016x}", "port": port_no,
+                               "action": decision.action, "reason": decision.reason,
+                               "utilisation": decision.utilisation, "loss_ratio": decision.loss_ratio})
 
 
-def _flow_mod(dp, entry: FlowEntry):
-    ofp, parser = dp.ofproto, dp.ofproto_parser
-    actions = []
-    for action in entry.actions:
-        kind = action[0]
-        if kind == "output":
-            port = action[1]
-            actions.append(parser.OFPActionOutput(
-                port if isinstance(port, int) else getattr(ofp, f"OFPP_{port.upper()}"), ofp.OFPCML_NO_BUFFER))
-        elif kind == "set_queue":
-            actions.append(parser.OFPActionSetQueue(action[1]))
-        else:
-            actions.append(parser.OFPActionSetField(**{action[1]: action[2]}))
-    instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
-    return parser.OFPFlowMod(dp, cookie=entry.cookie, priority=entry.priority, command=ofp.OFPFC_ADD,
-                             match=parser.OFPMatch(**dict(entry.match)), instructions=instructions)
+def _check_ports(policy: Policy, bridge: BridgeInfo, dp_id: int) -> None:
+    switch = policy.switch(dp_id)
+    for port in switch.ports if switch else ():
+        if port.port_no not in bridge.ports:
+            raise PolicyError(f"switches.{switch.name}.ports.{port.port_no}: bridge {bridge.name} has no "
+                              f"OpenFlow port {port.port_no} (it has {sorted(bridge.ports)}); fix the port number")
 
 
-def _leaf_matches(leaf, spec: tuple[str, ...]) -> bool:
-    """Whether the leaf in force is the kind (and, for a FIFO, the length) the policy asks for."""
-    if leaf is None or leaf.kind != spec[0]:
-        return False
-    return spec[0] not in FIFO_KINDS or leaf.limit == int(spec[spec.index("limit") + 1])
+def _mode(actual) -> str:
+    return f"{actual.mode} queues" if isinstance(actual, OvsdbQos) else actual or "no QoS"
+
+
+def _fail(err: Exception, code: int):
+    print(f"error: {err}", file=sys.stderr, flush=True)
+    raise SystemExit(code)
 
 
 def _interrupt(signum, frame):

@@ -1,6 +1,7 @@
 """Integration tests need root, a running Open vSwitch and nothing else on the study's names."""
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -25,3 +26,53 @@ def leftovers() -> dict[str, str]:
 
 
 NOTHING_LEFT = {"bridges": "", "qos": "", "queues": "", "iperf3": "", "controller": ""}
+
+
+REPO = Path(__file__).resolve().parents[2]
+OSKEN = REPO / ".venv" / "bin" / "osken-manager"
+
+
+def controller_config(path: Path, ofp_port: int = 6653, **qos) -> Path:
+    """A config file: the shipped one's [DEFAULT] (OpenFlow on `ofp_port`) and these [qos] options."""
+    qos.setdefault("state_file", str(path.with_name("state.json")))
+    qos.setdefault("owner", "test")
+    text = (REPO / "controller" / "qos.conf").read_text().split("[qos]")[0]
+    text = text.replace("ofp_tcp_listen_port = 6653", f"ofp_tcp_listen_port = {ofp_port}")
+    text += "[qos]\n" + "".join(f"{k} = {v}\n" for k, v in qos.items())
+    path.write_text(text)
+    return path
+
+
+def start_controller(config, log):
+    """The real controller process; wait for its REST API (or its exit, for the tests of refusals)."""
+    import time
+    import urllib.request
+    out = open(log, "w")
+    proc = subprocess.Popen([str(OSKEN), "--config-file", str(config), str(REPO / "controller" / "qos_app.py")],
+                            stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            urllib.request.urlopen("http://127.0.0.1:8080/qos/v1/status", timeout=1)
+            return proc
+        except OSError:
+            time.sleep(0.2)
+    return proc
+
+
+def stop_controller(proc, clear=True) -> None:
+    import signal
+    import urllib.request
+    if clear and proc.poll() is None:
+        try:
+            urllib.request.urlopen(urllib.request.Request("http://127.0.0.1:8080/qos/v1/policy", method="DELETE"),
+                                   timeout=10)
+        except OSError:
+            pass
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,4 +1,5 @@
-"""The OVSDB adapter against the real ovsdb-server and ovs-vswitchd: rows, ownership, HTB classes."""
+"""The OVSDB adapter against the real ovsdb-server and ovs-vswitchd: rows read back, ownership, the owner's
+lock, many ports in one transaction, HTB classes."""
 import re
 import subprocess
 import time
@@ -6,10 +7,11 @@ import uuid
 
 import pytest
 
-from controller.ovsdb import Ovsdb, OvsdbError
-from controller.policy import load_policy
-from controller.queues import fifo_qos, reserve_qos
-from controller.tc import Leaf, Tc
+from controller.adapters.ovsdb import LockHeld, Ovsdb, OvsdbError
+from controller.core.plan import FOREIGN
+from controller.core.policy import load_policy
+from controller.core.queues import fifo_qos, reserve_qos
+from controller.adapters.tc import Leaf, Tc
 from tests.integration.conftest import requires_ovs
 
 pytestmark = requires_ovs
@@ -29,14 +31,16 @@ def port():
     bridge, iface = f"tb{tag}", f"tv{tag}"
     sh("ip", "link", "add", iface, "type", "veth", "peer", "name", f"{iface}p")
     sh("ip", "link", "set", iface, "up")
-    sh("ovs-vsctl", "add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev",
-       "--", "add-port", bridge, iface)
-    db = Ovsdb(owner=f"test-{tag}")
+    db = None
     try:
+        sh("ovs-vsctl", "add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev",
+           "--", "add-port", bridge, iface)
+        db = Ovsdb(owner=f"test-{tag}")
         yield db, iface
     finally:
-        db.remove_all()
-        db.close()
+        if db is not None:
+            db.remove_all()
+            db.close()
         sh("ovs-vsctl", "--if-exists", "del-br", bridge)
         subprocess.run(["ip", "link", "del", iface], capture_output=True)
 
@@ -58,10 +62,11 @@ def wait_classes(iface, count):
 
 def test_reserve_then_fifo_then_remove(port):
     db, iface = port
-    db.apply_qos(iface, reserve_qos(POLICY, PORT, userspace=True), {"policy": "reserve"})
+    reserve = reserve_qos(POLICY, PORT, userspace=True)
+    db.apply({iface: reserve}, {"policy": "reserve"})
     assert len(rows("QoS", db.owner)) == 1 and len(rows("Queue", db.owner)) == 3
-    assert wait_classes(iface, 3) == {"1:1", "1:2", "1:3"}
-    assert db.owned_qos() == {iface: "reserve"}
+    assert wait_classes(iface, 3) == {"1:1", "1:2", "1:3"}   # vswitchd applied it before apply() returned
+    assert db.port_qos(iface) == reserve.ovsdb                # read back row by row
     # Userspace datapath: filters carry the class choice; they must be removable before a change.
     TC.replace_filters(iface, ((1, 1), (2, 2)))
     assert TC.filters(iface) == {(1, "1:2"), (2, "1:3")}
@@ -70,10 +75,16 @@ def test_reserve_then_fifo_then_remove(port):
     assert TC.leaves(iface)["1:2"] == Leaf("pfifo_head_drop", 25)
     TC.replace_filters(iface, ())
     assert TC.filters(iface) == set()
-    db.apply_qos(iface, fifo_qos(PORT, userspace=True), {"policy": "none"})
+    db.apply({iface: fifo_qos(PORT, userspace=True)}, {"policy": "none"})
     assert len(rows("QoS", db.owner)) == 1 and len(rows("Queue", db.owner)) == 1   # old rows gone, same txn
     assert wait_classes(iface, 1) == {"1:1"}
-    db.remove_qos(iface)
+    sh("ovs-vsctl", "set", "queue", sh("ovs-vsctl", "--columns=_uuid", "--bare", "find", "queue",
+                                       f"external_ids:iface={iface}").strip(), "other_config:max-rate=1000")
+    deadline = time.monotonic() + 5                                               # the IDL hears of it
+    while db.port_qos(iface) == fifo_qos(PORT, userspace=True).ovsdb:             # a hand-made change shows
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    db.apply({iface: None}, {})
     assert rows("QoS", db.owner) == [] and rows("Queue", db.owner) == []
     assert sh("ovs-vsctl", "get", "port", iface, "qos").strip() == "[]"
 
@@ -84,8 +95,51 @@ def test_another_tools_qos_is_never_overwritten(port):
                  "type=linux-htb").strip()
     try:
         with pytest.raises(OvsdbError, match="did not create"):
-            db.apply_qos(iface, fifo_qos(PORT, userspace=True), {})
+            db.apply({iface: fifo_qos(PORT, userspace=True)}, {})
         assert sh("ovs-vsctl", "get", "port", iface, "qos").strip() == foreign
+        assert db.port_qos(iface) == FOREIGN
         assert db.remove_all() == 0
     finally:
         sh("ovs-vsctl", "clear", "port", iface, "qos", "--", "destroy", "qos", foreign)
+
+
+def test_a_second_connection_of_the_same_owner_is_refused_and_another_owner_is_not(port):
+    db, _ = port
+    with pytest.raises(LockHeld, match=f"another controller with owner '{db.owner}' is running"):
+        Ovsdb(owner=db.owner, lock_wait=5)
+    other = Ovsdb(owner=db.owner + "-other")
+    other.close()
+
+
+@pytest.fixture
+def ports():
+    """A userspace bridge with 50 veth ports."""
+    tag = uuid.uuid4().hex[:5]
+    bridge, ifaces = f"tm{tag}", [f"tm{tag}{k}" for k in range(50)]
+    db = None
+    try:
+        for iface in ifaces:
+            sh("ip", "link", "add", iface, "type", "veth", "peer", "name", f"{iface}p")
+        sh("ovs-vsctl", "add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev",
+           *[a for iface in ifaces for a in ("--", "add-port", bridge, iface)])
+        db = Ovsdb(owner=f"test-{tag}")
+        yield db, ifaces
+    finally:
+        if db is not None:
+            db.remove_all()
+            db.close()
+        sh("ovs-vsctl", "--if-exists", "del-br", bridge)
+        for iface in ifaces:
+            subprocess.run(["ip", "link", "del", iface], capture_output=True)
+
+
+def test_many_ports_change_in_one_transaction_and_orphans_are_swept(ports):
+    db, ifaces = ports
+    spec = reserve_qos(POLICY, PORT, userspace=True)
+    db.apply(dict.fromkeys(ifaces, spec), {"policy": "reserve"})
+    assert all(db.port_qos(iface) == spec.ovsdb for iface in ifaces)
+    assert len(rows("QoS", db.owner)) == 50 and len(rows("Queue", db.owner)) == 150
+    # A port that goes away (as a Mininet bridge does) leaves its QoS rows behind: they are swept.
+    sh("ovs-vsctl", "del-port", ifaces[0])
+    assert db.remove_orphans() == 4
+    assert len(rows("QoS", db.owner)) == 49 and len(rows("Queue", db.owner)) == 147

@@ -1,6 +1,6 @@
 import pytest
 
-from controller.congestion import (PROGRAM, ROLLBACK, CongestionConfig, PortCongestion,
+from controller.core.congestion import (PROGRAM, ROLLBACK, CongestionConfig, PortCongestion,
                                    PortSample)
 
 CAPACITY = 10e6

@@ -4,11 +4,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.flows import COOKIE, COOKIE_MASK, desired_flows
-from controller.policy import load_policy, parse_policy
-from controller.queues import QosSpec, QueueSpec, desired_qos, fifo_qos, leaf_spec, reserve_qos
-from controller.stats import PortRates
-from controller.switch_state import SwitchState, class_contention
+from controller.core.flows import COOKIE, COOKIE_MASK, desired_flows
+from controller.core.policy import load_policy, parse_policy
+from controller.core.queues import QosSpec, QueueSpec, desired_qos, fifo_qos, leaf_spec, reserve_qos
+from controller.core.stats import PortRates
+from controller.core.switch_state import SwitchState, class_contention
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 NONE, RESERVE, AUTO = (load_policy(POLICIES / f"{name}.yaml") for name in ("none", "reserve", "auto"))
@@ -21,7 +21,7 @@ def s1(policy):
 
 
 def actions(state_or_entries, index):
-    entries = state_or_entries.flows() if isinstance(state_or_entries, SwitchState) else state_or_entries
+    entries = state_or_entries.flows(state_or_entries.reserving) if isinstance(state_or_entries, SwitchState) else state_or_entries
     return entries[index].actions
 
 
@@ -41,7 +41,7 @@ CALM = rates(1e6, 90)
 def test_none_steers_nothing_into_a_queue(userspace):
     for switch in NONE.switches:
         state = SwitchState(NONE, switch, userspace=userspace)
-        for entry in state.flows():
+        for entry in state.flows(state.reserving):
             assert [a[0] for a in entry.actions] == ["output"] * len(entry.actions)
 
 
@@ -72,7 +72,7 @@ def test_reserve_leaves_unclassified_flows_and_the_other_switch_alone():
     assert actions(state, 0) == (("output", 1),)
     assert actions(state, 1) == (("output", 3),)
     s2 = SwitchState(RESERVE, RESERVE.switch(2), userspace=True)
-    assert [e.actions for e in s2.flows()] == [(("output", 4),), (("output", 1),), (("output", 4),), (("output", 4),)]
+    assert [e.actions for e in s2.flows(s2.reserving)] == [(("output", 4),), (("output", 1),), (("output", 4),), (("output", 4),)]
 
 
 def test_flow_entries_keep_the_policy_priority_and_match():
@@ -98,7 +98,7 @@ def test_cookies_carry_the_controller_mark_and_number_the_rules(policy):
 
 def test_rule_class_maps_a_cookie_back_to_port_and_class():
     state = SwitchState(RESERVE, s1(RESERVE), userspace=False)
-    cookies = [e.cookie for e in state.flows()]
+    cookies = [e.cookie for e in state.flows(state.reserving)]
     assert state.rule_class(cookies[UDP_RULE]) == (1, "udp")
     assert state.rule_class(cookies[TCP_RULE]) == (1, "tcp")
     assert state.rule_class(cookies[0]) is None         # ours, but unclassified
@@ -186,7 +186,7 @@ def test_a_port_discipline_becomes_every_class_queue(discipline, expected):
 def test_auto_starts_like_none():
     state = SwitchState(AUTO, s1(AUTO), userspace=False)
     assert state.reserving == frozenset()
-    assert state.qos()[1].mode == "fifo"
+    assert state.qos(state.reserving)[1].mode == "fifo"
     assert actions(state, UDP_RULE) == (("output", 1),)
     assert not state.congested(1)
 
@@ -201,12 +201,12 @@ def test_contention_programs_the_reservation_and_calm_rolls_it_back():
     assert state.reserving == frozenset({1})
     assert actions(state, UDP_RULE) == (("set_field", "ip_dscp", 2), ("set_queue", 2), ("output", 1))
     assert actions(state, TCP_RULE) == (("set_field", "ip_dscp", 1), ("set_queue", 1), ("output", 1))
-    assert state.qos()[1].mode == "reserve"
+    assert state.qos(state.reserving)[1].mode == "reserve"
 
     # hold_seconds is 3: calm from t=11 rolls back at t=14, not before
     calm = {"tcp": 1e6}
     assert [state.observe(1, CALM, 0.0, calm, now=t) for t in (11.0, 12.0, 13.0)] == [None, None, None]
-    assert state.qos()[1].mode == "reserve"
+    assert state.qos(state.reserving)[1].mode == "reserve"
     decision = state.observe(1, CALM, 0.0, calm, now=14.0)
     assert decision is not None
     assert (decision.action, decision.at) == ("rollback", 14.0)
@@ -214,7 +214,7 @@ def test_contention_programs_the_reservation_and_calm_rolls_it_back():
     assert not state.congested(1)
     assert state.reserving == frozenset()
     assert actions(state, UDP_RULE) == (("output", 1),)
-    assert state.qos()[1].mode == "fifo"
+    assert state.qos(state.reserving)[1].mode == "fifo"
 
 
 def test_a_hot_sample_during_the_hold_restarts_it():
@@ -224,7 +224,7 @@ def test_a_hot_sample_during_the_hold_restarts_it():
     assert state.observe(1, CALM, 0.0, {}, now=2.0) is None
     assert state.observe(1, FULL, 0.0, CONTENTION, now=3.0) is None      # still congested: no new program
     assert state.observe(1, CALM, 0.0, {}, now=4.0) is None              # 4.0 - 1.0 would be 3 s
-    assert state.qos()[1].mode == "reserve"
+    assert state.qos(state.reserving)[1].mode == "reserve"
     assert state.observe(1, CALM, 0.0, {}, now=7.0).action == "rollback"
 
 
@@ -234,11 +234,11 @@ def test_ports_that_are_not_auto_never_change_but_report_congestion(policy, mode
     hot = [state.observe(1, FULL, 0.0, CONTENTION, now=t) for t in (0.0, 1.0, 2.0)]
     assert hot == [None, None, None]
     assert state.congested(1)              # the default config takes 2 hot samples
-    assert state.qos()[1].mode == mode
+    assert state.qos(state.reserving)[1].mode == mode
     calm = [state.observe(1, CALM, 0.0, {}, now=t) for t in (3.0, 4.0, 5.0, 6.0, 7.0)]
     assert calm == [None] * 5
     assert not state.congested(1)
-    assert state.qos()[1].mode == mode
+    assert state.qos(state.reserving)[1].mode == mode
 
 
 def test_a_port_without_tx_counters_or_outside_the_policy_decides_nothing():
@@ -263,7 +263,7 @@ def test_a_lone_class_losing_packets_does_not_program():
     for t in range(5):
         assert state.observe(1, lossy, 0.0, {"udp": 5e6}, now=float(t)) is None
     assert not state.congested(1)
-    assert state.qos()[1].mode == "fifo"
+    assert state.qos(state.reserving)[1].mode == "fifo"
 
 
 def test_port_drops_without_class_rates_count_as_competing():

@@ -1,7 +1,7 @@
 """topo/harness/fidelity.py: each signal of the fidelity monitor, on synthetic samples."""
 import pytest
 
-from controller.tc import ClassCounters
+from controller.adapters.tc import ClassCounters
 from topo.harness.fidelity import Received, Sample, assess
 from topo.net.iperf import Interval
 

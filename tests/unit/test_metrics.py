@@ -5,8 +5,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.metrics import ControllerCollector, Snapshot
-from controller.stats import ALL_ONES, PortCounters, QueueCounters
+from controller.adapters.metrics import ControllerCollector, Snapshot
+from controller.core.stats import ALL_ONES, PortCounters, QueueCounters
 
 DP1 = "0000000000000001"
 DP_BIG = "00000000000000ab"
@@ -99,7 +99,7 @@ def test_the_exposition_parses_and_counters_end_in_total(registry):
     assert families["ovsqos_port_tx_bytes"].type == "counter"
     assert families["ovsqos_port_congested"].type == "gauge"
     counters = re.findall(r"^# TYPE (\S+) counter$", text, re.MULTILINE)
-    assert len(counters) == 8 + 3 + 1
+    assert len(counters) == 8 + 3 + 3     # port, queue, then qos events, openflow errors, drift repairs
     assert all(name.endswith("_total") for name in counters)
     samples = [line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")]
     counter_families = {name[:-len("_total")] for name in counters}

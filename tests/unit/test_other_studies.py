@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.policy import load_policy
+from controller.core.policy import SPECIAL_OUTPUTS, load_policy
 from topo.harness import capabilities as cap
-from controller.tc import Leaf
+from controller.adapters.tc import Leaf
 from topo.harness.capabilities import choose_tcp
 from topo.harness.fidelity import Sample
 from topo.harness.report import Panel, bar_figure, group_reasons, jain_index, markdown_table
@@ -266,7 +266,7 @@ def test_policy_forwards_each_host_mac_towards_its_port(name, topo):
     macs = {host: f"00:00:00:00:00:{k:02x}" for k, host in enumerate(topo.hosts(), start=1)}
     for switch in policy.switches:
         outputs = {dict(f.match)["eth_dst"]: f.outputs for f in switch.flows}
-        assert outputs.pop("ff:ff:ff:ff:ff:ff") == ("flood",)
+        assert outputs.pop("ff:ff:ff:ff:ff:ff") == (SPECIAL_OUTPUTS["flood"],)
         expected = {}
         for host, mac in macs.items():
             port = topo.port(switch.name, host)[0] if host in topo.g[switch.name] else 1

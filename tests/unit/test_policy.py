@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.congestion import CongestionConfig
-from controller.policy import PolicyError, load_policy, parse_policy, parse_rate
+from controller.core.congestion import CongestionConfig
+from controller.core.policy import PolicyError, load_policy, parse_policy, parse_rate
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 SHIPPED = sorted(POLICIES.glob("*.yaml"))
@@ -191,7 +191,7 @@ MALFORMED = [
     ("actions not a list", lambda d: _set(s1_flow(d, 0), "actions", {"output": 1}),
      "switches.s1.flows[0].actions", "expected a list, got dict"),
     ("output nowhere", lambda d: _set(s1_flow(d, 0), "actions", [{"output": "nowhere"}]),
-     "switches.s1.flows[0].actions[0].output", "'nowhere' is not a whole number"),
+     "switches.s1.flows[0].actions[0].output", "'nowhere' is not a port; use a number from 1 to 65279 or one of normal"),
     ("unknown class key", lambda d: _set(d["classes"]["tcp"], "burst", 10), "classes.tcp.burst", "unknown key"),
     ("switches not a mapping", lambda d: _set(d, "switches", ["s1", "s2"]), "switches",
      "expected a mapping of keys to values, got list"),

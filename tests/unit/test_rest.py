@@ -1,4 +1,4 @@
-"""controller/rest.py: the REST API as a client sees it, over a small real controller."""
+"""controller/adapters/rest.py: the REST API as a client sees it, over a small stand-in controller."""
 import json
 from pathlib import Path
 from typing import Any
@@ -7,8 +7,8 @@ import pytest
 import yaml
 from webob import Request
 
-from controller.policy import parse_policy
-from controller.rest import make_app
+from controller.core.policy import parse_policy
+from controller.adapters.rest import make_app
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 
@@ -26,25 +26,26 @@ class PolicyHolder:
         if document is not None:
             self.set_policy(document)
 
-    def policy_document(self) -> Any:
-        return self.document
 
-    def set_policy(self, document: Any) -> str:
+    def call(self, op: str, arg: Any = None) -> Any:
+        return self.document if op == "policy" else getattr(self, op)(arg)
+
+    def set_policy(self, document: Any) -> dict:
         policy = parse_policy(document)
         self.policy, self.document = policy, document
-        return policy.name
+        return {"applied": policy.name}
 
-    def clear_policy(self) -> str | None:
+    def clear_policy(self, _=None) -> dict:
         name = self.policy.name if self.policy else None
         self.policy = self.document = None
-        return name
+        return {"cleared": name}
 
-    def status(self) -> dict:
+    def status(self, _) -> dict:
         return {"policy": self.policy.name if self.policy else None, "switches": {}}
 
 
-def call(app, method: str, path: str, body: bytes | None = None):
-    req = Request.blank(path, method=method)
+def call(app, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+    req = Request.blank(path, method=method, headers=headers or {})
     if body is not None:
         req.body = body
         req.content_type = "application/json"
@@ -145,3 +146,50 @@ def test_put_a_policy_with_ip_proto_as_a_list_is_400(app, holder):
     assert code == 400
     assert body["error"].startswith("switches.s1.flows[2].match.ip_proto: ")
     assert holder.policy.name == "none"
+
+
+class Failing(PolicyHolder):
+    def status(self, _) -> dict:
+        raise KeyError("/work/main/controller/internal/path")
+
+
+def test_an_unexpected_error_is_a_500_without_a_traceback():
+    code, _, body = call(make_app(Failing()), "GET", "/qos/v1/status")
+    assert (code, body) == (500, {"error": "internal error, see the controller's log"})
+
+
+def test_a_body_over_one_mib_is_413_and_changes_nothing(app, holder):
+    code, _, body = call(app, "PUT", "/qos/v1/policy", b"{" + b" " * (1 << 20) + b"}")
+    assert code == 413 and body["error"].startswith("request body: 1048578 bytes, more than the 1048576")
+    assert holder.policy.name == "none"
+
+
+def test_a_repeated_key_is_400(app, holder):
+    code, _, body = call(app, "PUT", "/qos/v1/policy", b'{"name": "a", "name": "b"}')
+    assert (code, body) == (400, {"error": "request body: key 'name' appears twice in one object; keep one"})
+
+
+def test_deep_nesting_is_400_not_a_traceback(app, holder):
+    code, _, body = call(app, "PUT", "/qos/v1/policy", b"[" * 100_000 + b"]" * 100_000)
+    assert code == 400 and body["error"].startswith("request body: nested deeper than 32 levels")
+    code, _, body = call(app, "PUT", "/qos/v1/policy", b"[" * 40 + b"]" * 40)   # parses, then refused
+    assert (code, body) == (400, {"error": "request body: nested deeper than 32 levels; a policy is not that deep"})
+
+
+TOKEN = "s3cret-token"
+
+
+@pytest.mark.parametrize("method, path, body", [("PUT", "/qos/v1/policy", b"{}"), ("DELETE", "/qos/v1/policy", None)])
+def test_with_a_token_every_change_needs_it(holder, method, path, body):
+    app = make_app(holder, TOKEN)
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
+        code, _, answer = call(app, method, path, body, headers)
+        assert code == 401 and "Authorization: Bearer" in answer["error"], headers
+    assert holder.policy.name == "none"
+    assert call(app, "DELETE", "/qos/v1/policy", None, {"Authorization": f"Bearer {TOKEN}"})[0] == 200
+
+
+def test_with_a_token_reading_needs_none(holder):
+    app = make_app(holder, TOKEN)
+    assert call(app, "GET", "/qos/v1/status")[0] == 200
+    assert call(app, "GET", "/qos/v1/policy")[0] == 200

@@ -17,6 +17,7 @@ from topo.harness.host import RunRecord
 
 REPO = Path(__file__).resolve().parents[2]
 OPENFLOW = ("127.0.0.1", 6653)
+START_SECONDS = 90   # imports alone take ~10 s in a TCG-emulated VM (vm/), more on a loaded host
 API = "http://127.0.0.1:8080/qos/v1"
 
 
@@ -25,8 +26,9 @@ class ControllerError(RuntimeError):
 
 
 class ControllerClient:
-    def __init__(self, api: str = API):
+    def __init__(self, api: str = API, token: str | None = None):
         self.api = api
+        self.token = token if token is not None else os.environ.get("OVSQOS_API_TOKEN", "")
 
     def status(self) -> dict:
         return self._call("GET", "/status")
@@ -49,8 +51,10 @@ class ControllerClient:
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.api + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(self.api + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=10) as resp:
                 return json.load(resp)
@@ -80,20 +84,28 @@ def controller(log_path: Path, record: RunRecord | None = None,
         yield client
         return
     manager = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin" / "osken-manager"
+    # This run's controller keeps its saved policy beside its log, not in the host's state directory.
+    run_config = log_path.with_name("controller.conf")
+    run_config.write_text(f"[qos]\nowner = study\nstate_file = {log_path.with_name('controller-state.json')}\n")
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([str(manager), "--config-file", str(config), str(REPO / "controller" / "qos_app.py")],
+        proc = subprocess.Popen([str(manager), "--config-file", str(config), "--config-file", str(run_config),
+                                 str(REPO / "controller" / "qos_app.py")],
                                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
     if record:
         record.process(proc.pid, "controller")
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_SECONDS
         while not (_listening(OPENFLOW) and _answers(client)):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise ControllerError(f"controller did not start; see {log_path}")
             time.sleep(0.2)
         yield client
     finally:
-        proc.send_signal(signal.SIGTERM)   # the app removes its QoS rows on the way out
+        try:
+            client.clear_policy()          # a controller leaves its flows and queues on exit; take them off
+        except ControllerError:
+            pass                           # it died: the run record's sweep removes what is left
+        proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controller.tc import ClassCounters, Leaf, Tc
+from controller.adapters.tc import ClassCounters, Leaf, Tc
 from topo.net.iperf import Interval, longest_gap
 
 SAMPLE_SECONDS = 0.25

@@ -22,8 +22,9 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from controller.policy import DISCIPLINES
-from controller.tc import Leaf, htb_classid
+from controller.core.policy import DISCIPLINES
+from controller.adapters.tc import Leaf
+from controller.core.plan import htb_classid
 from topo.harness import capabilities
 from topo.harness.fidelity import Sample
 from topo.harness.launch import Host

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from controller.policy import PolicyError, parse_policy, parse_rate
+from controller.core.policy import PolicyError, parse_policy, parse_rate
 from topo.harness import fidelity
 from topo.harness.controller import ControllerClient, ControllerError, controller
 from topo.harness.launch import USAGE_ERROR, Host, LaunchError, launched, note

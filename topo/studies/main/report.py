@@ -11,8 +11,9 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from controller.policy import Policy
-from controller.tc import ClassCounters, Leaf, htb_classid
+from controller.core.policy import Policy
+from controller.adapters.tc import ClassCounters, Leaf
+from controller.core.plan import htb_classid
 from topo.harness import fidelity
 from topo.harness.report import jain_index, plt
 from topo.net import iperf

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from controller.policy import PolicyError, parse_rate
+from controller.core.policy import PolicyError, parse_rate
 
 
 class ScenarioError(ValueError):

@@ -145,3 +145,23 @@ class RateTracker:
             return None  # switch restarted or port re-created: start again from this sample
         return [None if delta is None else delta * scale / interval
                 for delta, scale in zip(deltas, scales)], interval
+
+
+class Multipart:
+    """Replies split over several OpenFlow messages (OFPMPF_REPLY_MORE), joined before anything reads
+    them: at 1000 ports a switch's port and queue statistics no longer fit one message, and acting on
+    each part would see most ports missing. Parts of one reply share the request's xid."""
+
+    def __init__(self) -> None:
+        self._parts: dict[tuple[int, str, int], list] = {}
+
+    def add(self, dp_id: int, kind: str, xid: int, body: list, more: bool) -> list | None:
+        """The whole body once the last part has arrived, else None."""
+        key = (dp_id, kind, xid)
+        self._parts.setdefault(key, []).extend(body)
+        return None if more else self._parts.pop(key)
+
+    def forget(self, dp_id: int) -> None:
+        """The switch went away: its unfinished replies never will."""
+        for key in [k for k in self._parts if k[0] == dp_id]:
+            del self._parts[key]

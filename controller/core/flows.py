@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from controller.policy import Policy, SwitchPolicy
+from controller.core.policy import Policy, SwitchPolicy
 
 # The high bits mark this controller's flows so it replaces exactly its own; the low bits
 # number the policy's rule, so flow statistics map back to a rule (and its class) directly.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.policy import Policy, PortPolicy
+from controller.core.policy import Policy, PortPolicy
 
 MTU_BYTES = 1514      # a full Ethernet frame, for RED's byte thresholds
 
@@ -28,12 +28,24 @@ class QueueSpec:
 
 
 @dataclass(frozen=True)
+class OvsdbQos:
+    """What OVSDB holds for a port: the QoS row and its Queue rows, as read back."""
+    mode: str
+    max_bps: int
+    queues: tuple[QueueSpec, ...]
+
+
+@dataclass(frozen=True)
 class QosSpec:
     mode: str               # "fifo" or "reserve"
     max_bps: int
     queues: tuple[QueueSpec, ...]
     marks: tuple[tuple[int, int], ...]   # (dscp, queue_id) for tc filters on the userspace datapath
     leaf: tuple[str, ...]                # tc qdisc spec under every class: kind, then its arguments
+
+    @property
+    def ovsdb(self) -> OvsdbQos:
+        return OvsdbQos(self.mode, self.max_bps, self.queues)
 
 
 def leaf_spec(port: PortPolicy, userspace: bool) -> tuple[str, ...]:

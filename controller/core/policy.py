@@ -16,23 +16,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from controller.congestion import CongestionConfig
+from controller.core.congestion import CongestionConfig
+from controller.core.document import load_yaml
+from controller.core.errors import PolicyError
 
 QUEUE_MODES = ("fifo", "reserve", "auto")
 DISCIPLINES = ("fifo", "sfq", "codel", "fq_codel", "red")   # the qdisc under each HTB class
 DEFAULT_QUEUE_PACKETS = 1000                                # Linux's default txqueuelen
 IP_PROTOS = {"icmp": 1, "tcp": 6, "udp": 17}
 ETH_TYPE_IPV4 = 0x0800
-SPECIAL_OUTPUTS = ("normal", "flood", "in_port", "controller")
+# OpenFlow 1.3's reserved ports a flow may output to, by the name a policy uses.
+SPECIAL_OUTPUTS = {"normal": 0xFFFFFFFA, "flood": 0xFFFFFFFB, "in_port": 0xFFFFFFF8, "controller": 0xFFFFFFFD}
+MAX_PORT = 0xFEFF
 _RATE_UNITS = {"": 1, "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
+# OVS's linux-htb hands the kernel each rate as 32-bit bytes per second: above that it wraps.
+MAX_RATE_BPS = (2**32 - 1) * 8
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$", re.IGNORECASE)
-
-
-class PolicyError(ValueError):
-    """A policy that cannot be applied; the message names the field and the fix."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class TrafficClass:
 class FlowRule:
     priority: int
     match: tuple[tuple[str, Any], ...]   # os-ken OFPMatch keyword arguments, sorted
-    outputs: tuple[Any, ...]             # port numbers or SPECIAL_OUTPUTS names
+    outputs: tuple[int, ...]             # OpenFlow port numbers, SPECIAL_OUTPUTS' included
     traffic_class: str | None            # steer into this class's queue when the port reserves
 
 
@@ -89,19 +89,18 @@ class Policy:
         return next(c for c in self.classes if c.name == name)
 
 
-def load_policy(path: str | Path) -> Policy:
+def load_document(path: str | Path) -> Any:
+    """A policy file's document, read safely (controller/core/document.py), its fields not yet checked."""
     path = Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as err:
         raise PolicyError(f"{path}: cannot read policy file ({err.strerror}); check the path") from None
-    except UnicodeDecodeError:
-        raise PolicyError(f"{path}: not a text (UTF-8) file; give a YAML policy") from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise PolicyError(f"{path}: not valid YAML ({str(err).splitlines()[0]}); fix the syntax") from None
-    return parse_policy(document)
+    return load_yaml(data, str(path))
+
+
+def load_policy(path: str | Path) -> Policy:
+    return parse_policy(load_document(path))
 
 
 def parse_policy(document: Any) -> Policy:
@@ -135,6 +134,9 @@ def parse_rate(value: Any, where: str) -> int:
         bps = float(m.group(1)) * _RATE_UNITS[unit]
     if not math.isfinite(bps) or int(bps) <= 0:
         raise PolicyError(f"{where}: {value!r} is not a positive rate of at least 1 bit/s; write e.g. 5Mbit")
+    if bps > MAX_RATE_BPS:
+        raise PolicyError(f"{where}: {value!r} is above {MAX_RATE_BPS} bit/s (34.36 Gbit/s), the most OVS's "
+                          "linux-htb can set; lower it")
     return int(bps)
 
 
@@ -212,7 +214,7 @@ def _switch(name: str, doc: Any, classes: tuple[TrafficClass, ...]) -> SwitchPol
 
 
 def _port(port_no: Any, doc: Any, where: str) -> PortPolicy:
-    number = _int(port_no, where, 1, 0xfeff)
+    number = _int(port_no, where, 1, MAX_PORT)
     doc = _mapping(doc, where)
     _known_keys(doc, where, ("capacity", "queues", "queue_packets", "discipline"))
     if "capacity" not in doc:
@@ -239,7 +241,7 @@ def _flow(doc: Any, where: str, classes: tuple[TrafficClass, ...]) -> FlowRule:
         if traffic_class not in {c.name for c in classes}:
             raise PolicyError(f"{where}.class: {traffic_class!r} is not defined under classes; "
                               "define it or fix the name")
-        if len(outputs) != 1 or not isinstance(outputs[0], int):
+        if len(outputs) != 1 or outputs[0] > MAX_PORT:
             raise PolicyError(f"{where}.class: a classified flow needs exactly one output to a "
                               "numbered port; split it into one flow per port")
         if dict(match).get("eth_type") != ETH_TYPE_IPV4:
@@ -254,7 +256,7 @@ def _match(doc: Any, where: str) -> tuple[tuple[str, Any], ...]:
     for key, value in doc.items():
         at = f"{where}.{key}"
         if key == "in_port":
-            fields[key] = _int(value, at, 1, 0xfeff)
+            fields[key] = _int(value, at, 1, MAX_PORT)
         elif key == "eth_type":
             fields[key] = _int(value, at, 0, 0xffff)
         elif key in ("eth_src", "eth_dst"):
@@ -263,10 +265,12 @@ def _match(doc: Any, where: str) -> tuple[tuple[str, Any], ...]:
             fields[key] = str(value).lower()
         elif key in ("ipv4_src", "ipv4_dst"):
             try:
-                ipaddress.IPv4Network(str(value))
+                net = ipaddress.IPv4Network(str(value))
             except ValueError:
-                raise PolicyError(f"{at}: {value!r} is not an IPv4 address or prefix") from None
-            fields[key] = str(value)
+                raise PolicyError(f"{at}: {value!r} is not an IPv4 address or prefix (host bits must be 0)") from None
+            # as a switch reports it back: an address, or (address, netmask) for a prefix
+            fields[key] = str(net.network_address) if net.prefixlen == 32 else \
+                (str(net.network_address), str(net.netmask))
         elif key == "ip_proto":
             if isinstance(value, str) and value not in IP_PROTOS:
                 raise PolicyError(f"{at}: {value!r} is not a protocol; use tcp, udp, icmp or a number 0-255")
@@ -294,9 +298,12 @@ def _action(doc: Any, where: str) -> Any:
     if "output" not in doc:
         raise PolicyError(f"{where}: missing output; write {{output: 1}}")
     port = doc["output"]
-    if port in SPECIAL_OUTPUTS:
-        return port
-    return _int(port, f"{where}.output", 1, 0xfeff)
+    if isinstance(port, str) and port in SPECIAL_OUTPUTS:
+        return SPECIAL_OUTPUTS[port]
+    if isinstance(port, str) and not port.strip().lstrip("-").isdigit():
+        raise PolicyError(f"{where}.output: {port!r} is not a port; use a number from 1 to {MAX_PORT} or one of "
+                          f"{', '.join(SPECIAL_OUTPUTS)}")
+    return _int(port, f"{where}.output", 1, MAX_PORT)
 
 
 def _mapping(value: Any, where: str) -> dict:

@@ -11,7 +11,7 @@ from typing import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from controller.stats import ALL_ONES, PortCounters, QueueCounters
+from controller.core.stats import ALL_ONES, PortCounters, QueueCounters
 
 PORT_COUNTERS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets",
                  "rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
@@ -29,6 +29,17 @@ class Snapshot:
     events: dict[tuple[int, int, str], int] = field(default_factory=dict)
     policy: str | None = None
     load_error: bool = False
+    openflow_errors: dict[tuple[int, str], int] = field(default_factory=dict)   # (dp, "type/code") → count
+    drift_repairs: dict[str, int] = field(default_factory=dict)                 # flows, qos, tc → count
+    poll_duration: dict[int, float] = field(default_factory=dict)               # dp → seconds, last cycle
+    poll_lag: dict[int, float] = field(default_factory=dict)                    # dp → seconds late, last cycle
+    in_sync: dict[int, bool] = field(default_factory=dict)                      # dp → all confirmed
+
+    def forget(self, dp_id: int) -> None:
+        for table in (self.ports, self.queues, self.capacity_bps, self.congested, self.programmed,
+                      self.poll_duration, self.poll_lag, self.in_sync):
+            for key in [k for k in table if (k[0] if isinstance(k, tuple) else k) == dp_id]:
+                del table[key]
 
 
 def _dp(dp_id: int) -> str:
@@ -68,12 +79,34 @@ class ControllerCollector(Collector):
         for (dp, port, action), count in sorted(snap.events.items()):
             events.add_metric([_dp(dp), str(port), action], count)
         yield events
+        errors = CounterMetricFamily("ovsqos_openflow_errors", "OpenFlow error messages the switches sent back",
+                                     labels=["dp_id", "error"])
+        for (dp, error), count in sorted(snap.openflow_errors.items()):
+            errors.add_metric([_dp(dp), error], count)
+        yield errors
+        repairs = CounterMetricFamily("ovsqos_drift_repairs", "Differences from the policy found on a switch, in "
+                                      "OVSDB or on a device, and repaired", labels=["kind"])
+        for kind, count in sorted(snap.drift_repairs.items()):
+            repairs.add_metric([kind], count)
+        yield repairs
+        yield _per_switch("ovsqos_poll_duration_seconds", "How long the last statistics poll took, request to "
+                          "last reply", snap.poll_duration)
+        yield _per_switch("ovsqos_poll_lag_seconds", "How late the last statistics poll was sent", snap.poll_lag)
+        yield _per_switch("ovsqos_switch_in_sync", "1 while the switch holds exactly what the policy says",
+                          {k: float(v) for k, v in snap.in_sync.items()})
         info = GaugeMetricFamily("ovsqos_policy_info", "The policy in force", labels=["policy"])
         if snap.policy is not None:
             info.add_metric([snap.policy], 1)
         yield info
         yield GaugeMetricFamily("ovsqos_policy_load_error", "1 when the last policy load or apply failed",
                                 value=int(snap.load_error))
+
+
+def _per_switch(name: str, doc: str, values: dict[int, float]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=["dp_id"])
+    for dp, value in sorted(values.items()):
+        family.add_metric([_dp(dp)], float(value))
+    return family
 
 
 def _per_port(name: str, doc: str, values: dict[tuple[int, int], float]) -> GaugeMetricFamily:

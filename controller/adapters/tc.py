@@ -13,6 +13,7 @@ native threads at once. Every failure, the kernel's refusals included, is an OSE
 """
 from __future__ import annotations
 
+import errno
 import socket
 import struct
 import subprocess
@@ -24,7 +25,8 @@ from typing import Iterator
 from pyroute2 import IPRoute
 from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE, NLM_F_REQUEST, nla, nlmsg
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl import RTM_GETQDISC, RTM_GETTFILTER, RTM_NEWQDISC, RTM_NEWTFILTER
+from pyroute2.netlink.rtnl import RTM_GETQDISC, RTM_GETTFILTER, RTM_NEWQDISC, RTM_NEWTFILTER, RTMGRP_TC
+from pyroute2.netlink.rtnl.marshal import MarshalRtnl
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
 FILTER_PRIO = 7                 # our filters live at this prio, so we replace only our own
@@ -32,7 +34,6 @@ ROOT = 0x10000                  # 1: (OVS's HTB root)
 ETH_P_IP = 0x0800
 DSCP_MASK = 0x00FC0000          # the DS field's six DSCP bits in the first word of the IPv4 header
 FIFO_KINDS = ("pfifo", "pfifo_head_drop")
-_ENOENT = 2
 
 
 def classid(handle: int) -> str:
@@ -42,10 +43,6 @@ def classid(handle: int) -> str:
 def parse_classid(text: str) -> int:
     major, minor = text.split(":")
     return int(major, 16) << 16 | int(minor or "0", 16)
-
-
-def htb_classid(queue_id: int) -> str:
-    return classid(ROOT | (queue_id + 1))
 
 
 def leaf_handle(cls: str) -> int:
@@ -188,7 +185,7 @@ class Tc:
             try:
                 ipr.tc("del-filter", index=index, parent=ROOT, info=FILTER_PRIO << 16)
             except NetlinkError as err:
-                if err.code != _ENOENT:   # none there
+                if err.code not in (errno.ENOENT, errno.EINVAL):   # no filter there / no HTB root yet
                     raise
             for dscp, queue_id in marks:
                 ipr.nlm_request(_dscp_filter(index, dscp, ROOT | (queue_id + 1)), RTM_NEWTFILTER,
@@ -216,6 +213,32 @@ class Tc:
         if index is None:
             raise OSError(f"no network device {iface}")
         return index
+
+
+class TcEvents:
+    """The kernel's announcements of qdisc, class and filter changes on any device (RTNLGRP_TC): the
+    controller re-checks a port's queues and filters when, and only when, something changed them.
+    A plain netlink socket, so it waits cooperatively under eventlet."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        self._sock.bind((0, RTMGRP_TC))
+        self._marshal = MarshalRtnl()
+
+    def next(self) -> set[int] | None:
+        """The devices (ifindex) changed since the last call, waiting for one; None when the kernel had
+        to drop announcements (the buffer overran): then every device may have changed."""
+        try:
+            data = self._sock.recv(1 << 16)
+        except OSError as err:
+            if err.errno == errno.ENOBUFS:
+                return None
+            raise
+        return {msg["index"] for msg in self._marshal.parse(data) if "index" in msg}
+
+    def close(self) -> None:
+        self._sock.close()
 
 
 def _dscp_filter(index: int, dscp: int, target: int) -> _U32DscpFilter:

@@ -1,31 +1,46 @@
 """What one switch should look like under a policy, and how congestion changes it.
 
-Pure: the app feeds it rates and time and reconciles the switch and OVSDB with
-what it returns (flows(), qos()). Ports in `reserve` mode always have their class
+Pure: the app feeds it rates and time; controller/core/plan.py compares what flows() and qos()
+return with what the switch and OVSDB hold. Ports in `reserve` mode always have their class
 queues; `auto` ports get them while congested; `fifo` ports never do.
 """
 from __future__ import annotations
 
-from controller.congestion import Decision, PortCongestion, PortSample, bitrate
-from controller.flows import COOKIE, COOKIE_MASK, FlowEntry, desired_flows
-from controller.policy import Policy, PortPolicy, SwitchPolicy
-from controller.queues import QosSpec, desired_qos
-from controller.stats import PortRates
+from controller.core.congestion import Decision, PortCongestion, PortSample, bitrate
+from controller.core.flows import COOKIE, COOKIE_MASK, FlowEntry, desired_flows
+from controller.core.policy import Policy, PortPolicy, SwitchPolicy
+from controller.core.queues import QosSpec, desired_qos
+from controller.core.stats import PortRates
 
 
 class SwitchState:
-    def __init__(self, policy: Policy, switch: SwitchPolicy, userspace: bool):
+    def __init__(self, policy: Policy, switch: SwitchPolicy, userspace: bool, previous: SwitchState | None = None):
         self.policy = policy
         self.switch = switch
         self.userspace = userspace
         self.reserving = frozenset(p.port_no for p in switch.ports if p.queues == "reserve")
         self._detectors = {p.port_no: PortCongestion(policy.congestion) for p in switch.ports}
+        if previous is not None:
+            self._carry_over(previous)
 
-    def flows(self) -> tuple[FlowEntry, ...]:
-        return desired_flows(self.policy, self.switch, self.reserving, mark_dscp=self.userspace)
+    def _carry_over(self, previous: SwitchState) -> None:
+        """A port the new policy leaves as it was keeps its congestion state: putting the same policy
+        again must not reset a detector or roll back a reserving `auto` port."""
+        if previous.policy.congestion != self.policy.congestion or previous.policy.classes != self.policy.classes:
+            return
+        for port in self.switch.ports:
+            if port == previous.switch.port(port.port_no) and port.queues == "auto":
+                self._detectors[port.port_no] = previous._detectors[port.port_no]
+                if port.port_no in previous.reserving:
+                    self.reserving |= {port.port_no}
 
-    def qos(self) -> dict[int, QosSpec]:
-        return {p.port_no: desired_qos(self.policy, p, p.port_no in self.reserving, self.userspace)
+    def flows(self, reserving: frozenset[int] | set[int]) -> tuple[FlowEntry, ...]:
+        """The flows while the ports in `reserving` have their class queues in force."""
+        return desired_flows(self.policy, self.switch, frozenset(reserving), mark_dscp=self.userspace)
+
+    def qos(self, reserving: frozenset[int] | set[int]) -> dict[int, QosSpec]:
+        """Each port's queues, class queues for the ports in `reserving`."""
+        return {p.port_no: desired_qos(self.policy, p, p.port_no in reserving, self.userspace)
                 for p in self.switch.ports}
 
     def congested(self, port_no: int) -> bool:

@@ -1,0 +1,208 @@
+"""OVSDB adapter: bridges, ports and this controller's QoS/Queue rows, via ovsdbapp.
+
+Every change of many ports' queues is one transaction with check_error=True: a port is never left
+half-configured, and 1000 ports cost one transaction, not 1000. Rows are found through OVSDB's
+name index, inside the transaction, so a change costs the same however many rows the database
+holds. Rows this controller creates carry external_ids[OWNER_KEY] = owner, so it changes and removes
+exactly its own and never another tool's QoS. ovsdbapp's Open_vSwitch transactions bump next_cfg
+and return once ovs-vswitchd has applied them (cur_cfg), so the HTB classes exist when a change
+returns.
+
+One controller per owner: the connection asks OVSDB for a lock named after the owner (as ovn-northd
+does for its active/standby pairs); while another holds it, every transaction of ours is refused
+by the server itself.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from ovsdbapp.backend.ovs_idl import command, connection, idlutils
+from ovsdbapp.schema.open_vswitch import impl_idl
+
+from controller.core.plan import ABSENT, FOREIGN
+from controller.core.queues import OvsdbQos, QosSpec, QueueSpec
+
+LOG = logging.getLogger(__name__)
+DEFAULT_DB = "unix:/var/run/openvswitch/db.sock"
+OWNER_KEY = "ovs-qos-controller"
+USERSPACE_DATAPATH = "netdev"
+TABLES = ("Open_vSwitch", "Bridge", "Port", "Interface", "QoS", "Queue")
+
+
+class OvsdbError(RuntimeError):
+    """OVSDB refused a change, or holds something we must not overwrite."""
+
+
+class LockHeld(OvsdbError):
+    """Another controller of the same owner holds the OVSDB lock."""
+
+
+@dataclass(frozen=True)
+class BridgeInfo:
+    name: str
+    datapath_type: str          # "netdev" (userspace) or "system"/"" (kernel)
+    ports: dict[int, str]       # OpenFlow port number → interface name
+
+    @property
+    def userspace(self) -> bool:
+        return self.datapath_type == USERSPACE_DATAPATH
+
+
+class Ovsdb:
+    def __init__(self, remote: str = DEFAULT_DB, owner: str = "default", timeout: float = 30.0,
+                 lock_wait: float = 10.0):
+        self.owner = owner
+        helper = idlutils.get_schema_helper(remote, "Open_vSwitch")
+        for table in TABLES:
+            helper.register_table(table)
+        self._idl = connection.OvsdbIdl(remote, helper)
+        self._idl.set_lock(lock_name(owner))    # before the connection starts (python-ovs asks that)
+        # ovsdbapp keeps one connection per API class: a class of our own per instance keeps them apart.
+        api_class = type("QosOvsdbIdl", (impl_idl.OvsdbIdl,), {"_ovsdb_connection": None})
+        self._api = api_class(connection.Connection(idl=self._idl, timeout=timeout))
+        self._wait_for_lock(lock_wait)
+
+    def _wait_for_lock(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._idl.has_lock:
+            if self._idl.is_lock_contended:
+                self.close()
+                raise LockHeld(f"another controller with owner {self.owner!r} is running on this OVSDB (it holds "
+                               f"the lock {lock_name(self.owner)}); stop it, or give this one another owner")
+            if time.monotonic() > deadline:
+                self.close()
+                raise OvsdbError(f"OVSDB did not answer the lock request within {seconds:g} s")
+            time.sleep(0.05)
+
+    def bridge(self, dp_id: int) -> BridgeInfo | None:
+        dpid = f"{dp_id:016x}"
+        for br in self._api.tables["Bridge"].rows.values():
+            if br.datapath_id and br.datapath_id[0] == dpid:
+                ports = {iface.ofport[0]: iface.name
+                         for port in br.ports for iface in port.interfaces
+                         if iface.ofport and iface.ofport[0] > 0}
+                return BridgeInfo(br.name, br.datapath_type, ports)
+        return None
+
+    def port_qos(self, iface: str) -> OvsdbQos | str | None:
+        """What OVSDB holds on the port: our queues read back, FOREIGN for another tool's, None for no QoS,
+        ABSENT when OVSDB has no such port."""
+        port = idlutils.row_by_value(self._api.idl, "Port", "name", iface, None)
+        if port is None:
+            return ABSENT
+        if not port.qos:
+            return None
+        qos = port.qos[0]
+        if not self._owned(qos):
+            return FOREIGN
+        queues = tuple(QueueSpec(queue_id, _int(q.other_config, "min-rate"), _int(q.other_config, "max-rate"),
+                                 q.external_ids.get("class", ""), _int(q.other_config, "priority"))
+                       for queue_id, q in sorted(qos.queues.items()))
+        return OvsdbQos(qos.external_ids.get("mode", ""), _int(qos.other_config, "max-rate"), queues)
+
+    def apply(self, changes: dict[str, QosSpec | None], tags: dict[str, str]) -> None:
+        """Every port's queues as given (None: ours off the port), in one transaction."""
+        # We log every refusal ourselves, in one line; ovsdbapp's own log would add a traceback to each.
+        with self._api.transaction(check_error=True, log_errors=False) as txn:
+            for iface, spec in changes.items():
+                txn.add(_ReplacePortQos(self._api, iface, spec, {OWNER_KEY: self.owner, "iface": iface, **tags}))
+
+    def remove_orphans(self) -> int:
+        """Remove our QoS rows no port uses and our Queue rows no QoS uses; returns how many."""
+        with self._api.transaction(check_error=True, log_errors=False) as txn:
+            found = txn.add(_RemoveOrphans(self._api, self._owned))
+        return found.result or 0
+
+    def remove_all(self) -> int:
+        """Take every QoS of ours off its port and remove all our rows; returns rows removed."""
+        ports = [p.name for p in self._api.tables["Port"].rows.values() if p.qos and self._owned(p.qos[0])]
+        if ports:
+            self.apply(dict.fromkeys(ports), {})
+        return len(ports) + self.remove_orphans()
+
+    def close(self) -> None:
+        self._api.ovsdb_connection.stop()
+
+    def _owned(self, row) -> bool:
+        return row.external_ids.get(OWNER_KEY) == self.owner
+
+
+def lock_name(owner: str) -> str:
+    """OVSDB lock names are ids (RFC 7047: letters, digits, '_'); the owner's bytes in hex keep them apart."""
+    return f"ovs_qos_controller_{owner.encode().hex()}"
+
+
+def _int(column: dict, key: str) -> int:
+    try:
+        return int(column.get(key, 0))
+    except ValueError:
+        return -1   # not a number: never equal to what we want, so it gets rewritten
+
+
+class _ReplacePortQos(command.BaseCommand):
+    """Put `spec`'s rows on a port (None: take ours off), over our own QoS or none only.
+
+    Everything is read in run_idl, which ovsdbapp runs again on fresh data when the commit fails a
+    verify(): the port's QoS is verified, so another tool's QoS set a moment ago is never overwritten.
+    """
+
+    def __init__(self, api, iface: str, spec: QosSpec | None, ids: dict[str, str]):
+        super().__init__(api)
+        self.iface, self.spec, self.ids = iface, spec, ids
+
+    def run_idl(self, txn):
+        port = idlutils.row_by_value(self.api.idl, "Port", "name", self.iface, None)
+        if port is None:
+            if self.spec is None:
+                return
+            raise OvsdbError(f"port {self.iface!r} is not in OVSDB")
+        port.verify("qos")
+        current = port.qos[0] if port.qos else None
+        if current is not None and current.external_ids.get(OWNER_KEY) != self.ids[OWNER_KEY]:
+            if self.spec is None:
+                return
+            raise OvsdbError(f"port {self.iface!r} has a QoS this controller did not create; remove it "
+                             f"(ovs-vsctl clear port {self.iface} qos) or leave the port out of the policy")
+        if current is not None:
+            for queue in current.queues.values():
+                if queue.external_ids.get(OWNER_KEY) == self.ids[OWNER_KEY]:
+                    queue.delete()
+            current.delete()
+        if self.spec is None:
+            port.qos = []
+            return
+        queues = {}
+        for q in self.spec.queues:
+            row = txn.insert(self.api.tables["Queue"])
+            row.other_config = {"min-rate": str(q.min_bps), "max-rate": str(q.max_bps), "priority": str(q.priority)}
+            row.external_ids = {**self.ids, "class": q.traffic_class}
+            queues[q.queue_id] = row
+        qos = txn.insert(self.api.tables["QoS"])
+        qos.type = "linux-htb"
+        qos.other_config = {"max-rate": str(self.spec.max_bps)}
+        qos.queues = queues
+        qos.external_ids = {**self.ids, "mode": self.spec.mode}
+        port.qos = [qos]
+
+
+class _RemoveOrphans(command.BaseCommand):
+    def __init__(self, api, owned):
+        super().__init__(api)
+        self.owned = owned
+
+    def run_idl(self, txn):
+        used_qos = {p.qos[0].uuid for p in self.api.tables["Port"].rows.values() if p.qos}
+        removed = 0
+        for qos in list(self.api.tables["QoS"].rows.values()):
+            if self.owned(qos) and qos.uuid not in used_qos:
+                qos.delete()
+                removed += 1
+        used_queues = {q.uuid for qos in self.api.tables["QoS"].rows.values()
+                       if self.owned(qos) and qos.uuid in used_qos for q in qos.queues.values()}
+        for queue in list(self.api.tables["Queue"].rows.values()):
+            if self.owned(queue) and queue.uuid not in used_queues:
+                queue.delete()
+                removed += 1
+        self.result = removed

@@ -1,0 +1,153 @@
+"""OVSDB and tc work, done by one greenthread so the app's event loop never waits on it.
+
+The app submits jobs (a port's queues to change, or only its tc to check) and goes on handling
+OpenFlow events; the worker takes every job waiting, does them as one batch and hands the results
+back through the app's event queue. One OVSDB transaction serves the whole batch, so applying a
+policy to 1000 ports is one transaction, not 1000.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from controller.adapters.ovsdb import OvsdbError
+from controller.adapters.tc import Tc
+from controller.core.plan import tc_changes
+from controller.core.queues import QosSpec
+from controller.compat import hub
+
+LOG = logging.getLogger(__name__)
+CLASS_WAIT_SECONDS = 3.0   # ovsdbapp returns once vswitchd applied the change; the classes follow at once
+
+
+@dataclass(frozen=True)
+class Job:
+    dp_id: int
+    connection: int             # which connection of the switch asked: a reconnected switch ignores the old one's
+    port_no: int
+    iface: str
+    userspace: bool
+    spec: QosSpec | None        # the queues the port must have; None: ours off the port
+    qos: bool                   # OVSDB must change; False: only check the port's tc
+    rebuild: bool = False       # take the QoS off first, so that OVS builds its qdisc anew
+    tags: tuple[tuple[str, str], ...] = ()   # external_ids beside the owner tag (policy, dp_id)
+
+
+@dataclass
+class Result:
+    job: Job
+    error: str | None = None
+    tc: list[str] = field(default_factory=list)   # what was changed on the device
+    ifindex: int | None = None
+    missing: bool = False                         # a check found the QoS's HTB classes gone from the device
+
+
+SWEEP = "sweep"   # in the queue: remove our QoS rows that no port uses any more
+
+
+class Worker:
+    def __init__(self, ovsdb, tc: Tc, done: Callable[[list[Result]], None]):
+        self._ovsdb, self._tc, self._done = ovsdb, tc, done
+        self._queue = hub.Queue()
+
+    def submit(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            self._queue.put(job)
+
+    def sweep_orphans(self) -> None:
+        self._queue.put(SWEEP)
+
+    def run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while not self._queue.empty():
+                batch.append(self._queue.get())
+            try:
+                results = self.execute(batch)
+            except Exception as err:   # noqa: BLE001 - a dead worker would stop every repair silently
+                LOG.exception("OVSDB/tc batch failed")
+                results = [Result(job, f"internal error: {err}") for job in batch]
+            self._done(results)
+
+    def execute(self, batch: list) -> list[Result]:
+        sweep = SWEEP in batch
+        batch = [job for job in batch if job != SWEEP]
+        results = {id(job): Result(job) for job in batch}
+        changes = [job for job in batch if job.qos]
+        for job in changes:
+            if job.userspace:
+                # HTB refuses to delete a class a filter points at: our filters go first.
+                self._tc_call(results[id(job)], self._tc.replace_filters, job.iface, ())
+        if changes:
+            self._apply(changes, results)
+        if sweep or changes:
+            # Rows a port no longer uses: a bridge that went away, or a QoS cleared off its port by hand.
+            try:
+                removed = self._ovsdb.remove_orphans()
+                if removed:
+                    LOG.info("removed %d QoS/Queue rows no port uses any more", removed)
+            except (OvsdbError, RuntimeError) as err:
+                LOG.error("could not remove unused QoS/Queue rows: %s", err)
+        for job in batch:
+            result = results[id(job)]
+            if job.spec is not None and result.error is None:
+                self._ensure_tc(job, result)
+        return list(results.values())
+
+    def _apply(self, jobs: list[Job], results: dict[int, Result]) -> None:
+        by_tags: dict[tuple, list[Job]] = {}
+        for job in jobs:
+            by_tags.setdefault(job.tags, []).append(job)
+        for tags, group in by_tags.items():
+            try:
+                rebuilt = {job.iface: None for job in group if job.rebuild}
+                if rebuilt:
+                    self._ovsdb.apply(rebuilt, dict(tags))
+                self._ovsdb.apply({job.iface: job.spec for job in group}, dict(tags))
+            except (OvsdbError, RuntimeError) as err:
+                if len(group) == 1:
+                    results[id(group[0])].error = str(err)
+                    continue
+                # One bad port fails the whole transaction: find it, and still change the others.
+                LOG.warning("OVSDB refused a batch of %d ports (%s); applying them one by one", len(group), err)
+                for job in group:
+                    self._apply([job], results)
+
+    def _ensure_tc(self, job: Job, result: Result) -> None:
+        # Only a QoS change waits for OVS to build its classes; a check finds them there or not.
+        deadline = time.monotonic() + (CLASS_WAIT_SECONDS if job.qos else 0)
+        while True:
+            classes = self._tc_call(result, self._tc.classes, job.iface)
+            leaves = self._tc_call(result, self._tc.leaves, job.iface)
+            filters = self._tc_call(result, self._tc.filters, job.iface) if job.userspace else set()
+            if classes is None or leaves is None or filters is None:
+                return
+            plan = tc_changes(job.spec, job.userspace, set(classes),
+                              {c: (leaf.kind, leaf.limit) for c, leaf in leaves.items()}, filters)
+            if not plan.waiting or time.monotonic() > deadline:
+                break
+            hub.sleep(0.05)
+        if plan.waiting:
+            if job.qos:
+                result.error = f"{job.iface}: OVS did not build the HTB classes within {CLASS_WAIT_SECONDS:g} s"
+            result.missing = True
+            return
+        for cls in plan.leaves:
+            if self._tc_call(result, self._tc.replace_leaf, job.iface, cls, job.spec.leaf) is not None:
+                result.tc.append(f"{' '.join(job.spec.leaf)} under {cls}")
+        if plan.filters is not None and self._tc_call(result, self._tc.replace_filters, job.iface,
+                                                      plan.filters) is not None:
+            result.tc.append(f"filters for DSCP marks {plan.filters}")
+        result.ifindex = self._tc_call(result, self._tc.ifindex, job.iface)
+
+    @staticmethod
+    def _tc_call(result: Result, method, *args):
+        """The call's value (True for one that returns nothing), or None with the error recorded."""
+        try:
+            value = method(*args)
+        except OSError as err:
+            result.error = f"{result.job.iface}: tc: {err}"
+            return None
+        return True if value is None else value

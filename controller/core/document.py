@@ -1,0 +1,126 @@
+"""Reading policy documents (YAML files, JSON bodies) safely, before any of their fields is looked at.
+
+Pure. A document is refused, with one PolicyError that says why and how to fix it, when it is
+larger than MAX_BYTES, not UTF-8, not valid YAML/JSON, repeats a key (YAML and JSON parsers keep
+the last one silently), nests deeper than MAX_DEPTH, or expands to more than MAX_NODES values
+(YAML aliases can make a few lines stand for billions: the "billion laughs").
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from controller.core.errors import PolicyError
+
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 32
+MAX_NODES = 100_000
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key that a mapping repeats."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                mark = key_node.start_mark
+                raise PolicyError(f"line {mark.line + 1}: key {key!r} appears twice in one mapping; keep one")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(data: bytes | str, where: str) -> Any:
+    text = _text(data, where)
+    try:
+        root = yaml.compose(text, Loader=_UniqueKeyLoader)
+        if root is None:
+            return None
+        _check_shape(root, where)
+        loader = _UniqueKeyLoader(text)
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    except PolicyError as err:
+        raise PolicyError(f"{where}: {err}") from None
+    except RecursionError:
+        raise PolicyError(f"{where}: nested deeper than {MAX_DEPTH} levels; a policy is not that deep") from None
+    except yaml.YAMLError as err:
+        raise PolicyError(f"{where}: not valid YAML ({' '.join(str(err).split())}); fix the syntax") from None
+
+
+def load_json(data: bytes | str, where: str) -> Any:
+    text = _text(data, where)
+    try:
+        document = json.loads(text, object_pairs_hook=_unique_pairs)
+    except RecursionError:
+        raise PolicyError(f"{where}: nested deeper than {MAX_DEPTH} levels; a policy is not that deep") from None
+    except PolicyError as err:
+        raise PolicyError(f"{where}: {err}") from None
+    except ValueError as err:
+        raise PolicyError(f"{where}: not JSON ({err}); send the policy as a JSON object") from None
+    if _json_depth(document) > MAX_DEPTH:
+        raise PolicyError(f"{where}: nested deeper than {MAX_DEPTH} levels; a policy is not that deep")
+    return document
+
+
+def _text(data: bytes | str, where: str) -> str:
+    size = len(data.encode() if isinstance(data, str) else data)
+    if size > MAX_BYTES:
+        raise PolicyError(f"{where}: {size} bytes, more than the {MAX_BYTES} a policy may have; split it or "
+                          "remove what it does not need")
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PolicyError(f"{where}: not UTF-8 text; save the policy as UTF-8") from None
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    keys = [k for k, _ in pairs]
+    repeated = next((k for k in keys if keys.count(k) > 1), None)
+    if repeated is not None:
+        raise PolicyError(f"key {repeated!r} appears twice in one object; keep one")
+    return dict(pairs)
+
+
+def _check_shape(root: yaml.Node, where: str) -> None:
+    """Depth and expanded size of a composed YAML graph, aliases counted as often as they are used.
+    Memoised per node, so an alias bomb is measured in time proportional to its text."""
+    sizes: dict[int, tuple[int, int]] = {}   # id(node) → (expanded values, depth)
+
+    def measure(node: yaml.Node, path: tuple[int, ...]) -> tuple[int, int]:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in path or len(path) > MAX_DEPTH:
+            raise PolicyError(f"nested deeper than {MAX_DEPTH} levels; a policy is not that deep")
+        children = node.value if isinstance(node, yaml.SequenceNode) else \
+            [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
+        total, depth = 1, 0
+        for child in children:
+            size, child_depth = measure(child, path + (id(node),))
+            total, depth = total + size, max(depth, child_depth)
+            if total > MAX_NODES:
+                raise PolicyError(f"expands to more than {MAX_NODES} values (YAML aliases counted each time "
+                                  "they are used); write the policy out or use fewer aliases")
+        sizes[id(node)] = (total, depth + 1)
+        return sizes[id(node)]
+
+    measure(root, ())
+
+
+def _json_depth(value: Any) -> int:
+    depth, level = 0, [(value, 1)]
+    while level:
+        item, d = level.pop()
+        depth = max(depth, d)
+        if d > MAX_DEPTH:
+            break
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        level.extend((child, d + 1) for child in children)
+    return depth

@@ -1,0 +1,5 @@
+"""The one error a bad policy raises: its message names the field and says how to fix it."""
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be applied; the message names the field and the fix."""

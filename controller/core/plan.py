@@ -1,0 +1,133 @@
+"""Desired against actual → the changes that make a switch and its ports what the policy says (pure).
+
+Flows of ours are keyed by cookie, one per policy rule (controller/core/flows.py); what the switch
+holds comes from its flow statistics. Queues are what OVSDB holds on each port, read back row by
+row, against the QosSpec the port should have. Nothing is changed that is already right, so a
+restarted controller, or the same policy put again, changes nothing.
+
+Order without waiting: flows steer into a port's class queues only once OVSDB holds them, and a
+port keeps its reservation queues while the switch's flows still steer into them. So a program
+puts the queues first and a rollback takes the steering off first, each step as soon as the one
+before it is confirmed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from controller.core.flows import FlowEntry
+from controller.core.queues import OvsdbQos, QosSpec
+from controller.core.switch_state import SwitchState
+
+FOREIGN = "foreign"   # the port has a QoS some other tool made: never touched
+ABSENT = "absent"     # the port is not in OVSDB (it is being created or removed): nothing to do yet
+
+
+@dataclass(frozen=True)
+class ActualFlow:
+    """One of our flows as the switch reports it."""
+    priority: int
+    match: tuple[tuple[str, Any], ...]
+    actions: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True)
+class FlowChanges:
+    delete: tuple[int, ...] = ()              # cookies whose flows must go
+    modify: tuple[FlowEntry, ...] = ()        # same priority and match, other actions (counters kept)
+    add: tuple[FlowEntry, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.delete or self.modify or self.add)
+
+    def applied_to(self, flows: dict[int, ActualFlow]) -> dict[int, ActualFlow]:
+        """What the switch holds once these changes are confirmed."""
+        after = {c: f for c, f in flows.items() if c not in self.delete}
+        after.update({e.cookie: ActualFlow(e.priority, e.match, e.actions) for e in (*self.modify, *self.add)})
+        return after
+
+
+@dataclass(frozen=True)
+class Plan:
+    flows: FlowChanges
+    qos: dict[int, QosSpec | None]            # port → the queues it must get (None: ours removed)
+    specs: dict[int, QosSpec]                 # port → the queues it should have now (tc is checked against)
+
+
+def flow_changes(desired: Iterable[FlowEntry], actual: dict[int, ActualFlow]) -> FlowChanges:
+    wanted = {e.cookie: e for e in desired}
+    delete, modify, add = [], [], []
+    for cookie, flow in actual.items():
+        entry = wanted.get(cookie)
+        if entry is None or (entry.priority, entry.match) != (flow.priority, flow.match):
+            delete.append(cookie)
+    for cookie, entry in wanted.items():
+        flow = actual.get(cookie)
+        if flow is None or cookie in delete:
+            add.append(entry)
+        elif flow.actions != entry.actions:
+            modify.append(entry)
+    return FlowChanges(tuple(sorted(delete)), tuple(modify), tuple(add))
+
+
+def steered_ports(flows: dict[int, ActualFlow]) -> set[int]:
+    """Ports whose class queues the switch's flows steer packets into."""
+    return {a[1] for f in flows.values() if any(a[0] == "set_queue" for a in f.actions)
+            for a in f.actions if a[0] == "output"}
+
+
+def plan(state: SwitchState | None, flows: dict[int, ActualFlow],
+         qos: dict[int, OvsdbQos | str | None]) -> Plan:
+    """`state` None: the switch is in no policy, so nothing of ours stays on it. `qos` holds what OVSDB
+    has on every port of the policy and every port that has queues of ours (FOREIGN for another's,
+    ABSENT for a port OVSDB does not have)."""
+    if state is None:
+        return Plan(flow_changes((), flows), {p: None for p, q in qos.items() if isinstance(q, OvsdbQos)}, {})
+    qos = {p: q for p, q in qos.items() if q != ABSENT}
+    reserving_now = {p for p, q in qos.items() if isinstance(q, OvsdbQos) and q.mode == "reserve"}
+    desired_flows = state.flows(state.reserving & reserving_now)
+    desired_qos = state.qos(state.reserving | steered_ports(flows))
+    changes = {}
+    for port, actual in qos.items():
+        want = desired_qos.get(port)
+        if actual == FOREIGN:
+            continue
+        if want is None:
+            if actual is not None:
+                changes[port] = None
+        elif actual != want.ovsdb:
+            changes[port] = want
+    return Plan(flow_changes(desired_flows, flows), changes, desired_qos)
+
+
+@dataclass(frozen=True)
+class TcChanges:
+    """What a port's tc needs beside its QoS: the leaves to replace and, if they differ, the filters."""
+    waiting: bool                               # OVS has not built the HTB classes yet
+    leaves: tuple[str, ...] = ()                # classes whose queue is not the policy's
+    filters: tuple[tuple[int, int], ...] | None = None   # the marks to set; None: they are right
+
+    def __bool__(self) -> bool:
+        return bool(self.leaves) or self.filters is not None
+
+
+def tc_changes(spec: QosSpec, userspace: bool, classes: set[str], leaves: dict[str, tuple[str, int | None]],
+               filters: set[tuple[int, str]]) -> TcChanges:
+    """`leaves`: class → (kind, packet limit) in force; `filters`: (dscp, class) in force."""
+    wanted = [htb_classid(q.queue_id) for q in spec.queues]
+    if not set(wanted) <= classes:
+        return TcChanges(waiting=True)
+    kind, limit = spec.leaf[0], _limit(spec.leaf)
+    bad = tuple(c for c in wanted if leaves.get(c, (None, None)) != (kind, limit))
+    marks = {(dscp, htb_classid(q)) for dscp, q in spec.marks} if userspace else set()
+    return TcChanges(False, bad, spec.marks if userspace and filters != marks else None)
+
+
+def htb_classid(queue_id: int) -> str:
+    """OVS's linux-htb puts queue N in class 1:(N+1), written in hex as tc does."""
+    return f"1:{queue_id + 1:x}"
+
+
+def _limit(leaf: tuple[str, ...]) -> int | None:
+    """The packet limit a FIFO leaf is compared by; other disciplines are compared by kind."""
+    return int(leaf[leaf.index("limit") + 1]) if leaf[0] in ("pfifo", "pfifo_head_drop") else None

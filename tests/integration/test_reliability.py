@@ -1,0 +1,328 @@
+"""The controller as an operator relies on it, against real OVS: its config honoured, bad configs
+refused in one line, one controller per owner and port, concurrent changes serialised, drift of every
+kind repaired within two polls, and a restart with a policy in force that a running TCP flow does not
+notice."""
+import concurrent.futures
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+import yaml
+
+from tests.integration.conftest import (NOTHING_LEFT, REPO, controller_config, leftovers, requires_ovs,
+                                        start_controller, stop_controller)
+
+pytestmark = requires_ovs
+API = "http://127.0.0.1:8080/qos/v1"
+DPIDS = (0xA01, 0xA02)
+
+
+def sh(*args) -> str:
+    return subprocess.run(args, check=True, capture_output=True, text=True).stdout
+
+
+def rest(method: str, path: str, body=None, token: str | None = None):
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    req = urllib.request.Request(API + path, data=None if body is None else json.dumps(body).encode(),
+                                 method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as err:
+        return err.code, json.load(err)
+
+
+def wait(condition, seconds: float, what: str):
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def bridges():
+    """Two userspace bridges of four veth ports each (OpenFlow ports 1-4), secure fail mode, pointed
+    at the controller; removed afterwards."""
+    tag = uuid.uuid4().hex[:4]
+    names, links = [], []
+    for k, dpid in enumerate(DPIDS):
+        bridge = f"rl{tag}{k}"
+        args = ["ovs-vsctl", "add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev",
+                "protocols=OpenFlow13", "fail_mode=secure", f"other_config:datapath-id={dpid:016x}"]
+        for port in range(1, 5):
+            iface = f"rl{tag}{k}p{port}"
+            sh("ip", "link", "add", iface, "type", "veth", "peer", "name", iface + "x")
+            sh("ip", "link", "set", iface, "up")
+            links.append(iface)
+            args += ["--", "add-port", bridge, iface, "--", "set", "interface", iface, f"ofport_request={port}"]
+        sh(*args)
+        sh("ovs-vsctl", "set-controller", bridge, "tcp:127.0.0.1:6653")
+        names.append(bridge)
+    try:
+        yield names
+    finally:
+        for bridge in names:
+            subprocess.run(["ovs-vsctl", "--if-exists", "del-br", bridge], capture_output=True)
+        for iface in links:
+            subprocess.run(["ip", "link", "del", iface], capture_output=True)
+
+
+def policy(name: str, queues: str = "reserve") -> dict:
+    """Both bridges forward 1 <-> 2 and steer tcp/udp into the classes of port 2, which reserves."""
+    doc = yaml.safe_load((REPO / "policies" / "reserve.yaml").read_text())
+    flows = [{"priority": 1000, "match": {"in_port": 1}, "actions": [{"output": 2}]},
+             {"priority": 1000, "match": {"in_port": 2}, "actions": [{"output": 1}]},
+             {"priority": 40000, "match": {"in_port": 1, "ip_proto": "udp"}, "class": "udp", "actions": [{"output": 2}]},
+             {"priority": 40000, "match": {"in_port": 1, "ip_proto": "tcp"}, "class": "tcp", "actions": [{"output": 2}]}]
+    doc["name"] = name
+    doc["switches"] = {f"b{k}": {"dp_id": dpid, "flows": flows,
+                                 "ports": {2: {"capacity": "10Mbit", "queues": queues, "queue_packets": 50}}}
+                       for k, dpid in enumerate(DPIDS)}
+    return doc
+
+
+@pytest.fixture
+def controller(tmp_path, bridges):
+    proc = start_controller(controller_config(tmp_path / "qos.conf"), tmp_path / "controller.log")
+    assert proc.poll() is None, (tmp_path / "controller.log").read_text()[-2000:]
+    wait(lambda: len(rest("GET", "/status")[1]["switches"]) == 2, 20, "both bridges connected")
+    try:
+        yield proc, tmp_path, bridges
+    finally:
+        stop_controller(proc)
+    assert (leftovers()["qos"], leftovers()["queues"]) == ("", ""), (tmp_path / "controller.log").read_text()[-3000:]
+
+
+def in_sync(name: str) -> bool:
+    status = rest("GET", "/status")[1]
+    return status["policy"] == name and all(s["in_sync"] for s in status["switches"].values()) and \
+        len(status["switches"]) == 2
+
+
+def our_flows(bridge: str) -> list[str]:
+    return [line for line in sh("ovs-ofctl", "-O", "OpenFlow13", "dump-flows", bridge).splitlines()
+            if "cookie=0x5153" in line]
+
+
+def port_qos(iface: str) -> str:
+    return sh("ovs-vsctl", "get", "port", iface, "qos").strip()
+
+
+# --- config -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("options, message", [
+    ({"policy": "/nonexistent.yaml"}, "error: /nonexistent.yaml: cannot read policy file (No such file or directory)"),
+    ({"owner": "no spaces"}, "error: [qos] owner: 'no spaces' is not 1-64 letters"),
+    ({"api_host": "0.0.0.0"}, "error: [qos] api_token: required because api_host 0.0.0.0 is not loopback"),
+    ({"api_port": "http"}, "error: [qos] Value for option api_port"),
+    ({"metrics_port": "8080"}, "error: [qos] metrics_port: the same address as the REST API"),
+])
+def test_a_bad_config_exits_2_with_one_line_naming_the_option(tmp_path, options, message):
+    proc = start_controller(controller_config(tmp_path / "qos.conf", **options), tmp_path / "log")
+    assert proc.wait(20) == 2
+    lines = [line for line in (tmp_path / "log").read_text().splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and lines[0].startswith(message), lines
+    assert leftovers() == NOTHING_LEFT
+
+
+def test_a_bad_policy_file_in_the_config_exits_2_naming_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**policy("bad"), "classes": {"tcp": {"queue": 1, "min": "180%"}}}))
+    proc = start_controller(controller_config(tmp_path / "qos.conf", policy=bad), tmp_path / "log")
+    assert proc.wait(20) == 2
+    assert "error: classes.tcp.min: '180%' is outside 0%..100%" in (tmp_path / "log").read_text()
+
+
+def test_the_config_file_is_honoured(tmp_path, bridges):
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(policy("from-config")))
+    config = controller_config(tmp_path / "qos.conf", policy=good, owner="honoured", api_token="t0ken")
+    proc = start_controller(config, tmp_path / "log")
+    try:
+        wait(lambda: in_sync("from-config"), 20, "the configured policy in force")
+        status = rest("GET", "/status")[1]
+        assert status["owner"] == "honoured" and status["mode"] == "active"
+        assert 'ovs-qos-controller=honoured' in sh("ovs-vsctl", "--columns=external_ids", "list", "qos")
+        assert rest("DELETE", "/policy")[0] == 401                       # the token is required
+        assert rest("DELETE", "/policy", token="t0ken")[0] == 200
+    finally:
+        stop_controller(proc, clear=False)
+
+
+# --- one controller per owner and port -------------------------------------------------------------
+
+def test_a_second_controller_is_refused_and_the_first_one_keeps_its_queues(controller):
+    _, tmp_path, bridges = controller
+    assert rest("PUT", "/policy", policy("first"))[0] == 200
+    wait(lambda: in_sync("first"), 20, "the policy in force")
+    before = port_qos(f"{bridges[0]}p2")
+    # Same owner (and so the same OVSDB lock), other ports: refused by the lock.
+    second = start_controller(controller_config(tmp_path / "second.conf", ofp_port=6654, api_port=8081,
+                                                metrics_port=9111), tmp_path / "second.log")
+    assert second.wait(30) == 1
+    assert "another controller with owner 'test' is running" in (tmp_path / "second.log").read_text()
+    # Another owner on the same ports: refused by the ports.
+    third = start_controller(controller_config(tmp_path / "third.conf", owner="other"), tmp_path / "third.log")
+    assert third.wait(30) == 1
+    assert "is in use by another process" in (tmp_path / "third.log").read_text()
+    assert port_qos(f"{bridges[0]}p2") == before and in_sync("first")
+
+
+# --- concurrent changes ----------------------------------------------------------------------------
+
+def test_200_concurrent_requests_all_answer_and_leave_ovsdb_and_flows_as_the_last_policy_says(controller):
+    _, _, bridges = controller
+    docs = [policy("none", queues="fifo"), policy("reserve")]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=20) as pool:
+        calls = [pool.submit(rest, "GET", "/status") if k % 2 else pool.submit(rest, "PUT", "/policy", docs[k // 2 % 2])
+                 for k in range(200)]
+        codes = [call.result()[0] for call in calls]
+    assert codes.count(200) == 200, sorted(set(codes))
+    last = rest("GET", "/policy")[1]["name"]
+    wait(lambda: in_sync(last), 30, "the last policy in force")
+    mode = "reserve" if last == "reserve" else "fifo"
+    for bridge in bridges:
+        qos = sh("ovs-vsctl", "get", "qos", port_qos(f"{bridge}p2"), "external_ids:mode").strip().strip('"')
+        assert qos == mode
+        assert len(our_flows(bridge)) == 4
+        steering = [f for f in our_flows(bridge) if "set_queue" in f]
+        assert len(steering) == (2 if mode == "reserve" else 0)
+
+
+# --- drift -------------------------------------------------------------------------------------------
+
+def test_flows_queues_and_filters_removed_by_hand_come_back_within_two_polls(controller):
+    _, _, bridges = controller
+    rest("PUT", "/policy", policy("reserve"))
+    wait(lambda: in_sync("reserve"), 20, "the policy in force")
+    bridge, iface = bridges[0], f"{bridges[0]}p2"
+    two_polls = 2.5
+
+    sh("ovs-ofctl", "-O", "OpenFlow13", "del-flows", bridge)
+    wait(lambda: len(our_flows(bridge)) == 4, two_polls, "flows restored")
+
+    sh("ovs-vsctl", "clear", "port", iface, "qos")
+    wait(lambda: port_qos(iface) != "[]", two_polls, "QoS restored")
+    wait(lambda: in_sync("reserve"), 10, "in sync again")
+
+    sh("tc", "filter", "del", "dev", iface, "parent", "1:", "prio", "7")
+    wait(lambda: "flowid 1:2" in sh("tc", "filter", "show", "dev", iface, "parent", "1:"), two_polls,
+         "filters restored")
+
+    sh("tc", "qdisc", "replace", "dev", iface, "parent", "1:2", "handle", "99:", "pfifo", "limit", "7")
+    wait(lambda: "pfifo_head_drop" in sh("tc", "qdisc", "show", "dev", iface, "parent", "1:2"), two_polls,
+         "class queue restored")
+
+    repairs = {line.split("{")[1].split("}")[0]: float(line.split()[-1])
+               for line in urllib.request.urlopen("http://127.0.0.1:9101/metrics").read().decode().splitlines()
+               if line.startswith("ovsqos_drift_repairs_total{")}
+    assert repairs['kind="flows"'] >= 1 and repairs['kind="qos"'] >= 1 and repairs['kind="tc"'] >= 2
+
+
+def test_a_port_qdisc_deleted_by_hand_is_rebuilt(controller):
+    _, _, bridges = controller
+    rest("PUT", "/policy", policy("reserve"))
+    wait(lambda: in_sync("reserve"), 20, "the policy in force")
+    iface = f"{bridges[0]}p2"
+    sh("tc", "qdisc", "del", "dev", iface, "root")
+    wait(lambda: "htb 1:" in sh("tc", "qdisc", "show", "dev", iface), 6, "HTB rebuilt")
+    wait(lambda: "flowid 1:3" in sh("tc", "filter", "show", "dev", iface, "parent", "1:"), 6, "filters back")
+
+
+# --- restart -----------------------------------------------------------------------------------------
+
+def test_a_restart_with_a_policy_in_force_changes_nothing_and_drops_no_packet_of_a_tcp_flow(tmp_path):
+    """Mininet's study network under reserve; a TCP flow runs while the controller is stopped and started."""
+    config = controller_config(tmp_path / "qos.conf")
+    proc = start_controller(config, tmp_path / "first.log")
+    script = tmp_path / "flow.py"
+    script.write_text(RESTART_FLOW)
+    flow = subprocess.Popen([sys.executable, str(script), str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait(lambda: (tmp_path / "flowing").exists() or flow.poll() is not None, 60, "the TCP flow")
+        assert flow.poll() is None, flow.communicate()[1][-2000:]
+        time.sleep(3)
+        stopped = time.time()
+        stop_controller(proc, clear=False)            # SIGTERM: flows and queues stay
+        proc = start_controller(config, tmp_path / "second.log")
+        wait(lambda: in_sync_study(), 20, "the restarted controller in sync")
+        synced = time.time()
+        out, err = flow.communicate(timeout=60)
+        assert flow.returncode == 0, err[-2000:]
+    finally:
+        if flow.poll() is None:
+            flow.kill()
+        stop_controller(proc)
+    result = json.loads(out)
+    done = (tmp_path / "done").stat().st_mtime
+    second = "\n".join(line for line in (tmp_path / "second.log").read_text().splitlines()
+                       if _logged_at(line) is None or _logged_at(line) < done)   # until the flow ended
+    assert "connected" in second and "drift" not in second
+    assert not re.search(r"flows -\d|queues 0:|queues removed", second), second[-2000:]   # adopted as it was
+    # The receiver's intervals before the restart, and those from the stop until a second after the new
+    # controller was in sync: not one of the latter dipped, and the sender retransmitted nothing then.
+    window = (stopped - 0.5, synced + 1.0)
+    before = [r for t, r, _ in result["intervals"] if t + 0.5 < window[0] and t > 1.0]
+    during = [(t, r, retx) for t, r, retx in result["intervals"] if window[0] < t + 0.5 and t < window[1]]
+    assert len(during) >= 3 and before, result
+    assert all(r >= 0.9 * statistics.median(before) for _, r, _ in during), (before, during)
+    assert sum(retx for *_, retx in during) == 0, during
+    assert leftovers() == NOTHING_LEFT
+
+
+def _logged_at(line: str) -> float | None:
+    try:
+        return time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")) + float(line[19:23])
+    except ValueError:
+        return None
+
+
+def in_sync_study() -> bool:
+    status = rest("GET", "/status")[1]
+    return status["policy"] == "reserve" and len(status["switches"]) == 2 and \
+        all(s["in_sync"] for s in status["switches"].values())
+
+
+RESTART_FLOW = '''
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, ".")
+from topo.harness.controller import ControllerClient
+from topo.net.network import network
+from topo.studies.base import policy_document, queues_in_force, check_path
+from topo.topos import StudyTopo
+from controller.core.policy import parse_policy
+out = Path(sys.argv[1])
+client = ControllerClient()
+doc = policy_document("reserve", 5_000_000, 25)
+with network(StudyTopo(), "user") as net:
+    client.wait(lambda s: len(s["switches"]) == 2, 30, "switches")
+    client.put_policy(doc)
+    client.wait(lambda s: queues_in_force(s, parse_policy(doc)), 20, "queues")
+    check_path(net, "h1", "h4")
+    net.popen("h4", ["iperf3", "-s", "-1", "-J", "-i", "0.5", "-p", "5201"], out / "server.json")   # as the client
+    time.sleep(0.5)
+    started = time.time()
+    client_proc = net.popen("h1", ["iperf3", "-c", net.host("h4").IP(), "-t", "14", "-i", "0.5", "-J",
+                                   "--get-server-output"], out / "client.json")
+    time.sleep(2)
+    (out / "flowing").touch()
+    client_proc.wait(60)
+    (out / "done").touch()   # before the network, and its ports, go away
+doc = json.loads((out / "client.json").read_text())
+sent = {round(i["sum"]["start"], 1): i["sum"]["retransmits"] for i in doc["intervals"]}
+print(json.dumps({"intervals": [(started + i["sum"]["start"], round(i["sum"]["bits_per_second"] / 1e6, 3),
+                                 sent.get(round(i["sum"]["start"], 1), 0))
+                                for i in doc["server_output_json"]["intervals"]]}))
+'''

@@ -1,0 +1,293 @@
+"""Fakes that let unit tests drive the real controller app (controller/qos_app.py) without a switch,
+OVSDB or netlink, after Faucet's clib/fakeoftable.py.
+
+- FakeDatapath is an OpenFlow 1.3 switch: a flow table that applies the app's real os-ken FlowMods,
+  and replies (barriers, errors, flow/queue/port statistics) queued until the test delivers them.
+- FakeOvsdb holds each port's QoS as OvsdbQos; FakeTc holds each device's classes (from that QoS,
+  rebuilt when it changes, as OVS does), leaves and filters.
+- FakeController is the app with those collaborators, a fake clock, and an event loop the test
+  turns with settle(): deliver replies, run the worker, dispatch events, until nothing moves.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from controller import qos_app
+from controller.adapters.config import Settings
+from controller.adapters.ovsdb import BridgeInfo, OvsdbError
+from controller.adapters.tc import ClassCounters, Leaf
+from controller.adapters.worker import SWEEP, Worker
+from controller.core.plan import ABSENT, htb_classid
+from controller.core.queues import OvsdbQos
+
+
+@dataclass
+class Entry:
+    cookie: int
+    instructions: list
+    packets: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class PortTraffic:
+    tx_bytes: int = 0
+    tx_packets: int = 0
+    tx_dropped: int = 0
+
+
+class FakeDatapath:
+    ofproto = ofp
+    ofproto_parser = parser
+
+    def __init__(self, dp_id: int, ports: dict[int, str], userspace: bool = True):
+        self.id = dp_id
+        self.bridge = BridgeInfo(f"br{dp_id}", "netdev" if userspace else "system", dict(ports))
+        self.ports = {p: SimpleNamespace(port_no=p) for p in ports} | {ofp.OFPP_LOCAL: SimpleNamespace()}
+        self.table: dict[tuple, Entry] = {}          # (priority, match items) → entry
+        self.traffic: dict[int, PortTraffic] = {p: PortTraffic() for p in ports}
+        self.queues: dict[tuple[int, int], tuple[int, int, int]] = {}   # (port, queue) → bytes, packets, drops
+        self.replies: collections.deque = collections.deque()
+        self.sent: list = []
+        self.refuse_cookies: set[int] = set()       # flow mods with these cookies get an error back
+        self.port_stats_parts = 1                   # split port statistics over this many replies
+        self._xids = itertools.count(1)
+
+    def set_xid(self, msg) -> int:
+        msg.xid = next(self._xids)
+        return msg.xid
+
+    def send_msg(self, msg) -> bool:
+        self.sent.append(msg)
+        kind = type(msg).__name__
+        if kind == "OFPFlowMod":
+            self._flow_mod(msg)
+        elif kind == "OFPBarrierRequest":
+            self.replies.append(("barrier", msg.xid, None))
+        elif kind == "OFPFlowStatsRequest":
+            body = [SimpleNamespace(cookie=e.cookie, priority=prio, match=parser.OFPMatch(**dict(match)),
+                                    instructions=e.instructions, byte_count=e.bytes, packet_count=e.packets)
+                    for (prio, match), e in self.table.items() if e.cookie & msg.cookie_mask == msg.cookie]
+            self.replies.append(("flow", msg.xid, body))
+        elif kind == "OFPQueueStatsRequest":
+            body = [SimpleNamespace(port_no=p, queue_id=q, tx_bytes=b, tx_packets=n, tx_errors=d)
+                    for (p, q), (b, n, d) in self.queues.items()]
+            self.replies.append(("queue", msg.xid, body))
+        elif kind == "OFPPortStatsRequest":
+            body = [SimpleNamespace(port_no=p, rx_bytes=0, tx_bytes=t.tx_bytes, rx_packets=0, tx_packets=t.tx_packets,
+                                    rx_dropped=0, tx_dropped=t.tx_dropped, rx_errors=0, tx_errors=0)
+                    for p, t in self.traffic.items()]
+            size = -(-len(body) // self.port_stats_parts)
+            for k in range(0, len(body), size):
+                self.replies.append(("port", msg.xid, body[k:k + size]))
+        return True
+
+    def _flow_mod(self, msg) -> None:
+        if msg.cookie in self.refuse_cookies:
+            self.replies.append(("error", msg.xid, (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_PORT)))
+            return
+        key = (msg.priority, tuple(sorted(msg.match.items())))
+        if msg.command == ofp.OFPFC_ADD:
+            self.table[key] = Entry(msg.cookie, msg.instructions)
+        elif msg.command == ofp.OFPFC_MODIFY_STRICT and key in self.table:
+            self.table[key].instructions = msg.instructions
+        elif msg.command == ofp.OFPFC_DELETE:
+            for k in [k for k, e in self.table.items() if e.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask]:
+                del self.table[k]
+
+    def steering(self) -> set[int]:
+        """Cookies of the flows that set a queue."""
+        return {e.cookie for e in self.table.values()
+                for i in e.instructions for a in i.actions if type(a).__name__ == "OFPActionSetQueue"}
+
+    def flow_mods(self) -> list:
+        return [m for m in self.sent if type(m).__name__ == "OFPFlowMod"]
+
+
+class FakeOvsdb:
+    def __init__(self, *datapaths: FakeDatapath):
+        self.bridges = {dp.id: dp.bridge for dp in datapaths}
+        self.qos: dict[str, Any] = {}                 # iface → OvsdbQos, or FOREIGN
+        self.refuse: set[str] = set()
+        self.transactions = 0
+
+    def bridge(self, dp_id: int) -> BridgeInfo | None:
+        return self.bridges.get(dp_id)
+
+    def port_qos(self, iface: str):
+        if not any(iface in b.ports.values() for b in self.bridges.values()):
+            return ABSENT
+        return self.qos.get(iface)
+
+    def apply(self, changes: dict, tags: dict) -> None:
+        bad = self.refuse & changes.keys()
+        if bad:
+            raise OvsdbError(f"port {sorted(bad)[0]!r} refused")
+        self.transactions += 1
+        for iface, spec in changes.items():
+            if spec is None:
+                self.qos.pop(iface, None)
+            else:
+                self.qos[iface] = spec.ovsdb
+
+    def remove_orphans(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+class FakeTc:
+    """Each device's HTB classes follow its QoS in the fake OVSDB; a QoS change rebuilds them (and drops
+    leaves and filters), as OVS does."""
+
+    def __init__(self, ovsdb: FakeOvsdb):
+        self.ovsdb = ovsdb
+        self.leaves_: dict[str, dict[str, Leaf]] = {}
+        self.filters_: dict[str, set] = {}
+        self._built: dict[str, Any] = {}
+
+    def _sync(self, iface: str) -> None:
+        qos = self.ovsdb.qos.get(iface)
+        if self._built.get(iface) != qos:
+            self._built[iface] = qos
+            self.leaves_[iface] = {}
+            self.filters_[iface] = set()
+
+    def classes(self, iface: str) -> dict[str, ClassCounters]:
+        self._sync(iface)
+        qos = self.ovsdb.qos.get(iface)
+        return {htb_classid(q.queue_id): ClassCounters(0, 0, 0) for q in qos.queues} if isinstance(qos, OvsdbQos) else {}
+
+    def leaves(self, iface: str) -> dict[str, Leaf]:
+        self._sync(iface)
+        return {c: self.leaves_[iface].get(c, Leaf("pfifo", 1000)) for c in self.classes(iface)}
+
+    def filters(self, iface: str) -> set:
+        self._sync(iface)
+        return set(self.filters_[iface])
+
+    def replace_leaf(self, iface: str, cls: str, leaf: tuple[str, ...]) -> None:
+        self._sync(iface)
+        limit = int(leaf[leaf.index("limit") + 1]) if "limit" in leaf else None
+        self.leaves_[iface][cls] = Leaf(leaf[0], limit)
+
+    def replace_filters(self, iface: str, marks) -> None:
+        self._sync(iface)
+        self.filters_[iface] = {(dscp, htb_classid(q)) for dscp, q in marks}
+
+    def ifindex(self, iface: str) -> int:
+        return 1000 + sum(map(ord, iface))
+
+
+class QueuedWorker(Worker):
+    """The real worker, run when the test's event loop gets to it instead of in a greenthread."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.pending: list = []
+
+    def submit(self, jobs) -> None:
+        self.pending.extend(jobs)
+
+    def sweep_orphans(self) -> None:
+        self.pending.append(SWEEP)
+
+
+class FakeController(qos_app.QosController):
+    def __init__(self, ovsdb: FakeOvsdb, state_file: Path, policy: Path | None = None):
+        self._fake_ovsdb, self._state_file, self._policy_file = ovsdb, state_file, policy
+        self.clock = 1000.0
+        self.posted: collections.deque = collections.deque()
+        self.answers: list = []
+        self.later: list = []
+        super().__init__()
+        self.tc = FakeTc(ovsdb)
+        self.worker = QueuedWorker(ovsdb, self.tc, lambda results: self.posted.append(qos_app.EventJobsDone(results)))
+        self.datapaths: dict[int, FakeDatapath] = {}
+        self.handlers = {qos_app.EventJobsDone: self._jobs_done, qos_app.EventTcChanged: self._tc_changed,
+                         qos_app.EventPollDue: self._poll_due, qos_app.EventRefresh: self._refresh_due,
+                         qos_app.EventRequest: self._request}
+
+    def _settings(self) -> Settings:
+        return Settings(policy=self._policy_file, state_file=self._state_file, ovsdb="fake", owner="test",
+                        api=("127.0.0.1", 0), api_token="", metrics=("127.0.0.1", 0))
+
+    def _open(self):
+        return self._fake_ovsdb
+
+    def _later(self, seconds: float, event) -> None:
+        self.later.append(event)
+
+    def _start_poller(self, dp_id: int):
+        return None
+
+    def _now(self) -> float:
+        return self.clock
+
+    def send_event(self, name, ev) -> None:
+        self.posted.append(ev)
+
+    def reply_to_request(self, req, rep) -> None:
+        self.answers.append(rep)
+
+    # --- what the test does ------------------------------------------------------------------------
+    def connect(self, dp: FakeDatapath) -> None:
+        self.datapaths[dp.id] = dp
+        self._state_change(SimpleNamespace(datapath=dp, state=MAIN_DISPATCHER))
+        self.settle()
+
+    def disconnect(self, dp: FakeDatapath) -> None:
+        self._state_change(SimpleNamespace(datapath=dp, state=DEAD_DISPATCHER))
+        self.settle()
+
+    def request(self, op: str, arg: Any = None):
+        """A REST request as the app answers it: (result, error)."""
+        req = qos_app.EventRequest(op, arg)
+        req.src = "rest"
+        self.answers.clear()
+        self._request(req)
+        self.settle()
+        (answer,) = self.answers
+        return answer.result, answer.error
+
+    def poll(self, seconds: float = 1.0) -> None:
+        """Time passes, then every switch is polled, its replies delivered."""
+        self.clock += seconds
+        for dp_id in list(self.datapaths):
+            self.posted.append(qos_app.EventPollDue(dp_id, self.clock))
+        self.settle()
+
+    def settle(self) -> None:
+        while True:
+            if self.posted:
+                event = self.posted.popleft()
+                self.handlers[type(event)](event)
+            elif self.worker.pending:
+                batch, self.worker.pending = self.worker.pending, []
+                self.posted.append(qos_app.EventJobsDone(self.worker.execute(batch)))
+            elif any(dp.replies for dp in self.datapaths.values()):
+                dp = next(dp for dp in self.datapaths.values() if dp.replies)
+                self._deliver(dp, *dp.replies.popleft())
+            else:
+                return
+
+    def _deliver(self, dp: FakeDatapath, kind: str, xid: int, body) -> None:
+        if kind == "barrier":
+            self._barrier(SimpleNamespace(msg=SimpleNamespace(datapath=dp, xid=xid)))
+        elif kind == "error":
+            self._error(SimpleNamespace(msg=SimpleNamespace(datapath=dp, xid=xid, type=body[0], code=body[1])))
+        else:
+            more = kind == "port" and any(r[0] == "port" and r[1] == xid for r in dp.replies)
+            msg = SimpleNamespace(datapath=dp, xid=xid, body=body, flags=ofp.OFPMPF_REPLY_MORE if more else 0)
+            handler = {"flow": self._flow_stats, "queue": self._queue_stats, "port": self._port_stats}[kind]
+            handler(SimpleNamespace(msg=msg))

@@ -1,0 +1,231 @@
+"""The real controller app (controller/qos_app.py) driven through connect, policy changes, congestion,
+drift, errors and restarts, with a fake switch, OVSDB and tc (tests/unit/fakes.py). What is asserted
+is what the switch and OVSDB end up holding, and what a client is told."""
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from controller.core.errors import PolicyError
+from controller.core.flows import COOKIE
+from controller.core.plan import FOREIGN
+from controller import qos_app
+from tests.unit.fakes import FakeController, FakeDatapath, FakeOvsdb
+
+S1 = {1: "s1-eth1", 2: "s1-eth2", 3: "s1-eth3"}
+S2 = {1: "s2-eth1", 3: "s2-eth3", 4: "s2-eth4"}
+CAPACITY = 5_000_000
+
+
+def shipped(name: str) -> dict:
+    with open(f"policies/{name}.yaml") as f:
+        return yaml.safe_load(f)
+
+
+@pytest.fixture
+def net(tmp_path):
+    s1, s2 = FakeDatapath(1, S1), FakeDatapath(2, S2)
+    ovsdb = FakeOvsdb(s1, s2)
+    app = FakeController(ovsdb, tmp_path / "state.json")
+    return SimpleNamespace(app=app, ovsdb=ovsdb, s1=s1, s2=s2, tmp=tmp_path)
+
+
+def up(net, policy="reserve"):
+    net.app.connect(net.s1)
+    net.app.connect(net.s2)
+    result, error = net.app.request("set_policy", shipped(policy))
+    assert error is None
+    return result
+
+
+def mode(net, iface="s1-eth1"):
+    qos = net.ovsdb.qos.get(iface)
+    return getattr(qos, "mode", qos)
+
+
+# --- a policy put, confirmed --------------------------------------------------------------------
+
+def test_a_policy_is_answered_once_switches_flows_queues_and_filters_hold_it(net):
+    result = up(net)
+    assert result == {"applied": "reserve", "changed": True, "in_sync": True}
+    assert len(net.s1.table) == 4 and len(net.s2.table) == 4
+    assert mode(net) == "reserve" and mode(net, "s2-eth1") == "fifo"
+    assert net.s1.steering() == {COOKIE | 3, COOKIE | 4}            # the classified rules steer
+    assert net.app.tc.filters("s1-eth1") == {(1, "1:2"), (2, "1:3")}
+    assert {leaf.kind for leaf in net.app.tc.leaves("s1-eth1").values()} == {"pfifo_head_drop"}
+    assert all(type(m).__name__ in ("OFPFlowMod", "OFPBarrierRequest", "OFPFlowStatsRequest") for m in net.s1.sent)
+
+
+def test_flows_steer_into_queues_only_once_ovsdb_holds_them(net):
+    up(net, "none")
+    net.app.request("set_policy", shipped("reserve"))
+    mods = [m for m in net.s1.flow_mods()]
+    steered_at = next(i for i, m in enumerate(net.s1.sent) if type(m).__name__ == "OFPFlowMod"
+                      and m.command == net.s1.ofproto.OFPFC_MODIFY_STRICT)
+    assert mods and steered_at and mode(net) == "reserve"
+    # the steering changes were sent after the reserve queues were in OVSDB: a second batch, not the first
+    batches = [i for i, m in enumerate(net.s1.sent) if type(m).__name__ == "OFPBarrierRequest"]
+    assert steered_at > batches[0]
+
+
+def test_the_same_policy_put_again_changes_nothing(net):
+    up(net)
+    sent, transactions = len(net.s1.sent), net.ovsdb.transactions
+    result, _ = net.app.request("set_policy", shipped("reserve"))
+    assert result == {"applied": "reserve", "changed": False, "in_sync": True}
+    assert len(net.s1.sent) == sent and net.ovsdb.transactions == transactions
+
+
+def test_a_bad_policy_changes_nothing_and_names_the_field(net):
+    up(net)
+    bad = shipped("reserve")
+    bad["switches"]["s1"]["ports"][1]["capacity"] = "1e30"
+    _, error = net.app.request("set_policy", bad)
+    assert isinstance(error, PolicyError) and str(error).startswith("switches.s1.ports.1.capacity: '1e30'")
+    missing = shipped("reserve")
+    missing["switches"]["s1"]["ports"] = {9: {"capacity": "5Mbit"}}
+    _, error = net.app.request("set_policy", missing)
+    assert str(error).startswith("switches.s1.ports.9: bridge br1 has no OpenFlow port 9")
+    assert net.app.policy.name == "reserve" and mode(net) == "reserve"
+
+
+def test_clearing_takes_every_flow_and_queue_of_ours_off(net):
+    up(net)
+    result, _ = net.app.request("clear_policy")
+    assert result == {"cleared": "reserve", "in_sync": True}
+    assert net.s1.table == {} and net.s2.table == {} and net.ovsdb.qos == {}
+
+
+# --- congestion ------------------------------------------------------------------------------------
+
+def flood(net, tcp_bps: float, udp_bps: float) -> None:
+    """A second of s1 port 1 sending at capacity: TCP's and UDP's class rules count what they steer."""
+    tx = net.s1.traffic[1]
+    tx.tx_bytes += CAPACITY // 8
+    tx.tx_packets += CAPACITY // 8 // 1500
+    for entry in net.s1.table.values():
+        if entry.cookie == COOKIE | 3:
+            entry.bytes += int(udp_bps / 8)
+        if entry.cookie == COOKIE | 4:
+            entry.bytes += int(tcp_bps / 8)
+
+
+def test_auto_programs_on_contention_steers_after_the_queues_and_rolls_back_steering_first(net):
+    up(net, "auto")
+    assert mode(net) == "fifo" and net.s1.steering() == set()
+    for _ in range(2):
+        flood(net, tcp_bps=2.5e6, udp_bps=2.5e6)   # TCP well short of its 4 Mbit/s reservation
+        net.app.poll()
+    assert mode(net) == "reserve" and net.s1.steering() == {COOKIE | 3, COOKIE | 4}
+    assert [d["action"] for d in net.app.decisions] == ["program"]
+    for _ in range(6):                              # calm: the port idles for the hold time
+        net.app.poll()
+    assert [d["action"] for d in net.app.decisions] == ["program", "rollback"]
+    assert mode(net) == "fifo" and net.s1.steering() == set()
+    sent = [type(m).__name__ for m in net.s1.sent]
+    last_steering_change = max(i for i, m in enumerate(net.s1.sent) if type(m).__name__ == "OFPFlowMod")
+    assert "OFPBarrierRequest" in sent[last_steering_change:]
+
+
+def test_putting_the_same_auto_policy_again_keeps_a_reserving_port_reserving(net):
+    up(net, "auto")
+    for _ in range(2):
+        flood(net, 2.5e6, 2.5e6)
+        net.app.poll()
+    assert mode(net) == "reserve"
+    doc = shipped("auto")
+    doc["description"] = "same ports and thresholds, new words"
+    result, _ = net.app.request("set_policy", doc)
+    assert result["changed"] is True and mode(net) == "reserve" and net.s1.steering()
+
+
+# --- drift --------------------------------------------------------------------------------------------
+
+def test_flows_deleted_on_the_switch_are_back_after_the_next_poll(net):
+    up(net)
+    net.s1.table.clear()
+    net.app.poll()
+    assert len(net.s1.table) == 4 and net.s1.steering()
+    assert net.app.snapshot.drift_repairs == {"flows": 1}
+
+
+def test_a_qos_cleared_in_ovsdb_is_back_after_the_next_poll(net):
+    up(net)
+    del net.ovsdb.qos["s1-eth1"]
+    net.app.poll()
+    assert mode(net) == "reserve" and net.app.tc.filters("s1-eth1") == {(1, "1:2"), (2, "1:3")}
+    assert net.app.snapshot.drift_repairs == {"qos": 1}
+
+
+def test_filters_changed_on_the_device_are_fixed_when_netlink_says_so(net):
+    up(net)
+    net.app.tc.filters_["s1-eth1"] = set()
+    net.app.posted.append(qos_app.EventTcChanged({net.app.tc.ifindex("s1-eth1")}))
+    net.app.settle()
+    assert net.app.tc.filters("s1-eth1") == {(1, "1:2"), (2, "1:3")}
+    assert net.app.snapshot.drift_repairs == {"tc": 1}
+
+
+def test_another_tools_qos_is_left_alone(net):
+    net.ovsdb.qos["s1-eth1"] = FOREIGN
+    up(net)
+    assert net.ovsdb.qos["s1-eth1"] == FOREIGN
+
+
+# --- errors -------------------------------------------------------------------------------------------
+
+def test_an_openflow_error_is_matched_to_its_message_counted_and_shown(net):
+    net.s1.refuse_cookies = {COOKIE | 1}
+    result = up(net)
+    assert result["in_sync"] is False
+    assert "OFPET_BAD_ACTION/OFPBAC_BAD_OUT_PORT" in result["not_in_sync"]["0000000000000001"]["flows"]
+    assert net.app.snapshot.openflow_errors == {(1, "OFPET_BAD_ACTION/OFPBAC_BAD_OUT_PORT"): 1}
+    status, _ = net.app.request("status")
+    assert status["switches"]["0000000000000001"]["in_sync"] is False
+
+
+def test_an_ovsdb_refusal_is_shown_and_tried_again_once_a_poll(net):
+    net.ovsdb.refuse = {"s1-eth1"}
+    result = up(net)
+    assert result["in_sync"] is False and mode(net) is None
+    transactions = net.ovsdb.transactions
+    net.app.settle()
+    assert net.ovsdb.transactions == transactions      # no retry storm between polls
+    net.ovsdb.refuse = set()
+    net.app.poll()
+    assert mode(net) == "reserve"
+    assert net.app.request("status")[0]["switches"]["0000000000000001"]["in_sync"] is True
+
+
+# --- connections and restarts --------------------------------------------------------------------------
+
+def test_a_restarted_controller_adopts_what_is_there_and_sends_no_change(net, tmp_path):
+    up(net)
+    restarted = FakeController(net.ovsdb, tmp_path / "state.json")   # the saved policy, the same switches
+    restarted.tc = net.app.tc
+    restarted.worker._tc = net.app.tc
+    for dp in (net.s1, net.s2):
+        dp.sent.clear()
+        restarted.connect(dp)
+    assert restarted.policy.name == "reserve"
+    assert [type(m).__name__ for m in net.s1.sent] == ["OFPFlowStatsRequest"]
+    assert restarted.request("status")[0]["switches"]["0000000000000001"]["in_sync"] is True
+
+
+def test_a_reconnected_switch_ignores_the_old_connections_late_death(net):
+    up(net)
+    old = net.s1
+    again = FakeDatapath(1, S1)
+    again.table = old.table
+    net.app.connect(again)
+    net.app.disconnect(old)
+    assert 1 in net.app.switches and net.app.switches[1].dp is again
+
+
+def test_multipart_port_statistics_are_read_whole(net):
+    up(net, "auto")
+    net.s1.port_stats_parts = 3                          # one port per reply
+    for _ in range(2):
+        flood(net, 2.5e6, 2.5e6)
+        net.app.poll()
+    assert mode(net) == "reserve"
