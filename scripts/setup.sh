@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(openvswitch-switch mininet iperf3 prometheus ethtool iproute2 iputils-ping
-          python3-venv python3-pip docker-compose)
+          python3-venv python3-pip docker-compose qemu-system-x86 debootstrap)
 WMEM=8388608   # PLATFORM.md trap 3: OVS's userspace datapath needs this before ovs-vswitchd starts
 
 say() { echo "setup: $*"; }

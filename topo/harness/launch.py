@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 from topo.harness import capabilities
 from topo.harness.host import Busy, HostLock, RunRecord
+from vm.harness import vm_environment
 
 REPO = Path(__file__).resolve().parents[2]
 USAGE_ERROR = 2
@@ -62,7 +63,8 @@ def launched(out: Path | None, datapath: str = "auto", name: str = "") -> Iterat
         env = capabilities.environment(caps)
         if datapath == "auto":
             datapath = "kernel" if "system" in env["datapath_types"] else "user"
-        env = {**env, "datapath": "netdev (userspace)" if datapath == "user" else "system (kernel)"}
+        env = {**env, "datapath": "netdev (userspace)" if datapath == "user" else "system (kernel)",
+               **({"vm": vm_environment()} if vm_environment() else {})}
         out.mkdir(parents=True, exist_ok=True)
         # Ctrl-C and SIGTERM both unwind through the `finally`s that clean up; a start from a
         # background job inherits SIGINT ignored, and Python then installs no handler of its own.
