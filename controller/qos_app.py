@@ -40,6 +40,7 @@ from controller.adapters.tc import Tc, TcEvents  # noqa: E402
 from controller.adapters.worker import Job, Result, Worker  # noqa: E402
 from controller.compat import (CONF, DEAD_DISPATCHER, MAIN_DISPATCHER, App, EventBase,  # noqa: E402
                                EventReplyBase, EventRequestBase, hub, ofp_event, ofproto_v1_3, set_ev_cls)
+from controller.core.flows import CLASSIFIED  # noqa: E402
 from controller.core.congestion import Decision  # noqa: E402
 from controller.core.errors import PolicyError  # noqa: E402
 from controller.core.plan import ABSENT, ActualFlow, FlowChanges, plan  # noqa: E402
@@ -57,6 +58,7 @@ REQUEST_TIMEOUT = 30.0
 CONFIRM_SECONDS = 20.0        # a change is answered once every switch is in sync, or after this saying what is not
 CONFIRMED = ("set_policy", "clear_policy")
 BRIDGE_RETRIES, BRIDGE_RETRY_SECONDS = 50, 0.2
+WHOLE_TABLE_POLLS = 10        # the whole flow table is read every this many polls
 TC_SWEEP_SECONDS = 300.0      # netlink announces tc changes; a slow sweep catches any it dropped
 
 
@@ -118,7 +120,8 @@ class Switch:
     state: SwitchState | None = None                 # desired; None: the policy has nothing for it
     flows: dict[int, ActualFlow] | None = None       # what the switch holds; None until it has said
     epoch: int = 0                                   # flow batches sent: a reply to an older request is stale
-    flow_requests: dict[int, int] = field(default_factory=dict)   # flow stats xid → epoch when sent
+    flow_requests: dict[int, tuple[int, str]] = field(default_factory=dict)   # xid → (epoch when sent, what)
+    table_polls: int = 0                             # polls since the whole flow table was read
     batches: dict[int, Batch] = field(default_factory=dict)       # barrier xid → batch
     busy: set[int] = field(default_factory=set)      # ports with a worker job in flight
     applied: dict[int, OvsdbQos | None] = field(default_factory=dict)   # what we last put in OVSDB
@@ -134,6 +137,7 @@ class Switch:
     poll: Poll | None = None
     poller: Any = None
     swept: float = 0.0
+    generation: int = -1                             # the OVSDB generation the last reconcile saw
 
 
 class QosController(App):
@@ -165,6 +169,8 @@ class QosController(App):
         self._late_logged: set[int] = set()
         self._connections = 0
         self._waiting: list[tuple[EventRequest, dict, float]] = []   # changes answered once in sync
+        self._ports_by_ifindex: dict[int, tuple[int, int]] = {}      # device → (switch, port), for netlink
+        self._keys: dict[tuple[str, int], set] = {}                  # (table, switch) → its keys, for _replace
         self._workers: list = []
         LOG.info("owner %s, policy %s (%s), saved in %s", self.settings.owner, policy.name if policy else None,
                  mode, self.settings.state_file)
@@ -360,9 +366,10 @@ class QosController(App):
             hub.kill(sw.poller)
         for forget in (self.rates.forget_datapath, self.multipart.forget, self.snapshot.forget):
             forget(dp.id)
-        for table in (self.queue_drops, self.class_bps):
-            for key in [k for k in table if k[0] == dp.id]:
-                del table[key]
+        for name, table in (("queues", self.snapshot.queues), ("queue_drops", self.queue_drops),
+                            ("class_bps", self.class_bps)):
+            self._replace(name, table, dp.id, {})
+            del self._keys[(name, dp.id)]
         self.worker.sweep_orphans()   # a bridge that went away leaves our QoS rows behind
         LOG.info("switch %016x left", dp.id)
 
@@ -413,6 +420,7 @@ class QosController(App):
         """Plan what differs between the policy and what the switch and OVSDB hold, and start it."""
         if self.mode == UNSET or sw.bridge is None or sw.flows is None:
             return
+        sw.generation = self.ovsdb.generation
         qos = {}
         for port_no, iface in sw.bridge.ports.items():
             actual = self.ovsdb.port_qos(iface)
@@ -464,8 +472,11 @@ class QosController(App):
     @staticmethod
     def _send(sw: Switch, msg) -> int:
         sw.dp.set_xid(msg)
-        if msg.__class__.__name__ == "OFPFlowStatsRequest":
-            sw.flow_requests[msg.xid] = sw.epoch
+        kind = msg.__class__.__name__
+        if kind == "OFPFlowStatsRequest":
+            sw.flow_requests[msg.xid] = (sw.epoch, "classified" if msg.cookie_mask & CLASSIFIED else "table")
+        elif kind == "OFPAggregateStatsRequest":
+            sw.flow_requests[msg.xid] = (sw.epoch, "count")
         sw.dp.send_msg(msg)
         return msg.xid
 
@@ -539,6 +550,7 @@ class QosController(App):
                     sw.missing.discard(job.port_no)
             if result.ifindex:
                 sw.ifindex[job.port_no] = result.ifindex
+                self._ports_by_ifindex[result.ifindex] = (job.dp_id, job.port_no)
             touched[job.dp_id] = sw
         for sw in touched.values():
             self._reconcile(sw)
@@ -549,19 +561,29 @@ class QosController(App):
 
     # --- tc changes made by others ------------------------------------------------------------
     def _watch_tc(self) -> None:
-        events = TcEvents()
+        events, ours = TcEvents(), self.tc.portid
         try:
             while True:
-                self.send_event(self.name, EventTcChanged(events.next()))
+                self.send_event(self.name, EventTcChanged(events.next(ours)))
         finally:
             events.close()
 
     @set_ev_cls(EventTcChanged)
     def _tc_changed(self, ev: EventTcChanged) -> None:
-        for sw in self.switches.values():
-            ports = {p for p, index in sw.ifindex.items() if ev.indexes is None or index in ev.indexes}
-            if ports:   # a busy port is checked once its job is done: the job may have run before the change
-                sw.tc_check |= ports
+        touched: dict[int, set[int]] = {}
+        if ev.indexes is None:   # announcements were lost: any port may have changed
+            touched = {dp_id: set(sw.ifindex) for dp_id, sw in self.switches.items()}
+        for index in ev.indexes or ():
+            if index in self._ports_by_ifindex:
+                dp_id, port_no = self._ports_by_ifindex[index]
+                touched.setdefault(dp_id, set()).add(port_no)
+        for dp_id, ports in touched.items():
+            sw = self.switches.get(dp_id)
+            if sw is None:
+                continue
+            # A busy port is checked once its job is done: the job may have looked before the change.
+            sw.tc_check |= ports
+            if ports - sw.busy:
                 self._reconcile(sw)
 
     # --- statistics -------------------------------------------------------------------------
@@ -592,15 +614,21 @@ class QosController(App):
                             "and took %.2f s); congestion is answered that much later", ev.dp_id, self._interval(),
                             lag, now - sw.poll.sent if sw.poll else 0.0)
         sw.poll = Poll(ev.due, now)
+        retry = bool(sw.failed or sw.flows_failed)
         sw.failed.clear()   # what failed is tried again, once a poll
         sw.flows_failed = False
         self._answer_waiting()
-        for msg in openflow.stats_requests(sw.dp):
+        # The whole flow table now and then (and at once when the count or the classified flows differ
+        # from what we hold): a flow changed in place is found within WHOLE_TABLE_POLLS polls.
+        sw.table_polls = (sw.table_polls + 1) % WHOLE_TABLE_POLLS
+        for msg in openflow.stats_requests(sw.dp, whole_table=sw.table_polls == 0):
             self._send(sw, msg)
         if now - sw.swept > TC_SWEEP_SECONDS:
             sw.swept = now
             sw.tc_check |= set(sw.ifindex)
-        self._reconcile(sw)   # OVSDB may have drifted since the last poll
+        # Else nothing can differ; and while the worker changes its ports, their end reconciles the switch.
+        if (retry or sw.tc_check or sw.generation != self.ovsdb.generation) and not sw.busy:
+            self._reconcile(sw)
 
     def _parts(self, ev, kind: str) -> list | None:
         msg = ev.msg
@@ -613,7 +641,7 @@ class QosController(App):
         sw = self.switches.get(ev.msg.datapath.id)
         if body is None or sw is None:
             return
-        epoch = sw.flow_requests.pop(ev.msg.xid, None)
+        epoch, what = sw.flow_requests.pop(ev.msg.xid, (None, None))
         now = self._now()
         per_class: dict[tuple[int, int], dict[str, float]] = {}
         actual = {}
@@ -625,16 +653,29 @@ class QosController(App):
             if owner is not None and rates is not None and rates.bps is not None:
                 classes = per_class.setdefault((sw.dp.id, owner[0]), {})
                 classes[owner[1]] = classes.get(owner[1], 0.0) + rates.bps
-        for key in [k for k in self.class_bps if k[0] == sw.dp.id]:
-            del self.class_bps[key]
-        self.class_bps.update(per_class)
-        if epoch != sw.epoch or sw.batches:
+        self._replace("class_bps", self.class_bps, sw.dp.id, per_class)
+        if epoch != sw.epoch or sw.batches or sw.flows is None and what != "table":
             return   # asked before our last batch: not what the switch holds now
-        if sw.flows is not None and actual != sw.flows:
+        if what == "classified":
+            if actual != {c: f for c, f in sw.flows.items() if c & CLASSIFIED}:
+                self._send(sw, openflow.flow_stats_request(sw.dp))   # something changed: read the whole table
+            return
+        if actual == sw.flows:
+            return
+        if sw.flows is not None:
             self._drift(sw, "flows", f"{len(actual.keys() ^ sw.flows.keys())} flows added or removed, "
                                      f"{sum(actual[c] != sw.flows[c] for c in actual.keys() & sw.flows.keys())} changed")
         sw.flows = actual
         self._reconcile(sw)
+
+    @set_ev_cls(ofp_event.EventOFPAggregateStatsReply, MAIN_DISPATCHER)
+    def _flow_count(self, ev):
+        sw = self.switches.get(ev.msg.datapath.id)
+        epoch, _ = sw.flow_requests.pop(ev.msg.xid, (None, None)) if sw else (None, None)
+        if epoch is None or epoch != sw.epoch or sw.batches or sw.flows is None:
+            return
+        if ev.msg.body.flow_count != len(sw.flows):   # flows added or removed: read the whole table
+            self._send(sw, openflow.flow_stats_request(sw.dp))
 
     @set_ev_cls(ofp_event.EventOFPQueueStatsReply, MAIN_DISPATCHER)
     def _queue_stats(self, ev):
@@ -643,17 +684,23 @@ class QosController(App):
             return
         dp_id, now = ev.msg.datapath.id, self._now()
         drops: dict[tuple[int, int], dict[int, float]] = {}
-        for key in [k for k in self.snapshot.queues if k[0] == dp_id]:
-            del self.snapshot.queues[key]   # only the queues in this reply exist now
+        queues: dict[tuple[int, int, int], QueueCounters] = {}
         for stat in body:
-            counters = QueueCounters(stat.tx_bytes, stat.tx_packets, stat.tx_errors)
-            self.snapshot.queues[(dp_id, stat.port_no, stat.queue_id)] = counters
+            counters = queues[(dp_id, stat.port_no, stat.queue_id)] = \
+                QueueCounters(stat.tx_bytes, stat.tx_packets, stat.tx_errors)
             rates = self.rates.queue(dp_id, stat.port_no, stat.queue_id, counters, now)
             if rates is not None and rates.tx_errors_ps is not None:
                 drops.setdefault((dp_id, stat.port_no), {})[stat.queue_id] = rates.tx_errors_ps
-        for key in [k for k in self.queue_drops if k[0] == dp_id]:
-            del self.queue_drops[key]
-        self.queue_drops.update(drops)
+        self._replace("queues", self.snapshot.queues, dp_id, queues)   # only the queues in this reply exist now
+        self._replace("queue_drops", self.queue_drops, dp_id, drops)
+
+    def _replace(self, name: str, table: dict, dp_id: int, entries: dict) -> None:
+        """Make the switch's entries of `table` exactly `entries`, touching no other switch's: a scan of
+        every key for each reply cost more than the replies themselves at 1000 ports."""
+        for key in self._keys.pop((name, dp_id), ()):
+            table.pop(key, None)
+        table.update(entries)
+        self._keys[(name, dp_id)] = set(entries)
 
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
     def _port_stats(self, ev):
@@ -664,6 +711,7 @@ class QosController(App):
         dp_id, now = sw.dp.id, self._now()
         if sw.poll is not None:   # the last reply of the poll
             self.snapshot.poll_duration[dp_id] = now - sw.poll.sent
+            self.snapshot.polls[dp_id] = self.snapshot.polls.get(dp_id, 0) + 1
             sw.poll = None
         decided = False
         for stat in body:

@@ -32,12 +32,13 @@ class Snapshot:
     openflow_errors: dict[tuple[int, str], int] = field(default_factory=dict)   # (dp, "type/code") → count
     drift_repairs: dict[str, int] = field(default_factory=dict)                 # flows, qos, tc → count
     poll_duration: dict[int, float] = field(default_factory=dict)               # dp → seconds, last cycle
+    polls: dict[int, int] = field(default_factory=dict)                         # dp → polls answered
     poll_lag: dict[int, float] = field(default_factory=dict)                    # dp → seconds late, last cycle
     in_sync: dict[int, bool] = field(default_factory=dict)                      # dp → all confirmed
 
     def forget(self, dp_id: int) -> None:
         for table in (self.ports, self.queues, self.capacity_bps, self.congested, self.programmed,
-                      self.poll_duration, self.poll_lag, self.in_sync):
+                      self.poll_duration, self.poll_lag, self.in_sync, self.polls):
             for key in [k for k in table if (k[0] if isinstance(k, tuple) else k) == dp_id]:
                 del table[key]
 
@@ -89,6 +90,10 @@ class ControllerCollector(Collector):
         for kind, count in sorted(snap.drift_repairs.items()):
             repairs.add_metric([kind], count)
         yield repairs
+        polls = CounterMetricFamily("ovsqos_polls", "Statistics polls the switch answered in full", labels=["dp_id"])
+        for dp, count in sorted(snap.polls.items()):
+            polls.add_metric([_dp(dp)], count)
+        yield polls
         yield _per_switch("ovsqos_poll_duration_seconds", "How long the last statistics poll took, request to "
                           "last reply", snap.poll_duration)
         yield _per_switch("ovsqos_poll_lag_seconds", "How late the last statistics poll was sent", snap.poll_lag)

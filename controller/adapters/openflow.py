@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.core.flows import COOKIE, COOKIE_MASK, FlowEntry
+from controller.core.flows import CLASSIFIED, COOKIE, COOKIE_MASK, FlowEntry
 from controller.core.plan import ActualFlow, FlowChanges
 
 ALL_COOKIE_BITS = 0xFFFF_FFFF_FFFF_FFFF
@@ -27,17 +27,27 @@ def flow_mods(dp, changes: FlowChanges) -> list:
     return msgs
 
 
-def flow_stats_request(dp):
-    """Our flows only (by the cookie's high bits), from every table."""
+def flow_stats_request(dp, classified_only: bool = False):
+    """Our flows only (by the cookie's high bits), from every table; or only the classified ones."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    return parser.OFPFlowStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, COOKIE, COOKIE_MASK,
-                                      parser.OFPMatch())
+    cookie, mask = (COOKIE | CLASSIFIED, COOKIE_MASK | CLASSIFIED) if classified_only else (COOKIE, COOKIE_MASK)
+    return parser.OFPFlowStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, cookie, mask, parser.OFPMatch())
 
 
-def stats_requests(dp) -> list:
-    """One poll: our flows (class rates, and what the switch holds), then queues and ports."""
+def flow_count_request(dp):
+    """How many flows of ours the switch holds: one small reply instead of every flow."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    return [flow_stats_request(dp), parser.OFPQueueStatsRequest(dp, 0, ofp.OFPP_ANY, ofp.OFPQ_ALL),
+    return parser.OFPAggregateStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, COOKIE, COOKIE_MASK,
+                                           parser.OFPMatch())
+
+
+def stats_requests(dp, whole_table: bool) -> list:
+    """One poll: our flows (class rates, and what the switch holds), then queues and ports. Unless
+    `whole_table`, only the classified flows and the count of ours: parsing a 1000-flow table
+    every second was a third of the controller's CPU."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    flows = [flow_stats_request(dp)] if whole_table else [flow_stats_request(dp, True), flow_count_request(dp)]
+    return [*flows, parser.OFPQueueStatsRequest(dp, 0, ofp.OFPP_ANY, ofp.OFPQ_ALL),
             parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY)]
 
 

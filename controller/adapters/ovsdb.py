@@ -28,7 +28,13 @@ LOG = logging.getLogger(__name__)
 DEFAULT_DB = "unix:/var/run/openvswitch/db.sock"
 OWNER_KEY = "ovs-qos-controller"
 USERSPACE_DATAPATH = "netdev"
-TABLES = ("Open_vSwitch", "Bridge", "Port", "Interface", "QoS", "Queue")
+# Only the columns we read: vswitchd rewrites every Interface's statistics every few seconds, and any
+# replicated change bumps the IDL's change number, which is what our read cache is keyed by.
+COLUMNS = {"Open_vSwitch": ["bridges", "next_cfg", "cur_cfg"],      # next/cur_cfg: waiting for vswitchd
+           "Bridge": ["name", "datapath_id", "datapath_type", "ports"],
+           "Port": ["name", "interfaces", "qos"],
+           "Interface": ["name", "ofport"],
+           "QoS": None, "Queue": None}
 
 
 class OvsdbError(RuntimeError):
@@ -55,14 +61,24 @@ class Ovsdb:
                  lock_wait: float = 10.0):
         self.owner = owner
         helper = idlutils.get_schema_helper(remote, "Open_vSwitch")
-        for table in TABLES:
-            helper.register_table(table)
+        for table, columns in COLUMNS.items():
+            if columns is None:
+                helper.register_table(table)
+            else:
+                helper.register_columns(table, columns)
         self._idl = connection.OvsdbIdl(remote, helper)
         self._idl.set_lock(lock_name(owner))    # before the connection starts (python-ovs asks that)
         # ovsdbapp keeps one connection per API class: a class of our own per instance keeps them apart.
         api_class = type("QosOvsdbIdl", (impl_idl.OvsdbIdl,), {"_ovsdb_connection": None})
         self._api = api_class(connection.Connection(idl=self._idl, timeout=timeout))
+        self._cache: dict[str, OvsdbQos | str | None] = {}
+        self._cache_generation = -1
         self._wait_for_lock(lock_wait)
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever anything we read in OVSDB changes."""
+        return self._idl.change_seqno
 
     def _wait_for_lock(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -88,7 +104,15 @@ class Ovsdb:
 
     def port_qos(self, iface: str) -> OvsdbQos | str | None:
         """What OVSDB holds on the port: our queues read back, FOREIGN for another tool's, None for no QoS,
-        ABSENT when OVSDB has no such port."""
+        ABSENT when OVSDB has no such port. Read once per generation: python-ovs converts every column
+        it is asked for, which cost most of the controller's CPU at 1000 ports."""
+        if self._cache_generation != self.generation:
+            self._cache, self._cache_generation = {}, self.generation
+        if iface not in self._cache:
+            self._cache[iface] = self._read_port_qos(iface)
+        return self._cache[iface]
+
+    def _read_port_qos(self, iface: str) -> OvsdbQos | str | None:
         port = idlutils.row_by_value(self._api.idl, "Port", "name", iface, None)
         if port is None:
             return ABSENT
@@ -102,12 +126,16 @@ class Ovsdb:
                        for queue_id, q in sorted(qos.queues.items()))
         return OvsdbQos(qos.external_ids.get("mode", ""), _int(qos.other_config, "max-rate"), queues)
 
-    def apply(self, changes: dict[str, QosSpec | None], tags: dict[str, str]) -> None:
-        """Every port's queues as given (None: ours off the port), in one transaction."""
+    def apply(self, changes: dict[str, QosSpec | None], tags: dict[str, str] | None = None,
+              port_tags: dict[str, dict[str, str]] | None = None) -> None:
+        """Every port's queues as given (None: ours off the port), in one transaction. The rows carry
+        `tags` and the port's own `port_tags` in external_ids. One transaction however many switches
+        the ports are on: vswitchd reconfigures every port of the host for each one."""
         # We log every refusal ourselves, in one line; ovsdbapp's own log would add a traceback to each.
         with self._api.transaction(check_error=True, log_errors=False) as txn:
             for iface, spec in changes.items():
-                txn.add(_ReplacePortQos(self._api, iface, spec, {OWNER_KEY: self.owner, "iface": iface, **tags}))
+                ids = {OWNER_KEY: self.owner, "iface": iface, **(tags or {}), **(port_tags or {}).get(iface, {})}
+                txn.add(_ReplacePortQos(self._api, iface, spec, ids))
 
     def remove_orphans(self) -> int:
         """Remove our QoS rows no port uses and our Queue rows no QoS uses; returns how many."""

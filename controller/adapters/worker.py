@@ -14,7 +14,7 @@ from typing import Callable
 
 from controller.adapters.ovsdb import OvsdbError
 from controller.adapters.tc import Tc
-from controller.core.plan import tc_changes
+from controller.core.plan import htb_classid, tc_changes
 from controller.core.queues import QosSpec
 from controller.compat import hub
 
@@ -97,32 +97,35 @@ class Worker:
         return list(results.values())
 
     def _apply(self, jobs: list[Job], results: dict[int, Result]) -> None:
-        by_tags: dict[tuple, list[Job]] = {}
-        for job in jobs:
-            by_tags.setdefault(job.tags, []).append(job)
-        for tags, group in by_tags.items():
-            try:
-                rebuilt = {job.iface: None for job in group if job.rebuild}
-                if rebuilt:
-                    self._ovsdb.apply(rebuilt, dict(tags))
-                self._ovsdb.apply({job.iface: job.spec for job in group}, dict(tags))
-            except (OvsdbError, RuntimeError) as err:
-                if len(group) == 1:
-                    results[id(group[0])].error = str(err)
-                    continue
-                # One bad port fails the whole transaction: find it, and still change the others.
-                LOG.warning("OVSDB refused a batch of %d ports (%s); applying them one by one", len(group), err)
-                for job in group:
-                    self._apply([job], results)
+        port_tags = {job.iface: dict(job.tags) for job in jobs}
+        try:
+            rebuilt = {job.iface: None for job in jobs if job.rebuild}
+            if rebuilt:
+                self._ovsdb.apply(rebuilt, port_tags=port_tags)
+            self._ovsdb.apply({job.iface: job.spec for job in jobs}, port_tags=port_tags)
+        except (OvsdbError, RuntimeError) as err:
+            if len(jobs) == 1:
+                results[id(jobs[0])].error = str(err)
+                return
+            # One bad port fails the whole transaction: find it, and still change the others.
+            LOG.warning("OVSDB refused a batch of %d ports (%s); applying them one by one", len(jobs), err)
+            for job in jobs:
+                self._apply([job], results)
 
     def _ensure_tc(self, job: Job, result: Result) -> None:
-        # Only a QoS change waits for OVS to build its classes; a check finds them there or not.
+        # Only a QoS change waits for OVS to build its classes; a check finds them there or not. After a
+        # change, the leaves are written without being read first (they are OVS's new defaults, or ours
+        # that a rewrite keeps), and our filters are gone (execute took them off): half the netlink
+        # calls of applying a policy to many ports.
         deadline = time.monotonic() + (CLASS_WAIT_SECONDS if job.qos else 0)
+        wanted = {htb_classid(q.queue_id) for q in job.spec.queues}
         while True:
             classes = self._tc_call(result, self._tc.classes, job.iface)
-            leaves = self._tc_call(result, self._tc.leaves, job.iface)
-            filters = self._tc_call(result, self._tc.filters, job.iface) if job.userspace else set()
-            if classes is None or leaves is None or filters is None:
+            if classes is None:
+                return
+            leaves = {} if job.qos else self._tc_call(result, self._tc.leaves, job.iface, wanted & set(classes))
+            filters = self._tc_call(result, self._tc.filters, job.iface) if job.userspace and not job.qos else set()
+            if leaves is None or filters is None:
                 return
             plan = tc_changes(job.spec, job.userspace, set(classes),
                               {c: (leaf.kind, leaf.limit) for c, leaf in leaves.items()}, filters)

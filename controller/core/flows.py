@@ -15,12 +15,21 @@ from controller.core.policy import Policy, SwitchPolicy
 
 # The high bits mark this controller's flows so it replaces exactly its own; the low bits
 # number the policy's rule, so flow statistics map back to a rule (and its class) directly.
+# CLASSIFIED marks the rules of a traffic class: their statistics (the class rates) are asked
+# for on every poll, without the rest of the table.
 COOKIE = 0x5153_0000_0000_0000
 COOKIE_MASK = 0xFFFF_0000_0000_0000
+CLASSIFIED = 0x0000_0001_0000_0000
+RULE_MASK = 0x0000_0000_FFFF_FFFF
 
 
-def rule_cookie(index: int) -> int:
-    return COOKIE | (index + 1)
+def rule_cookie(index: int, classified: bool = False) -> int:
+    return COOKIE | (CLASSIFIED if classified else 0) | (index + 1)
+
+
+def rule_index(cookie: int) -> int | None:
+    """The policy rule behind one of our cookies (None for another's)."""
+    return (cookie & RULE_MASK) - 1 if cookie & COOKIE_MASK == COOKIE else None
 
 
 @dataclass(frozen=True)
@@ -41,5 +50,6 @@ def desired_flows(policy: Policy, switch: SwitchPolicy, reserving: frozenset[int
             cls = policy.traffic_class(rule.traffic_class)
             steer = ((("set_field", "ip_dscp", cls.dscp),) if mark_dscp else ()) + (("set_queue", cls.queue),)
         entries.append(FlowEntry(rule.priority, rule.match,
-                                 steer + tuple(("output", port) for port in rule.outputs), rule_cookie(index)))
+                                 steer + tuple(("output", port) for port in rule.outputs),
+                                 rule_cookie(index, rule.traffic_class is not None)))
     return tuple(entries)

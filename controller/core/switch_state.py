@@ -7,7 +7,7 @@ queues; `auto` ports get them while congested; `fifo` ports never do.
 from __future__ import annotations
 
 from controller.core.congestion import Decision, PortCongestion, PortSample, bitrate
-from controller.core.flows import COOKIE, COOKIE_MASK, FlowEntry, desired_flows
+from controller.core.flows import FlowEntry, desired_flows, rule_index
 from controller.core.policy import Policy, PortPolicy, SwitchPolicy
 from controller.core.queues import QosSpec, desired_qos
 from controller.core.stats import PortRates
@@ -49,8 +49,8 @@ class SwitchState:
 
     def rule_class(self, cookie: int) -> tuple[int, str] | None:
         """(output port, class) of the classified rule behind a flow's cookie."""
-        index = (cookie & ~COOKIE_MASK) - 1
-        if cookie & COOKIE_MASK != COOKIE or not 0 <= index < len(self.switch.flows):
+        index = rule_index(cookie)
+        if index is None or not 0 <= index < len(self.switch.flows):
             return None
         rule = self.switch.flows[index]
         return (rule.outputs[0], rule.traffic_class) if rule.traffic_class else None

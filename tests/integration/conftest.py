@@ -1,9 +1,13 @@
 """Integration tests need root, a running Open vSwitch and nothing else on the study's names."""
+import fcntl
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
+
+from topo.harness.host import STATE_DIR
 
 
 def _ovs_running() -> bool:
@@ -14,15 +18,46 @@ requires_ovs = pytest.mark.skipif(os.geteuid() != 0 or not _ovs_running(),
                                   reason="needs root and a running Open vSwitch (scripts/setup.sh starts it)")
 
 
-def leftovers() -> dict[str, str]:
-    """What a run must not leave behind: bridges, QoS/Queue rows, iperf3, controllers."""
+def _present() -> dict[str, set[str]]:
     def out(*args):
-        return subprocess.run(args, capture_output=True, text=True).stdout.strip()
+        return {line for line in subprocess.run(args, capture_output=True, text=True).stdout.splitlines() if line}
     return {"bridges": out("ovs-vsctl", "list-br"),
             "qos": out("ovs-vsctl", "--columns=_uuid", "list", "QoS"),
             "queues": out("ovs-vsctl", "--columns=_uuid", "list", "Queue"),
             "iperf3": out("pgrep", "-a", "-x", "iperf3"),
             "controller": out("pgrep", "-af", "osken-manager")}
+
+
+_BEFORE: dict[str, set[str]] = {}
+
+
+def leftovers() -> dict[str, str]:
+    """What a run must not leave behind: bridges, QoS/Queue rows, iperf3, controllers; only what was not
+    there before the tests began (another tool's bridge is not ours to judge)."""
+    return {what: "\n".join(sorted(lines - _BEFORE.get(what, set()))) for what, lines in _present().items()}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_to_ourselves():
+    """Wait for a study or benchmark that holds the host (their traffic and bridges would spoil ours),
+    then note what is already there."""
+    if os.geteuid() != 0:
+        yield
+        return
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    fd = os.open(STATE_DIR / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + 30 * 60
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                pytest.exit("another study or benchmark has held this host for 30 minutes", returncode=3)
+            time.sleep(1)
+    os.close(fd)   # the launchers under test take the lock themselves
+    _BEFORE.update(_present())
+    yield
 
 
 NOTHING_LEFT = {"bridges": "", "qos": "", "queues": "", "iperf3": "", "controller": ""}

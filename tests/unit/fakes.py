@@ -78,6 +78,9 @@ class FakeDatapath:
                                     instructions=e.instructions, byte_count=e.bytes, packet_count=e.packets)
                     for (prio, match), e in self.table.items() if e.cookie & msg.cookie_mask == msg.cookie]
             self.replies.append(("flow", msg.xid, body))
+        elif kind == "OFPAggregateStatsRequest":
+            count = sum(e.cookie & msg.cookie_mask == msg.cookie for e in self.table.values())
+            self.replies.append(("count", msg.xid, SimpleNamespace(flow_count=count)))
         elif kind == "OFPQueueStatsRequest":
             body = [SimpleNamespace(port_no=p, queue_id=q, tx_bytes=b, tx_packets=n, tx_errors=d)
                     for (p, q), (b, n, d) in self.queues.items()]
@@ -120,6 +123,11 @@ class FakeOvsdb:
         self.refuse: set[str] = set()
         self.transactions = 0
 
+    @property
+    def generation(self) -> int:
+        """Changes when the contents do, the tests' own edits included."""
+        return hash(frozenset(self.qos.items()))
+
     def bridge(self, dp_id: int) -> BridgeInfo | None:
         return self.bridges.get(dp_id)
 
@@ -128,7 +136,7 @@ class FakeOvsdb:
             return ABSENT
         return self.qos.get(iface)
 
-    def apply(self, changes: dict, tags: dict) -> None:
+    def apply(self, changes: dict, tags: dict | None = None, port_tags: dict | None = None) -> None:
         bad = self.refuse & changes.keys()
         if bad:
             raise OvsdbError(f"port {sorted(bad)[0]!r} refused")
@@ -168,9 +176,10 @@ class FakeTc:
         qos = self.ovsdb.qos.get(iface)
         return {htb_classid(q.queue_id): ClassCounters(0, 0, 0) for q in qos.queues} if isinstance(qos, OvsdbQos) else {}
 
-    def leaves(self, iface: str) -> dict[str, Leaf]:
+    def leaves(self, iface: str, classes=None) -> dict[str, Leaf]:
         self._sync(iface)
-        return {c: self.leaves_[iface].get(c, Leaf("pfifo", 1000)) for c in self.classes(iface)}
+        return {c: self.leaves_[iface].get(c, Leaf("pfifo", 1000)) for c in self.classes(iface)
+                if classes is None or c in classes}
 
     def filters(self, iface: str) -> set:
         self._sync(iface)
@@ -286,6 +295,8 @@ class FakeController(qos_app.QosController):
             self._barrier(SimpleNamespace(msg=SimpleNamespace(datapath=dp, xid=xid)))
         elif kind == "error":
             self._error(SimpleNamespace(msg=SimpleNamespace(datapath=dp, xid=xid, type=body[0], code=body[1])))
+        elif kind == "count":
+            self._flow_count(SimpleNamespace(msg=SimpleNamespace(datapath=dp, xid=xid, body=body)))
         else:
             more = kind == "port" and any(r[0] == "port" and r[1] == xid for r in dp.replies)
             msg = SimpleNamespace(datapath=dp, xid=xid, body=body, flags=ofp.OFPMPF_REPLY_MORE if more else 0)

@@ -4,11 +4,11 @@ is what the switch and OVSDB end up holding, and what a client is told."""
 from types import SimpleNamespace
 
 import pytest
-import yaml
 
 from controller.core.errors import PolicyError
-from controller.core.flows import COOKIE
+from controller.core.flows import CLASSIFIED, COOKIE
 from controller.core.plan import FOREIGN
+from controller.core.policy import load_document
 from controller import qos_app
 from tests.unit.fakes import FakeController, FakeDatapath, FakeOvsdb
 
@@ -18,8 +18,7 @@ CAPACITY = 5_000_000
 
 
 def shipped(name: str) -> dict:
-    with open(f"policies/{name}.yaml") as f:
-        return yaml.safe_load(f)
+    return load_document(f"policies/{name}.yaml")
 
 
 @pytest.fixture
@@ -50,7 +49,7 @@ def test_a_policy_is_answered_once_switches_flows_queues_and_filters_hold_it(net
     assert result == {"applied": "reserve", "changed": True, "in_sync": True}
     assert len(net.s1.table) == 4 and len(net.s2.table) == 4
     assert mode(net) == "reserve" and mode(net, "s2-eth1") == "fifo"
-    assert net.s1.steering() == {COOKIE | 3, COOKIE | 4}            # the classified rules steer
+    assert net.s1.steering() == {COOKIE | CLASSIFIED | 3, COOKIE | CLASSIFIED | 4}            # the classified rules steer
     assert net.app.tc.filters("s1-eth1") == {(1, "1:2"), (2, "1:3")}
     assert {leaf.kind for leaf in net.app.tc.leaves("s1-eth1").values()} == {"pfifo_head_drop"}
     assert all(type(m).__name__ in ("OFPFlowMod", "OFPBarrierRequest", "OFPFlowStatsRequest") for m in net.s1.sent)
@@ -104,9 +103,9 @@ def flood(net, tcp_bps: float, udp_bps: float) -> None:
     tx.tx_bytes += CAPACITY // 8
     tx.tx_packets += CAPACITY // 8 // 1500
     for entry in net.s1.table.values():
-        if entry.cookie == COOKIE | 3:
+        if entry.cookie == COOKIE | CLASSIFIED | 3:
             entry.bytes += int(udp_bps / 8)
-        if entry.cookie == COOKIE | 4:
+        if entry.cookie == COOKIE | CLASSIFIED | 4:
             entry.bytes += int(tcp_bps / 8)
 
 
@@ -116,7 +115,7 @@ def test_auto_programs_on_contention_steers_after_the_queues_and_rolls_back_stee
     for _ in range(2):
         flood(net, tcp_bps=2.5e6, udp_bps=2.5e6)   # TCP well short of its 4 Mbit/s reservation
         net.app.poll()
-    assert mode(net) == "reserve" and net.s1.steering() == {COOKIE | 3, COOKIE | 4}
+    assert mode(net) == "reserve" and net.s1.steering() == {COOKIE | CLASSIFIED | 3, COOKIE | CLASSIFIED | 4}
     assert [d["action"] for d in net.app.decisions] == ["program"]
     for _ in range(6):                              # calm: the port idles for the hold time
         net.app.poll()
@@ -147,6 +146,36 @@ def test_flows_deleted_on_the_switch_are_back_after_the_next_poll(net):
     net.app.poll()
     assert len(net.s1.table) == 4 and net.s1.steering()
     assert net.app.snapshot.drift_repairs == {"flows": 1}
+
+
+def whole_table_reads(dp) -> int:
+    return sum(type(m).__name__ == "OFPFlowStatsRequest" and not m.cookie_mask & CLASSIFIED for m in dp.sent)
+
+
+def test_a_steady_switch_sends_its_whole_flow_table_once_every_ten_polls(net):
+    up(net)
+    before = whole_table_reads(net.s1)
+    for _ in range(20):
+        net.app.poll()
+    assert whole_table_reads(net.s1) - before == 2
+    assert net.app.snapshot.drift_repairs == {}
+
+
+def test_a_flow_changed_in_place_is_put_back_within_ten_polls(net):
+    up(net)
+    (entry,) = [e for (prio, _), e in net.s1.table.items() if prio == 1000 and e.cookie == COOKIE | 1]
+    entry.instructions = []                      # someone's mod-flows: same count, no class flow touched
+    for _ in range(10):
+        net.app.poll()
+    assert entry.instructions and net.app.snapshot.drift_repairs == {"flows": 1}
+
+
+def test_a_classified_flow_changed_in_place_is_put_back_at_the_next_poll(net):
+    up(net)
+    (entry,) = [e for e in net.s1.table.values() if e.cookie == COOKIE | CLASSIFIED | 3]
+    entry.instructions = []
+    net.app.poll()
+    assert entry.instructions and net.s1.steering() == {COOKIE | CLASSIFIED | 3, COOKIE | CLASSIFIED | 4}
 
 
 def test_a_qos_cleared_in_ovsdb_is_back_after_the_next_poll(net):

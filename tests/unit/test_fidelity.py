@@ -19,7 +19,7 @@ def samples(seconds=4.0, utilisation=1.0, tcp_drops=0.0, udp_drops=0.0, wait=0.0
         drops = {"1:2": int(tcp_drops * t), "1:3": int(udp_drops * t), "1:1": int(udp_drops * t)}
         counters = {c: ClassCounters(sent, int(t * 400 / len(classes)), drops[c]) for c in classes}
         counters["1:fffe"] = ClassCounters(sent * len(classes), 999 * k, 0)   # the parent: never counted
-        out.append(Sample(t, counters, {}, int(wait * 1e9 * t), int(0.03 * 1e6 * t)))
+        out.append(Sample(t, counters, int(wait * 1e9 * t), int(0.03 * 1e6 * t)))
     return out
 
 
@@ -81,7 +81,7 @@ def test_a_starved_datapath_and_a_silent_receiver_are_flagged():
 def test_a_class_that_appears_mid_window_counts_from_its_second_sample():
     # auto programs its queues: before, one FIFO class; after, three
     before = samples(seconds=2.0, udp_drops=100, classes=("1:1",))
-    after = [Sample(s.t + 2.25, s.classes, s.leaves, s.datapath_wait_ns, s.cpu_pressure_us)
+    after = [Sample(s.t + 2.25, s.classes, s.datapath_wait_ns, s.cpu_pressure_us)
              for s in samples(seconds=1.75, udp_drops=100)]
     verdict = assess(before + after, 0.0, 4.0, CAPACITY, TCP_CLASS, 0, FULL)
     assert verdict["fidelity"]["queue_drops"] == 200 + 175

@@ -35,7 +35,7 @@ def samples(until, tcp_drops=0):
     for k in range(n):
         sent = int(5e6 / 8 * 0.25 * k)
         classes = {"1:2": ClassCounters(sent, k * 100, tcp_drops * k // (n - 1)), "1:fffe": ClassCounters(sent, k, 0)}
-        out.append(Sample(T0 + 0.25 * k, classes, {"1:2": Leaf("pfifo_head_drop", 25)}, k * 1000, None))
+        out.append(Sample(T0 + 0.25 * k, classes, k * 1000, None))
     return out
 
 

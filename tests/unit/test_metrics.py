@@ -99,7 +99,7 @@ def test_the_exposition_parses_and_counters_end_in_total(registry):
     assert families["ovsqos_port_tx_bytes"].type == "counter"
     assert families["ovsqos_port_congested"].type == "gauge"
     counters = re.findall(r"^# TYPE (\S+) counter$", text, re.MULTILINE)
-    assert len(counters) == 8 + 3 + 3     # port, queue, then qos events, openflow errors, drift repairs
+    assert len(counters) == 8 + 3 + 4     # port, queue, then qos events, openflow errors, drift repairs, polls
     assert all(name.endswith("_total") for name in counters)
     samples = [line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")]
     counter_families = {name[:-len("_total")] for name in counters}

@@ -5,7 +5,7 @@ import pytest
 
 from controller.core.policy import SPECIAL_OUTPUTS, load_policy
 from topo.harness import capabilities as cap
-from controller.adapters.tc import Leaf
+from controller.adapters.tc import ClassCounters
 from topo.harness.capabilities import choose_tcp
 from topo.harness.fidelity import Sample
 from topo.harness.report import Panel, bar_figure, group_reasons, jain_index, markdown_table
@@ -207,10 +207,10 @@ def test_discipline_result():
     runs = [ran(f"snd{i}-rcv{i}", f"snd{i}", f"rcv{i}",
                 iperf_tcp([1] * 8, [1] * 8, 0, retransmits=10, sent_bytes=1000 * MSS, server_bps=[2e6] * 4), 100.0,
                 congestion_control="cubic") for i in range(1, 6)]
-    leaf = lambda packets: Leaf("pfifo", 100, 900, 12, packets * 1514, packets)  # noqa: E731
-    samples = [Sample(t, {}, {"1:1": leaf(n)}, None, None) for t, n in ((100.2, 5), (101.5, 10), (102.0, 30), (104.5, 0))]
+    queue = lambda packets: ClassCounters(1, 900, 12, packets * 1514, packets)  # noqa: E731
+    samples = [Sample(t, {"1:1": queue(n)}, None, None) for t, n in ((100.2, 5), (101.5, 10), (102.0, 30), (104.5, 0))]
     r = discipline_result([*runs, Ran(Ping("ping", "snd1", "rcv1", 5), 100.0, 105.0)], (101.0, 104.0), 10_000_000,
-                          samples, PING_TEXT)
+                          samples, PING_TEXT, {"pfifo"})
     assert r["throughput_mbps"] == 10.0 and r["utilisation"] == 1.0 and r["jain_index"] == 1.0
     assert (r["retransmits"], r["packets_sent"], r["loss_rate"]) == (50, 5000, 0.01)
     assert (r["queue_drops"], r["queue_packets_sent"]) == (12, 900)

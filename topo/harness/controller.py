@@ -33,11 +33,12 @@ class ControllerClient:
     def status(self) -> dict:
         return self._call("GET", "/status")
 
-    def put_policy(self, document: Any) -> str:
-        return self._call("PUT", "/policy", document)["applied"]
+    def put_policy(self, document: Any) -> dict:
+        """The controller's answer, once every switch holds the policy: applied, in_sync, not_in_sync."""
+        return self._call("PUT", "/policy", document)
 
-    def clear_policy(self) -> str | None:
-        return self._call("DELETE", "/policy")["cleared"]
+    def clear_policy(self) -> dict:
+        return self._call("DELETE", "/policy")
 
     def wait(self, ready: Callable[[dict], bool], timeout: float, what: str) -> dict:
         deadline = time.monotonic() + timeout
@@ -56,7 +57,7 @@ class ControllerClient:
             headers["Authorization"] = f"Bearer {self.token}"
         req = urllib.request.Request(self.api + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
+            with urllib.request.urlopen(req, timeout=60) as resp:
                 return json.load(resp)
         except urllib.error.HTTPError as err:
             raise ControllerError(json.load(err).get("error", str(err))) from None

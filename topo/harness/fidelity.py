@@ -1,10 +1,11 @@
 """The fidelity monitor: does a measurement show the policy, or the emulator's limits?
 
 After Mininet-HiFi's idea: a run says when the emulator, not the policy, decided the outcome.
-While traffic runs, a thread samples the bottleneck port every 0.25 s: its HTB class and leaf
-counters (netlink), the CPU time ovs-vswitchd spent waiting to run (/proc/PID/task/*/schedstat:
-it forwards every packet of the userspace datapath) and the host's CPU pressure
-(/proc/pressure/cpu). `assess` then judges a window of those samples (pure), with these signals:
+While traffic runs, a thread samples the bottleneck port every 0.25 s: its HTB class counters
+(a netlink dump: no GETs, which the kernel would announce to the controller's tc watcher), the CPU
+time ovs-vswitchd spent waiting to run (/proc/PID/task/*/schedstat: it forwards every packet of the
+userspace datapath) and the host's CPU pressure (/proc/pressure/cpu). The kind of each class's
+queue is read when the sampling starts and when it ends. `assess` then judges a window of those samples (pure), with these signals:
 
 - lost outside the queue: TCP retransmitted more than twice what its queue dropped (plus 10):
   its packets died somewhere the policy does not act (the batch losses controller/queues.py
@@ -25,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controller.adapters.tc import ClassCounters, Leaf, Tc
+from controller.adapters.tc import ClassCounters, Tc
 from topo.net.iperf import Interval, longest_gap
 
 SAMPLE_SECONDS = 0.25
@@ -40,7 +41,6 @@ WAIT_RATIO = 0.25
 class Sample:
     t: float                               # launcher wall clock
     classes: dict[str, ClassCounters]      # HTB class → counters, of the watched port
-    leaves: dict[str, Leaf]                # HTB class → its queue
     datapath_wait_ns: int | None           # ovs-vswitchd's run-queue delay so far, all threads
     cpu_pressure_us: int | None            # /proc/pressure/cpu "some" total so far
 
@@ -57,10 +57,12 @@ class Monitor:
     """Samples `iface` every SAMPLE_SECONDS while in a `with` block."""
     iface: str
     samples: list[Sample] = field(default_factory=list)
+    queues: dict[str, set[str]] = field(default_factory=dict)   # HTB class → the kinds of queue seen under it
 
     def __enter__(self) -> Monitor:
         self._tc = Tc()
         self._pids = _pids("ovs-vswitchd")
+        self._look_at_queues()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -69,15 +71,23 @@ class Monitor:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        self._look_at_queues()
         self._tc.close()
+
+    def _look_at_queues(self) -> None:
+        try:
+            for cls, leaf in self._tc.leaves(self.iface).items():
+                self.queues.setdefault(cls, set()).add(leaf.kind)
+        except OSError:
+            pass
 
     def _run(self) -> None:
         while True:
             try:
-                classes, leaves = self._tc.classes(self.iface), self._tc.leaves(self.iface)
+                classes = self._tc.classes(self.iface)
             except OSError:   # the port is not there yet, or no longer
-                classes, leaves = {}, {}
-            self.samples.append(Sample(time.time(), classes, leaves, _run_delay(self._pids), _cpu_pressure()))
+                classes = {}
+            self.samples.append(Sample(time.time(), classes, _run_delay(self._pids), _cpu_pressure()))
             if self._stop.wait(SAMPLE_SECONDS):
                 return
 

@@ -23,7 +23,7 @@ from statistics import mean
 from typing import Any
 
 from controller.core.policy import DISCIPLINES
-from controller.adapters.tc import Leaf
+from controller.adapters.tc import ClassCounters
 from controller.core.plan import htb_classid
 from topo.harness import capabilities
 from topo.harness.fidelity import Sample
@@ -123,18 +123,18 @@ def parse_ping(text: str) -> tuple[list[tuple[float, float]], int, int]:
 
 
 def discipline_result(ran: list[Ran], span: tuple[float, float], bottleneck_bps: int,
-                      samples: list[Sample], ping_text: str) -> dict[str, Any]:
+                      samples: list[Sample], ping_text: str, queues_seen: set[str]) -> dict[str, Any]:
     """Throughput, utilisation, loss, delay and backlog of one discipline's run, over `span`."""
     runs = flows_of(ran)
     flows = [received_mbps(run, span) for run in runs]
     total = round(sum(flows), 3)
     sent_packets = sum(run.doc["end"]["sum_sent"]["bytes"] / run.doc["start"]["tcp_mss_default"] for run in runs)
     retransmits = sum(run.doc["end"]["sum_sent"]["retransmits"] for run in runs)
-    leaves = [(s.t, s.leaves[QUEUED_CLASS]) for s in samples if QUEUED_CLASS in s.leaves]
-    queued = [leaf for t, leaf in leaves if span[0] <= t <= span[1]]
+    counted = [(s.t, s.classes[QUEUED_CLASS]) for s in samples if QUEUED_CLASS in s.classes]
+    queued = [c for t, c in counted if span[0] <= t <= span[1]]
     replies, transmitted, received = parse_ping(ping_text)
     rtts = [rtt for t, rtt in replies if span[0] <= t <= span[1]]
-    last: Leaf | None = leaves[-1][1] if leaves else None
+    last: ClassCounters | None = counted[-1][1] if counted else None
     return {
         "flows_mbps": flows, "throughput_mbps": total, "utilisation": round(total * 1e6 / bottleneck_bps, 3),
         "jain_index": round(jain_index(flows), 3) if any(flows) else None,
@@ -147,7 +147,7 @@ def discipline_result(ran: list[Ran], span: tuple[float, float], bottleneck_bps:
                     "max_packets": max((q.backlog_packets for q in queued), default=None),
                     "mean_bytes": _mean([q.backlog_bytes for q in queued]),
                     "max_bytes": max((q.backlog_bytes for q in queued), default=None), "samples": len(queued)},
-        "leaf_kinds_seen": sorted({leaf.kind for _, leaf in leaves}),
+        "leaf_kinds_seen": sorted(queues_seen),
         "congestion_control": sorted({run.doc["end"].get("sender_tcp_congestion") for run in runs}),
     }
 
@@ -200,16 +200,15 @@ def _one_discipline(discipline: str, plan: Plan, ctx: TrialContext) -> dict[str,
     lanes = [[Flow(f"{s}-{d}", s, d, seconds, congestion_control=plan.cc, label=discipline)] for s, d in pairs]
     lanes.append([Ping("ping", "snd1", "rcv1", seconds + 1, PING_INTERVAL)])
     with network_under(ctx, DumbbellTopo(n=PAIRS), plan.documents[discipline], pairs) as net:
-        ran, samples = measure(ctx, net, lanes)
-    kind, seen = tc_kind(discipline, ctx.host.datapath), {s.leaves[QUEUED_CLASS].kind for s in samples
-                                                           if QUEUED_CLASS in s.leaves}
+        ran, monitor = measure(ctx, net, lanes)
+    kind, seen = tc_kind(discipline, ctx.host.datapath), monitor.queues.get(QUEUED_CLASS, set())
     if seen != {kind}:
         raise StudyError(f"{BOTTLENECK}: the queue under {QUEUED_CLASS} was not {kind} throughout the run "
                          f"(seen: {sorted(seen) or 'nothing'})")
     span = common_window(ran, seconds)
     ping = next(r for r in ran if isinstance(r.item, Ping))
-    return {**discipline_result(ran, span, plan.setup.bottleneck_bps, samples, ping.text),
-            **trial_fidelity(samples, span, plan.setup.bottleneck_bps, ran)}
+    return {**discipline_result(ran, span, plan.setup.bottleneck_bps, monitor.samples, ping.text, seen),
+            **trial_fidelity(monitor.samples, span, plan.setup.bottleneck_bps, ran)}
 
 
 def _mean(values: list[float]) -> float | None:

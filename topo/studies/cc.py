@@ -94,10 +94,10 @@ class CcStudy(Study):
 def _one_algorithm(algorithm: str, plan: Plan, ctx: TrialContext) -> dict[str, Any]:
     topo = StudyTopo(delay=plan.delay, loss=plan.loss)
     with network_under(ctx, topo, plan.document, [("h1", "h4")]) as net:
-        ran, samples = measure(ctx, net, [[Flow(f"h1-h4_{algorithm}", "h1", "h4", plan.setup.seconds,
+        ran, monitor = measure(ctx, net, [[Flow(f"h1-h4_{algorithm}", "h1", "h4", plan.setup.seconds,
                                                 congestion_control=algorithm, label=f"TCP {algorithm}")]])
     return {**sender_metrics(ran[0].doc),
-            **trial_fidelity(samples, common_window(ran, plan.setup.seconds), plan.setup.bottleneck_bps, ran)}
+            **trial_fidelity(monitor.samples, common_window(ran, plan.setup.seconds), plan.setup.bottleneck_bps, ran)}
 
 
 def sender_metrics(doc: dict[str, Any]) -> dict[str, Any]:

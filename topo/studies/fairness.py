@@ -144,9 +144,9 @@ def _skipped(plan: Plan, lacking: dict[str, str]) -> dict[str, str]:
 
 def _one_case(name: str, flows: list[Flow], plan: Plan, ctx: TrialContext) -> dict[str, Any]:
     with network_under(ctx, StudyTopo(), plan.document, [FIRST, SECOND]) as net:
-        ran, samples = measure(ctx, net, [[flow] for flow in flows])
+        ran, monitor = measure(ctx, net, [[flow] for flow in flows])
     span = common_window(ran, plan.setup.seconds)
-    return {**case_result(name, ran, span), **trial_fidelity(samples, span, plan.setup.bottleneck_bps, ran)}
+    return {**case_result(name, ran, span), **trial_fidelity(monitor.samples, span, plan.setup.bottleneck_bps, ran)}
 
 
 def _flow_numbers(ran: Ran, span: tuple[float, float]) -> dict[str, Any]:

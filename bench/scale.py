@@ -1,0 +1,139 @@
+"""The controller at scale, against real OVS: what an operator with many ports gets.
+
+    sudo .venv/bin/python bench/scale.py --bridges 50 --ports 20 --seconds 60
+
+Creates the bridges (userspace datapath, internal ports, secure fail mode) on the local OVS, starts
+the real controller (or uses the one on 127.0.0.1:8080 with --running), puts a policy in which every
+port is an `auto` port of 100 Mbit/s with the reserve classes and one `output: normal` flow, lets it
+poll for --seconds, deletes the policy, and removes everything, Ctrl-C included. One line per figure:
+
+  apply_seconds           PUT until every switch holds the policy (the API answers once they do)
+  delete_seconds          DELETE until every flow and queue of ours is gone
+  poll_hz                 statistics polls answered per switch per second (target 1)
+  poll_lag_max_seconds    how late the latest polls were sent, the worst switch
+  cpu_share_of_one_core   the controller and its children, over the steady window
+  peak_rss_mib            the controller's peak resident memory
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from topo.harness.controller import ControllerClient, controller  # noqa: E402
+from topo.harness.host import Busy, HostLock  # noqa: E402
+from topo.net.bridges import idle_bridges, policy_switches  # noqa: E402
+
+METRICS = "http://127.0.0.1:9101/metrics"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bridges", type=int, default=50)
+    p.add_argument("--ports", type=int, default=20, help="ports per bridge")
+    p.add_argument("--seconds", type=float, default=60, help="steady polling window")
+    p.add_argument("--running", action="store_true", help="use the controller already on 127.0.0.1:8080")
+    p.add_argument("--log", type=Path, help="keep the controller's log here (default: a temporary file)")
+    args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        sys.exit("run as root: it creates OVS bridges")
+    lock = HostLock()
+    try:
+        record, _ = lock.acquire(Path("(bench/scale.py)"))
+    except Busy as err:
+        sys.exit(f"error: {err}")
+    try:
+        with tempfile.TemporaryDirectory(prefix="ovsqos-scale-") as tmp:
+            return run(args, Path(tmp), record)
+    except KeyboardInterrupt:
+        print("interrupted: bridges, controller and queues removed", file=sys.stderr)
+        return 130
+    finally:
+        record.close()
+        lock.release()
+
+
+def run(args, tmp: Path, record) -> int:
+    ports = args.bridges * args.ports
+    print(f"bridges {args.bridges} x ports {args.ports} = {ports} ports", flush=True)
+    context = _existing() if args.running else controller(args.log or tmp / "controller.log", record)
+    with context as client, idle_bridges(ports, args.ports, prefix="scale", record=record) as bridges:
+        pid = _controller_pid()
+        print(f"controller pid {pid}", flush=True)
+        client.wait(lambda s: len(s["switches"]) == len(bridges), 120, "every bridge connected")
+        doc = {"name": "scale", "classes": {"tcp": {"queue": 1, "min": "80%", "max": "100%"},
+                                            "udp": {"queue": 2, "min": "10%", "max": "100%", "priority": 1}},
+               "switches": policy_switches(bridges, "100Mbit")}
+        started = time.monotonic()
+        answer = client.put_policy(doc)
+        apply_seconds = time.monotonic() - started
+        polls0, cpu0, at0 = _polls(), _cpu(pid), time.monotonic()
+        time.sleep(args.seconds)
+        polls1, cpu1, at1 = _polls(), _cpu(pid), time.monotonic()
+        lag = max(_gauges("ovsqos_poll_lag_seconds"), default=0.0)
+        rss = _peak_rss(pid)
+        started = time.monotonic()
+        cleared = client.clear_policy()
+        delete_seconds = time.monotonic() - started
+    window = at1 - at0
+    print(f"apply_seconds          {apply_seconds:.2f}  (in sync: {answer.get('in_sync')})")
+    print(f"delete_seconds         {delete_seconds:.2f}  (in sync: {cleared.get('in_sync')})")
+    print(f"poll_hz                {(polls1 - polls0) / window / len(bridges):.3f}")
+    print(f"poll_lag_max_seconds   {lag:.3f}")
+    print(f"cpu_share_of_one_core  {(cpu1 - cpu0) / TICKS / window:.3f}")
+    print(f"peak_rss_mib           {rss / 1024:.1f}")
+    return 0
+
+
+class _existing:
+    def __enter__(self) -> ControllerClient:
+        client = ControllerClient()
+        client.status()
+        return client
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def _controller_pid() -> int:
+    found = subprocess.run(["pgrep", "-f", "osken-manager.*qos_app.py"], capture_output=True, text=True).stdout.split()
+    if len(found) != 1:
+        sys.exit(f"error: expected one controller process, found {len(found)}")
+    return int(found[0])
+
+
+def _cpu(pid: int) -> int:
+    """utime + stime + cutime + cstime, in clock ticks: the process and the children it waited for."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15])
+
+
+def _peak_rss(pid: int) -> int:
+    return int(re.search(r"VmHWM:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text()).group(1))
+
+
+def _metrics() -> str:
+    with urllib.request.urlopen(METRICS, timeout=10) as resp:
+        return resp.read().decode()
+
+
+def _polls() -> float:
+    return sum(float(line.split()[-1]) for line in _metrics().splitlines() if line.startswith("ovsqos_polls_total{"))
+
+
+def _gauges(name: str) -> list[float]:
+    return [float(line.split()[-1]) for line in _metrics().splitlines() if line.startswith(name + "{")]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

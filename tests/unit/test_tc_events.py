@@ -1,0 +1,27 @@
+"""Reading the kernel's tc announcements: only the header and the device of each message."""
+import struct
+
+from controller.adapters.tc import tc_announcements
+
+RTM_NEWQDISC, RTM_DELTFILTER, RTM_NEWLINK = 36, 45, 16
+
+
+def message(kind: int, sender: int, ifindex: int, payload: bytes = b"") -> bytes:
+    body = struct.pack("=BBHiIII", 0, 0, 0, ifindex, 0x10000, 0xFFFFFFFF, 0) + payload
+    length = 16 + len(body)
+    return struct.pack("=IHHII", length, kind, 0, 1, sender) + body + b"\0" * (-length % 4)
+
+
+def test_every_tc_message_of_a_datagram_names_its_device():
+    data = message(RTM_NEWQDISC, 0, 7, b"abc") + message(RTM_DELTFILTER, 4242, 9)
+    assert tc_announcements(data, ours=1) == {7, 9}
+
+
+def test_what_our_own_port_asked_for_and_other_messages_are_left_out():
+    data = message(RTM_NEWQDISC, 1, 7) + message(RTM_NEWLINK, 0, 8) + message(RTM_DELTFILTER, 0, 9)
+    assert tc_announcements(data, ours=1) == {9}
+
+
+def test_a_truncated_datagram_ends_the_reading():
+    assert tc_announcements(message(RTM_NEWQDISC, 0, 7)[:20], ours=1) == set()
+    assert tc_announcements(struct.pack("=IHHII", 0, RTM_NEWQDISC, 0, 0, 0) * 2, ours=1) == set()
