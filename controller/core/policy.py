@@ -4,14 +4,17 @@ A policy says which flow entries each switch gets, which traffic classes exist,
 and how each QoS port is queued: `fifo` (one queue at the port's capacity),
 `reserve` (a linux-htb class per traffic class, with min/max rates) or `auto`
 (fifo until the port is congested, reserve while it is). Every problem is one
-PolicyError whose message names the field and says how to fix it.
+PolicyError whose message names the field and says how to fix it. A policy file
+may name a `base:` file and override its fields (load_document).
 """
 from __future__ import annotations
 
 import dataclasses
 import ipaddress
 import math
+import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,8 +26,11 @@ from controller.core.errors import PolicyError
 QUEUE_MODES = ("fifo", "reserve", "auto")
 DISCIPLINES = ("fifo", "sfq", "codel", "fq_codel", "red")   # the qdisc under each HTB class
 DEFAULT_QUEUE_PACKETS = 1000                                # Linux's default txqueuelen
-IP_PROTOS = {"icmp": 1, "tcp": 6, "udp": 17}
-ETH_TYPE_IPV4 = 0x0800
+IP_PROTOS = {"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58}
+ETH_TYPES = {"ipv4": 0x0800, "ipv6": 0x86DD, "arp": 0x0806}
+ETH_TYPE_IPV4, ETH_TYPE_IPV6 = ETH_TYPES["ipv4"], ETH_TYPES["ipv6"]
+MATCH_FIELDS = ("in_port", "eth_type", "eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "ipv6_src", "ipv6_dst",
+                "ip_proto", "ip_dscp", "tcp_src", "tcp_dst", "udp_src", "udp_dst")
 # OpenFlow 1.3's reserved ports a flow may output to, by the name a policy uses.
 SPECIAL_OUTPUTS = {"normal": 0xFFFFFFFA, "flood": 0xFFFFFFFB, "in_port": 0xFFFFFFF8, "controller": 0xFFFFFFFD}
 MAX_PORT = 0xFEFF
@@ -33,6 +39,9 @@ _RATE_UNITS = {"": 1, "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 MAX_RATE_BPS = (2**32 - 1) * 8
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$", re.IGNORECASE)
+Match = tuple[tuple[str, Any], ...]   # os-ken OFPMatch keyword arguments, sorted
+_NETWORKS = {4: (ipaddress.IPv4Network, "10.0.0.1 or 10.0.0.0/24"),
+             6: (ipaddress.IPv6Network, "2001:db8::1 or 2001:db8::/64")}
 
 
 @dataclass(frozen=True)
@@ -48,9 +57,16 @@ class TrafficClass:
 @dataclass(frozen=True)
 class FlowRule:
     priority: int
-    match: tuple[tuple[str, Any], ...]   # os-ken OFPMatch keyword arguments, sorted
+    match: Match
     outputs: tuple[int, ...]             # OpenFlow port numbers, SPECIAL_OUTPUTS' included
     traffic_class: str | None            # steer into this class's queue when the port reserves
+    # Where its match is written, for messages: switches.s1.flows[2].match, or ….match[1] in a list.
+    source: str = dataclasses.field(default="", compare=False)
+
+    @property
+    def flow_source(self) -> str:
+        """The path of the flow entry it came from, e.g. switches.s1.flows[2]."""
+        return self.source.rpartition(".match")[0]
 
 
 @dataclass(frozen=True)
@@ -90,13 +106,47 @@ class Policy:
 
 
 def load_document(path: str | Path) -> Any:
-    """A policy file's document, read safely (controller/core/document.py), its fields not yet checked."""
+    """A policy file's document, read safely (controller/core/document.py) and with its bases merged
+    in, its fields not yet checked."""
     path = Path(path)
+    return _with_bases(_read(path, str(path)), (path,))
+
+
+def _read(path: Path, where: str) -> Any:
     try:
         data = path.read_bytes()
     except OSError as err:
-        raise PolicyError(f"{path}: cannot read policy file ({err.strerror}); check the path") from None
-    return load_yaml(data, str(path))
+        raise PolicyError(f"{where}: cannot read policy file ({err.strerror}); check the path") from None
+    return load_yaml(data, where)
+
+
+def _with_bases(document: Any, chain: tuple[Path, ...]) -> Any:
+    """`base: other.yaml` (relative to the file that says it): the other file's document, itself
+    resolved, with this one's fields merged over it. `chain` is the files read so far, first to last."""
+    if not isinstance(document, dict) or "base" not in document:
+        return document
+    here, name = chain[-1], document.pop("base")
+    if not isinstance(name, str) or not name.strip():
+        raise PolicyError(f"{here}: base: {name!r} is not a file name; write e.g. base: study.yaml "
+                          "(relative to this file)")
+    path = Path(os.path.normpath(here.parent / name))   # sub/../c.yaml is c.yaml, as a reader takes it
+    where = f"{chain[0]}: base {' → '.join(str(p) for p in (*chain[1:], path))}"
+    if path.resolve() in {p.resolve() for p in chain}:
+        raise PolicyError(f"{where} is a loop; remove base: from one of these files")
+    base = _with_bases(_read(path, where), (*chain, path))
+    if not isinstance(base, dict):
+        raise PolicyError(f"{where}: not a mapping of policy fields; a base holds fields such as classes "
+                          "and switches")
+    return merge_documents(base, document)
+
+
+def merge_documents(base: dict, override: dict) -> dict:
+    """`override` over `base`: mappings merge key by key; anything else, lists included, replaces."""
+    merged = dict(base)
+    for key, value in override.items():
+        both = isinstance(merged.get(key), dict) and isinstance(value, dict)
+        merged[key] = merge_documents(merged[key], value) if both else value
+    return merged
 
 
 def load_policy(path: str | Path) -> Policy:
@@ -105,6 +155,9 @@ def load_policy(path: str | Path) -> Policy:
 
 def parse_policy(document: Any) -> Policy:
     doc = _mapping(document, "policy")
+    if "base" in doc:
+        raise PolicyError("policy.base: bases are resolved only when a policy is loaded from its file; send the "
+                          "resolved policy (python3 -m controller.check --json FILE prints it)")
     _known_keys(doc, "policy", ("name", "description", "classes", "switches", "congestion"))
     name = _string(doc.get("name"), "name")
     classes = _classes(doc.get("classes", {}))
@@ -140,7 +193,7 @@ def parse_rate(value: Any, where: str) -> int:
     return int(bps)
 
 
-def _share(value: Any, where: str) -> float:
+def parse_share(value: Any, where: str) -> float:
     """'80%' or 0.8 → 0.8 of the port's capacity."""
     text = str(value).strip()
     try:
@@ -159,8 +212,8 @@ def _classes(doc: Any) -> tuple[TrafficClass, ...]:
         spec = _mapping(spec, where)
         _known_keys(spec, where, ("queue", "min", "max", "dscp", "priority"))
         queue = _int(spec.get("queue"), f"{where}.queue", 1, 0xfffe)
-        min_share = _share(spec.get("min", 0), f"{where}.min")
-        max_share = _share(spec.get("max", "100%"), f"{where}.max")
+        min_share = parse_share(spec.get("min", 0), f"{where}.min")
+        max_share = parse_share(spec.get("max", "100%"), f"{where}.max")
         if max_share < min_share:
             raise PolicyError(f"{where}.max: below {where}.min; raise max or lower min")
         dscp = _int(spec.get("dscp", queue), f"{where}.dscp", 1, 63)
@@ -190,7 +243,7 @@ def _congestion(doc: Any) -> tuple[float, CongestionConfig]:
         elif key == "hold_seconds":
             values[key] = _number(value, where, 0, 3600)
         else:
-            values[key] = _share(value, where)
+            values[key] = parse_share(value, where)
     config = CongestionConfig(**values)
     if config.clear_utilisation > config.utilisation:
         raise PolicyError("congestion.clear_utilisation: above congestion.utilisation; "
@@ -203,8 +256,9 @@ def _switch(name: str, doc: Any, classes: tuple[TrafficClass, ...]) -> SwitchPol
     doc = _mapping(doc, where)
     _known_keys(doc, where, ("dp_id", "flows", "ports"))
     dp_id = _int(doc.get("dp_id"), f"{where}.dp_id", 1, 2**64 - 1)
-    flows = tuple(_flow(f, f"{where}.flows[{i}]", classes)
-                  for i, f in enumerate(_list(doc.get("flows", []), f"{where}.flows")))
+    flows = tuple(rule for i, f in enumerate(_list(doc.get("flows", []), f"{where}.flows"))
+                  for rule in _flow(f, f"{where}.flows[{i}]", classes))
+    _distinct(flows)
     ports = tuple(_port(p, spec, f"{where}.ports.{p}")
                   for p, spec in _mapping(doc.get("ports", {}), f"{where}.ports").items())
     numbers = [p.port_no for p in ports]
@@ -229,67 +283,168 @@ def _port(port_no: Any, doc: Any, where: str) -> PortPolicy:
     return PortPolicy(number, parse_rate(doc["capacity"], f"{where}.capacity"), queues, queue_packets, discipline)
 
 
-def _flow(doc: Any, where: str, classes: tuple[TrafficClass, ...]) -> FlowRule:
+def _flow(doc: Any, where: str, classes: tuple[TrafficClass, ...]) -> tuple[FlowRule, ...]:
+    """One flow entry: a rule per match when `match` is a list, all else shared."""
     doc = _mapping(doc, where)
     _known_keys(doc, where, ("priority", "match", "actions", "class"))
     priority = _int(doc.get("priority", 1000), f"{where}.priority", 0, 65535)
-    match = _match(doc.get("match", {}), f"{where}.match")
+    matches = _matches(doc.get("match", {}), f"{where}.match")
     outputs = tuple(_action(a, f"{where}.actions[{i}]")
                     for i, a in enumerate(_list(doc.get("actions", []), f"{where}.actions")))
     traffic_class = doc.get("class")
     if traffic_class is not None:
-        if traffic_class not in {c.name for c in classes}:
-            raise PolicyError(f"{where}.class: {traffic_class!r} is not defined under classes; "
-                              "define it or fix the name")
-        if len(outputs) != 1 or outputs[0] > MAX_PORT:
-            raise PolicyError(f"{where}.class: a classified flow needs exactly one output to a "
-                              "numbered port; split it into one flow per port")
+        _check_classified(traffic_class, matches, outputs, where, classes)
+    return tuple(FlowRule(priority, match, outputs, traffic_class, at) for match, at in matches)
+
+
+def _matches(doc: Any, where: str) -> list[tuple[Match, str]]:
+    """(match, its path) for a mapping, or for each mapping of a list."""
+    if not isinstance(doc, list):
+        return [(_match(doc, where), where)]
+    if not doc:
+        raise PolicyError(f"{where}: an empty list matches nothing; give one mapping per match, or leave match out "
+                          "to match everything")
+    return [(_match(m, f"{where}[{i}]"), f"{where}[{i}]") for i, m in enumerate(doc)]
+
+
+def _check_classified(name: Any, matches: list[tuple[Match, str]], outputs: tuple[int, ...], where: str,
+                      classes: tuple[TrafficClass, ...]) -> None:
+    if name not in {c.name for c in classes}:
+        raise PolicyError(f"{where}.class: {name!r} is not defined under classes; define it or fix the name")
+    if len(outputs) != 1 or outputs[0] > MAX_PORT:
+        raise PolicyError(f"{where}.class: a classified flow needs exactly one output to a "
+                          "numbered port; split it into one flow per port")
+    for match, at in matches:
+        # The userspace datapath's tc filters read the IPv4 DS field: an IPv6 packet would miss its queue.
         if dict(match).get("eth_type") != ETH_TYPE_IPV4:
-            raise PolicyError(f"{where}.class: classes steer IPv4 only; add ip_proto or "
-                              "eth_type: 0x0800 to the match")
-    return FlowRule(priority, match, outputs, traffic_class)
+            target = "the match" if at.endswith(".match") else at.rsplit(".", 1)[1]
+            raise PolicyError(f"{where}.class: classes steer IPv4 only; add ip_proto, ipv4_src/ipv4_dst or "
+                              f"eth_type: ipv4 to {target}")
 
 
-def _match(doc: Any, where: str) -> tuple[tuple[str, Any], ...]:
+def _distinct(flows: tuple[FlowRule, ...]) -> None:
+    """A switch keeps one flow per priority and match: a second would silently replace the first."""
+    seen: dict[tuple, FlowRule] = {}
+    for rule in flows:
+        first = seen.setdefault((rule.priority, rule.match), rule)
+        if first is not rule:
+            raise PolicyError(f"{rule.source}: the same priority and match as {first.source}; a switch keeps only "
+                              "one of them, so remove one or change its priority")
+
+
+def _match(doc: Any, where: str) -> Match:
+    """os-ken OFPMatch keyword arguments, with OpenFlow 1.3's prerequisites filled in or refused."""
     doc = _mapping(doc, where)
-    fields: dict[str, Any] = {}
-    for key, value in doc.items():
-        at = f"{where}.{key}"
-        if key == "in_port":
-            fields[key] = _int(value, at, 1, MAX_PORT)
-        elif key == "eth_type":
-            fields[key] = _int(value, at, 0, 0xffff)
-        elif key in ("eth_src", "eth_dst"):
-            if not _MAC.match(str(value)):
-                raise PolicyError(f"{at}: {value!r} is not a MAC address; write aa:bb:cc:dd:ee:ff")
-            fields[key] = str(value).lower()
-        elif key in ("ipv4_src", "ipv4_dst"):
-            try:
-                net = ipaddress.IPv4Network(str(value))
-            except ValueError:
-                raise PolicyError(f"{at}: {value!r} is not an IPv4 address or prefix (host bits must be 0)") from None
-            # as a switch reports it back: an address, or (address, netmask) for a prefix
-            fields[key] = str(net.network_address) if net.prefixlen == 32 else \
-                (str(net.network_address), str(net.netmask))
-        elif key == "ip_proto":
-            if isinstance(value, str) and value not in IP_PROTOS:
-                raise PolicyError(f"{at}: {value!r} is not a protocol; use tcp, udp, icmp or a number 0-255")
-            fields[key] = IP_PROTOS[value] if isinstance(value, str) else _int(value, at, 0, 255)
-        elif key in ("tcp_src", "tcp_dst", "udp_src", "udp_dst"):
-            fields[key] = _int(value, at, 0, 65535)
-        elif key == "ip_dscp":
-            fields[key] = _int(value, at, 0, 63)
-        else:
-            raise PolicyError(f"{at}: unknown match field; use in_port, eth_type, eth_src, eth_dst, "
-                              "ipv4_src, ipv4_dst, ip_proto, tcp_src, tcp_dst, udp_src, udp_dst or ip_dscp")
-    # OpenFlow prerequisites: IP fields need eth_type IPv4, L4 ports need their ip_proto.
-    if any(k.startswith(("ipv4_", "ip_")) for k in fields):
-        if fields.setdefault("eth_type", ETH_TYPE_IPV4) != ETH_TYPE_IPV4:
-            raise PolicyError(f"{where}.eth_type: IPv4 fields need eth_type 0x0800")
-    for proto in ("tcp", "udp"):
-        if any(k.startswith(proto + "_") for k in fields) and fields.get("ip_proto") != IP_PROTOS[proto]:
-            raise PolicyError(f"{where}.ip_proto: {proto} ports need ip_proto: {proto}")
+    fields = {key: _match_field(key, value, f"{where}.{key}") for key, value in doc.items()}
+    _transport_prerequisites(fields, where)
+    _network_prerequisites(fields, where)
     return tuple(sorted(fields.items()))
+
+
+def _match_field(key: str, value: Any, at: str) -> Any:
+    if key == "in_port":
+        return _int(value, at, 1, MAX_PORT)
+    if key == "eth_type":
+        return _eth_type(value, at)
+    if key in ("eth_src", "eth_dst"):
+        if not _MAC.match(str(value)):
+            raise PolicyError(f"{at}: {value!r} is not a MAC address; write aa:bb:cc:dd:ee:ff")
+        return str(value).lower()
+    if key in ("ipv4_src", "ipv4_dst"):
+        return _prefix(value, at, 4)
+    if key in ("ipv6_src", "ipv6_dst"):
+        return _prefix(value, at, 6)
+    if key == "ip_proto":
+        if isinstance(value, str) and value not in IP_PROTOS:
+            raise PolicyError(f"{at}: {value!r} is not a protocol; use tcp, udp, icmp, icmpv6 or a number 0-255")
+        return IP_PROTOS[value] if isinstance(value, str) else _int(value, at, 0, 255)
+    if key in ("tcp_src", "tcp_dst", "udp_src", "udp_dst"):
+        return _int(value, at, 1, 65535)
+    if key == "ip_dscp":
+        return _int(value, at, 0, 63)
+    raise PolicyError(f"{at}: unknown match field; use {', '.join(MATCH_FIELDS[:-1])} or {MATCH_FIELDS[-1]}")
+
+
+def _eth_type(value: Any, at: str) -> int:
+    if isinstance(value, str) and value in ETH_TYPES:
+        return ETH_TYPES[value]
+    try:
+        return _int(value, at, 0, 0xFFFF)
+    except PolicyError:
+        raise PolicyError(f"{at}: {value!r} is not an EtherType; use ipv4, ipv6, arp or a number such as "
+                          "0x0800") from None
+
+
+def _prefix(value: Any, at: str, version: int) -> str | tuple[str, str]:
+    """An address, or (address, netmask) for a prefix: as os-ken reads the field back from a switch."""
+    network, example = _NETWORKS[version]
+    try:
+        net = network(str(value))
+    except ValueError:
+        try:
+            fixed = network(str(value), strict=False)
+        except ValueError:
+            raise PolicyError(f"{at}: {value!r} is not an IPv{version} address or prefix; write e.g. "
+                              f"{example}") from None
+        raise PolicyError(f"{at}: {value!r} has host bits set after the prefix; write {fixed}") from None
+    # os-ken prints addresses with inet_ntop, which writes some IPv6 forms (::ffff:a.b.c.d) unlike ipaddress.
+    family = socket.AF_INET if version == 4 else socket.AF_INET6
+    address = socket.inet_ntop(family, net.network_address.packed)
+    if net.prefixlen == net.max_prefixlen:
+        return address
+    return address, socket.inet_ntop(family, net.netmask.packed)
+
+
+def _transport_prerequisites(fields: dict[str, Any], where: str) -> None:
+    """TCP and UDP ports need their ip_proto: filled in when absent, refused when another."""
+    ports = [k for k in fields if k.startswith(("tcp_", "udp_"))]
+    if not ports:
+        return
+    first = ports[0]
+    other = next((k for k in ports if k[:3] != first[:3]), None)
+    if other is not None:
+        raise PolicyError(f"{where}.{other}: cannot match together with {first}, a packet is TCP or UDP; "
+                          "put them in two match entries (match may be a list)")
+    proto = first[:3]
+    have = fields.setdefault("ip_proto", IP_PROTOS[proto])
+    if have != IP_PROTOS[proto]:
+        name = _name(IP_PROTOS, have, str(have))
+        instead = f" or use {name}_{first[4:]}" if name in ("tcp", "udp") else ""
+        raise PolicyError(f"{where}.{first}: needs ip_proto {proto}, not {name}; remove ip_proto ({first} "
+                          f"implies {proto}){instead}")
+
+
+def _network_prerequisites(fields: dict[str, Any], where: str) -> None:
+    """IP fields need an IP eth_type: filled in (IPv4 unless an IPv6 address says otherwise), refused
+    when another. Runs after _transport_prerequisites, so a filled-in ip_proto is covered."""
+    v4 = next((k for k in fields if k.startswith("ipv4_")), None)
+    v6 = next((k for k in fields if k.startswith("ipv6_")), None)
+    if v4 and v6:
+        raise PolicyError(f"{where}.{v6}: cannot match together with {v4}, a packet is IPv4 or IPv6; put them "
+                          "in two match entries (match may be a list)")
+    address = v4 or v6
+    if address:
+        family, other = ("ipv4", "ipv6") if v4 else ("ipv6", "ipv4")
+        have = fields.setdefault("eth_type", ETH_TYPES[family])
+        if have != ETH_TYPES[family]:
+            raise PolicyError(f"{where}.{address}: needs eth_type {family}, not {_eth_name(have)}; remove "
+                              f"eth_type ({address} implies {family}) or use {other}{address[4:]}")
+        return
+    ip_field = next((k for k in fields if k in ("ip_proto", "ip_dscp") or k.startswith(("tcp_", "udp_"))), None)
+    if ip_field is None:
+        return
+    have = fields.setdefault("eth_type", ETH_TYPE_IPV4)
+    if have not in (ETH_TYPE_IPV4, ETH_TYPE_IPV6):
+        raise PolicyError(f"{where}.{ip_field}: needs eth_type ipv4 or ipv6, not {_eth_name(have)}; remove "
+                          "eth_type (ipv4 is filled in) or set it to ipv6")
+
+
+def _eth_name(eth_type: int) -> str:
+    return _name(ETH_TYPES, eth_type, f"0x{eth_type:04x}")
+
+
+def _name(names: dict[str, int], number: int, default: str) -> str:
+    return next((name for name, n in names.items() if n == number), default)
 
 
 def _action(doc: Any, where: str) -> Any:

@@ -12,17 +12,18 @@ import yaml
 
 from tests.integration.conftest import NOTHING_LEFT, leftovers, requires_ovs
 from topo.harness.controller import ControllerError, controller
+from controller.core.policy import load_document
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = requires_ovs
 
 
 def test_a_bad_policy_over_rest_is_refused_and_the_good_one_stays(tmp_path):
-    good = yaml.safe_load((REPO / "policies" / "reserve.yaml").read_text())
+    good = load_document(REPO / "policies" / "reserve.yaml")
     bad = json.loads(json.dumps(good))
     bad["switches"]["s1"]["flows"][2]["match"]["ip_proto"] = "udpp"
     with controller(tmp_path / "controller.log") as client:
-        assert client.put_policy(good) == "reserve"
+        assert client.put_policy(good)["applied"] == "reserve"
         with pytest.raises(ControllerError, match=r"^switches\.s1\.flows\[2\]\.match\.ip_proto: 'udpp'"):
             client.put_policy(bad)
         assert client.status()["policy"] == "reserve"
@@ -30,7 +31,7 @@ def test_a_bad_policy_over_rest_is_refused_and_the_good_one_stays(tmp_path):
 
 
 def test_a_malformed_policy_file_exits_2_with_one_line_and_applies_nothing(tmp_path):
-    doc = yaml.safe_load((REPO / "policies" / "reserve.yaml").read_text())
+    doc = load_document(REPO / "policies" / "reserve.yaml")
     doc["classes"]["tcp"]["min"] = "180%"
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(doc))

@@ -16,6 +16,7 @@ import uuid
 import pytest
 import yaml
 
+from controller.core.policy import load_document
 from tests.integration.conftest import (NOTHING_LEFT, REPO, controller_config, leftovers, requires_ovs,
                                         start_controller, stop_controller)
 
@@ -79,7 +80,7 @@ def bridges():
 
 def policy(name: str, queues: str = "reserve") -> dict:
     """Both bridges forward 1 <-> 2 and steer tcp/udp into the classes of port 2, which reserves."""
-    doc = yaml.safe_load((REPO / "policies" / "reserve.yaml").read_text())
+    doc = load_document(REPO / "policies" / "reserve.yaml")
     flows = [{"priority": 1000, "match": {"in_port": 1}, "actions": [{"output": 2}]},
              {"priority": 1000, "match": {"in_port": 2}, "actions": [{"output": 1}]},
              {"priority": 40000, "match": {"in_port": 1, "ip_proto": "udp"}, "class": "udp", "actions": [{"output": 2}]},

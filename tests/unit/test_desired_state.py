@@ -2,10 +2,9 @@
 from pathlib import Path
 
 import pytest
-import yaml
 
 from controller.core.flows import COOKIE, COOKIE_MASK, desired_flows
-from controller.core.policy import load_policy, parse_policy
+from controller.core.policy import load_document, load_policy, parse_policy
 from controller.core.queues import QosSpec, QueueSpec, desired_qos, fifo_qos, leaf_spec, reserve_qos
 from controller.core.stats import PortRates
 from controller.core.switch_state import SwitchState, class_contention
@@ -58,7 +57,7 @@ def test_reserve_on_the_kernel_datapath_only_queues_then_outputs():
 
 
 def test_the_mark_is_the_class_dscp_and_the_queue_its_queue_id():
-    doc = yaml.safe_load((POLICIES / "reserve.yaml").read_text())
+    doc = load_document(POLICIES / "reserve.yaml")
     doc["classes"]["tcp"]["dscp"] = 10
     doc["classes"]["udp"]["dscp"] = 46
     policy = parse_policy(doc)
@@ -139,7 +138,7 @@ def test_the_default_queue_keeps_exactly_what_the_classes_do_not_reserve():
 
 
 def test_reserve_honours_max_shares_and_keeps_one_percent_for_the_default_queue():
-    doc = yaml.safe_load((POLICIES / "reserve.yaml").read_text())
+    doc = load_document(POLICIES / "reserve.yaml")
     doc["classes"] = {"tcp": {"queue": 1, "min": "60%", "max": "70%", "dscp": 10},
                       "udp": {"queue": 2, "min": "40%", "max": "50%", "dscp": 46}}
     policy = parse_policy(doc)
@@ -156,7 +155,7 @@ def test_desired_qos_chooses_by_reservation():
 
 
 def _port(**fields):
-    doc = yaml.safe_load((POLICIES / "reserve.yaml").read_text())
+    doc = load_document(POLICIES / "reserve.yaml")
     doc["switches"]["s1"]["ports"][1].update(fields)
     return parse_policy(doc).switch(1).port(1)
 

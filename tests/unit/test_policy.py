@@ -7,15 +7,15 @@ import pytest
 import yaml
 
 from controller.core.congestion import CongestionConfig
-from controller.core.policy import PolicyError, load_policy, parse_policy, parse_rate
+from controller.core.policy import PolicyError, load_document, load_policy, parse_policy, parse_rate
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 SHIPPED = sorted(POLICIES.glob("*.yaml"))
 
 
 def shipped(name: str) -> dict:
-    """A fresh copy of a shipped policy document, to be changed by a test."""
-    return yaml.safe_load((POLICIES / f"{name}.yaml").read_text())
+    """A fresh copy of a shipped policy document (its base merged in), to be changed by a test."""
+    return load_document(POLICIES / f"{name}.yaml")
 
 
 # --- the shipped policies ---------------------------------------------------------------------------
@@ -168,8 +168,8 @@ MALFORMED = [
      "switches.s1.flows[0].match.vlan_vid", "unknown match field"),
     ("ip_proto udpp", lambda d: _set(s1_flow(d, 2)["match"], "ip_proto", "udpp"),
      "switches.s1.flows[2].match.ip_proto", "not a protocol"),
-    ("tcp_dst without ip_proto tcp", lambda d: _set(s1_flow(d, 2)["match"], "tcp_dst", 80),
-     "switches.s1.flows[2].match.ip_proto", "tcp ports need ip_proto: tcp"),
+    ("tcp_dst under ip_proto udp", lambda d: _set(s1_flow(d, 2)["match"], "tcp_dst", 80),
+     "switches.s1.flows[2].match.tcp_dst", "needs ip_proto tcp, not udp"),
     ("class not defined", lambda d: _set(s1_flow(d, 2), "class", "video"), "switches.s1.flows[2].class",
      "'video' is not defined under classes"),
     ("classified flow with two outputs", lambda d: _set(s1_flow(d, 2), "actions", [{"output": 1}, {"output": 2}]),
@@ -262,7 +262,7 @@ def test_loading_invalid_yaml_names_its_path_in_one_line(tmp_path):
 
 def test_loading_a_file_that_parses_but_is_wrong_reports_the_field(tmp_path):
     path = tmp_path / "p.yaml"
-    path.write_text((POLICIES / "reserve.yaml").read_text().replace("queues: reserve", "queues: fast"))
+    path.write_text(yaml.safe_dump(shipped("reserve")).replace("queues: reserve", "queues: fast"))
     with pytest.raises(PolicyError, match=r"^switches\.s1\.ports\.1\.queues: 'fast'"):
         load_policy(path)
 

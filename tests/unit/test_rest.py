@@ -4,17 +4,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from webob import Request
 
-from controller.core.policy import parse_policy
+from controller.core.policy import load_document, parse_policy
 from controller.adapters.rest import make_app
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 
 
 def shipped(name: str) -> dict:
-    return yaml.safe_load((POLICIES / f"{name}.yaml").read_text())
+    return load_document(POLICIES / f"{name}.yaml")
 
 
 class PolicyHolder:
@@ -95,9 +94,17 @@ def test_put_a_bad_policy_is_400_with_the_error_and_keeps_the_old_one(app, holde
     code, _, body = put_json(app, doc)
     assert code == 400
     assert body == {"error": "switches.s1.flows[2].match.ip_proto: 'udpp' is not a protocol; "
-                             "use tcp, udp, icmp or a number 0-255"}
+                             "use tcp, udp, icmp, icmpv6 or a number 0-255"}
     assert holder.policy.name == "none"
     assert call(app, "GET", "/qos/v1/policy")[2]["name"] == "none"
+
+
+def test_put_a_policy_with_a_base_is_400_saying_to_send_it_resolved(app, holder):
+    code, _, body = put_json(app, {"base": "bases/study.yaml", "name": "reserve"})
+    assert code == 400
+    assert body == {"error": "policy.base: bases are resolved only when a policy is loaded from its file; send the "
+                             "resolved policy (python3 -m controller.check --json FILE prints it)"}
+    assert holder.policy.name == "none"
 
 
 def test_put_not_json_is_400_naming_the_request_body(app, holder):

@@ -18,9 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import yaml
-
-from controller.core.policy import PolicyError, parse_policy, parse_rate
+from controller.core.policy import PolicyError, load_document, parse_policy, parse_rate
 from topo.harness import fidelity
 from topo.harness.controller import ControllerClient, ControllerError, controller
 from topo.harness.launch import USAGE_ERROR, Host, LaunchError, launched, note
@@ -167,13 +165,10 @@ def _run_trials(study: Study, plan: Any, host: Host, args: argparse.Namespace, d
 def policy_document(name: str, capacity_bps: int, queue_packets: int, discipline: str = "fifo") -> dict:
     """policies/<name>.yaml (or a path), validated, every port with the study's rate and queue."""
     path = Path(name) if name.endswith((".yaml", ".yml")) else REPO / "policies" / f"{name}.yaml"
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError:
+    if not path.is_file():
         raise PolicyError(f"--policy {name}: no file {path}; choose one of "
-                          f"{', '.join(p.stem for p in sorted((REPO / 'policies').glob('*.yaml')))}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise PolicyError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+                          f"{', '.join(p.stem for p in sorted((REPO / 'policies').glob('*.yaml')))}")
+    doc = load_document(path)   # its base merged in
     parse_policy(doc)   # named errors before anything is overridden
     for switch in doc["switches"].values():
         for port in (switch or {}).get("ports", {}).values():
@@ -218,13 +213,13 @@ def check_path(net: Network, src: str, dst: str) -> None:
 BOTTLENECK = "s1-eth1"   # every topology's bottleneck port in the direction of the data
 
 
-def measure(ctx: TrialContext, net: Network, lanes: list[list[traffic.Item]]) -> tuple[list[Ran], list[fidelity.Sample]]:
+def measure(ctx: TrialContext, net: Network, lanes: list[list[traffic.Item]]) -> tuple[list[Ran], fidelity.Monitor]:
     """Run the traffic while the fidelity monitor samples the bottleneck; every flow's test must succeed."""
     with fidelity.Monitor(BOTTLENECK) as monitor:
         ran = traffic.run(net, lanes, ctx.raw_dir, ctx.tick)
     for flow in flows_of(ran):
         flow.require()
-    return ran, monitor.samples
+    return ran, monitor
 
 
 def flows_of(ran: list[Ran]) -> list[Ran]:
