@@ -26,7 +26,8 @@ from pathlib import Path
 
 VM_DIR = Path(__file__).resolve().parent
 REPO = VM_DIR.parent
-CACHE = Path("/var/cache/ovs-qos-vm")
+# The image cache; OVSQOS_VM_CACHE moves it (e.g. to a CI cache directory, or a fresh one to time a build).
+CACHE = Path(os.environ.get("OVSQOS_VM_CACHE") or "/var/cache/ovs-qos-vm")
 ENV_VAR = "OVSQOS_VM"  # the JSON the command sees in the guest; vm_environment() reads it
 # A KVM guest's kernel prints its first console line within about a second. Where nested
 # virtualisation is broken (PLATFORM.md) QEMU aborts (-cpu host) or the guest spins silently after

@@ -2,7 +2,7 @@
 import pytest
 
 from controller.adapters.tc import ClassCounters
-from topo.harness.fidelity import Received, Sample, assess
+from topo.harness.fidelity import Received, Sample, assess, bdp_packets
 from topo.net.iperf import Interval
 
 CAPACITY = 5_000_000
@@ -69,6 +69,13 @@ def test_an_idle_bottleneck_that_drops_nothing_is_the_emulator_falling_behind():
                                       "senders did not fill an unsaturated queue (emulator too slow)"]
     congested = assess(samples(utilisation=0.6, udp_drops=50), 0.0, 4.0, CAPACITY, TCP_CLASS, 0, FULL)
     assert congested["faithful"]                             # a dropping queue is the policy's outcome
+
+
+def test_an_idle_link_behind_a_queue_shorter_than_the_bdp_is_tcps_not_the_emulators():
+    # 5 Mbit/s and 300 ms: 124 full frames in flight, and a 25-packet queue; Reno halves below the BDP.
+    assert round(bdp_packets(5e6, 0.3)) == 124
+    long_path = assess(samples(utilisation=0.6), 0.0, 4.0, CAPACITY, TCP_CLASS, 0, FULL, bdp_exceeds_queue=True)
+    assert long_path["faithful"]
 
 
 def test_a_starved_datapath_and_a_silent_receiver_are_flagged():

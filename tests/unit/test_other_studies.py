@@ -13,7 +13,7 @@ from topo.net.traffic import Flow, Ping, Ran
 from topo.studies import STUDIES
 from topo.studies.aqm import discipline_result, parse_ping, table as aqm_table
 from topo.studies.base import UsageError, common_window, parser_for, received_mbps, settings
-from topo.studies.cc import sender_metrics, table as cc_table
+from topo.studies.cc import delay_seconds, sender_metrics, table as cc_table
 from topo.studies.fairness import case_result, parse_pairs, table as fairness_table
 from topo.topos import DumbbellTopo, StudyTopo
 
@@ -280,3 +280,7 @@ def test_group_reasons_says_a_shared_reason_once():
                "red": "kernel lacks sch_red: 'Error: Specified qdisc kind is unknown.'", "x": "tc refused it"}
     assert group_reasons(reasons) == {"kernel lacks sch_<name>: 'Error: Specified qdisc kind is unknown.'":
                                       ["sfq", "red"], "tc refused it": ["x"]}
+
+
+def test_a_cc_delay_is_read_in_seconds():
+    assert [delay_seconds(d) for d in (None, "15ms", "150ms", "500us", "1.5s")] == [0.0, 0.015, 0.15, 0.0005, 1.5]

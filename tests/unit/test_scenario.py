@@ -91,9 +91,11 @@ def test_load_scenario_refuses_a_file_that_is_not_a_mapping(tmp_path):
     ({"udp_steps_mbps": []}, "udp_steps_mbps"),
     ({"udp_steps_mbps": [0, -2]}, "udp_steps_mbps"),
     ({"queue_packets": 0}, "queue_packets"),
+    ({"idle_ports": -1}, "idle_ports"),
+    ({"idle_ports": 20_000}, "idle_ports"),
 ], ids=["unknown-key", "bps-key", "bottleneck-fast", "bottleneck-zero", "negative-step", "step-as-text",
         "cooldown-bool", "settle-equals-step", "settle-above-step", "steps-not-a-list", "steps-empty",
-        "negative-udp-step", "queue-zero"])
+        "negative-udp-step", "queue-zero", "idle-negative", "idle-too-many"])
 def test_errors_name_the_field(doc, field):
     with pytest.raises(ScenarioError) as err:
         parse_scenario(doc)
@@ -106,3 +108,17 @@ def test_an_unknown_key_lists_the_known_ones():
     with pytest.raises(ScenarioError) as err:
         parse_scenario({"steps": [1]})
     assert "udp_steps_mbps" in str(err.value) and "bottleneck," in str(err.value)
+
+
+def test_idle_ports_become_auto_ports_beside_the_studys_own():
+    from topo.net.bridges import IdleBridge
+    from topo.studies.main import with_idle_ports
+    from controller.core.policy import load_document, parse_policy
+    study = load_document("policies/auto.yaml")
+    assert with_idle_ports(study, []) is study
+    doc = with_idle_ports(study, [IdleBridge("idle0", 0x1000, (1, 2)), IdleBridge("idle1", 0x1001, (1,))])
+    policy = parse_policy(doc)
+    idle = [sw for sw in policy.switches if sw.dp_id >= 0x1000]
+    assert [(sw.dp_id, [(p.port_no, p.queues, p.capacity_bps) for p in sw.ports]) for sw in idle] == \
+        [(0x1000, [(1, "auto", 100_000_000), (2, "auto", 100_000_000)]), (0x1001, [(1, "auto", 100_000_000)])]
+    assert parse_policy(study).switches == tuple(sw for sw in policy.switches if sw.dp_id < 0x1000)

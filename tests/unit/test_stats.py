@@ -1,6 +1,7 @@
 import pytest
 
-from controller.core.stats import ALL_ONES, PortCounters, PortRates, QueueCounters, QueueRates, RateTracker
+from controller.core.stats import (ALL_ONES, Multipart, PortCounters, PortRates, QueueCounters, QueueRates,
+                                   RateTracker)
 
 DP, PORT, QUEUE = 1, 2, 0
 
@@ -132,3 +133,21 @@ def test_port_and_each_queue_keep_their_own_baseline():
     assert tracker.port(DP, PORT, sent(100), now=1.0).tx_bps == 800.0
     assert tracker.queue(DP, PORT, 0, QueueCounters(200, 0, 0), now=1.0).tx_bps == 1600.0
     assert tracker.queue(DP, PORT, 1, QueueCounters(10**6 + 300, 0, 0), now=1.0).tx_bps == 2400.0
+
+
+def test_multipart_parts_are_joined_in_order_and_kept_apart_by_switch_kind_and_xid():
+    parts = Multipart()
+    assert parts.add(1, "port", 7, ["a", "b"], more=True) is None
+    assert parts.add(2, "port", 7, ["x"], more=True) is None          # another switch, same xid
+    assert parts.add(1, "queue", 7, ["q"], more=False) == ["q"]       # another kind: whole on its own
+    assert parts.add(1, "port", 7, ["c"], more=False) == ["a", "b", "c"]
+    assert parts.add(1, "port", 7, ["d"], more=False) == ["d"]        # a new reply starts afresh
+
+
+def test_a_switch_that_leaves_mid_reply_leaves_no_parts_behind():
+    parts = Multipart()
+    parts.add(1, "port", 7, ["a"], more=True)
+    parts.add(2, "port", 8, ["x"], more=True)
+    parts.forget(1)
+    assert parts.add(1, "port", 7, ["b"], more=False) == ["b"]
+    assert parts.add(2, "port", 8, ["y"], more=False) == ["x", "y"]

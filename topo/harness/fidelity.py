@@ -13,7 +13,9 @@ queue is read when the sampling starts and when it ends. `assess` then judges a 
 - stalled: TCP got under 5 % of the bottleneck for a second or more while its queue dropped
   nothing, so no congestion signal explains the stall.
 - idle bottleneck: the port carried under 85 % of its capacity while dropping under 1 % of its
-  packets: the queue was not full, yet the senders, who always have data, did not fill it.
+  packets: the queue was not full, yet the senders, who always have data, did not fill it. Not
+  judged when the queue is shorter than the path's bandwidth-delay product: then a loss-based TCP
+  leaves the link idle after each loss by design (the studied mechanism, not the emulator).
 - receiver silent: the iperf3 receiver reported nothing for over a second.
 - datapath starved: ovs-vswitchd waited for a CPU more than 25 % of the window.
 A step is faithful when none fires. The thresholds hold on a quiet 2-core host (none fired in its
@@ -93,9 +95,10 @@ class Monitor:
 
 
 def assess(samples: list[Sample], start: float, end: float, capacity_bps: float, tcp_class: str | None,
-           tcp_retransmits: int | None, received: list[Received]) -> dict:
+           tcp_retransmits: int | None, received: list[Received], bdp_exceeds_queue: bool = False) -> dict:
     """Judge [start, end] (launcher time): {"faithful", "fidelity_notes", "fidelity": the numbers}.
-    `tcp_class` is the HTB class TCP is steered to while queues reserve, if the policy has one."""
+    `tcp_class` is the HTB class TCP is steered to while queues reserve, if the policy has one;
+    `bdp_exceeds_queue`: the path's bandwidth-delay product is more than its queue holds."""
     inside = [s for s in samples if start <= s.t <= end]
     numbers: dict[str, float | int | None] = {"samples": len(inside)}
     notes: list[str] = []
@@ -107,7 +110,7 @@ def assess(samples: list[Sample], start: float, end: float, capacity_bps: float,
         numbers.update(bottleneck_utilisation=round(utilisation, 3), queue_drops=drops, tcp_queue_drops=tcp_drops,
                        datapath_wait_ratio=_ratio(first.datapath_wait_ns, last.datapath_wait_ns, 1e9 * span),
                        cpu_pressure_ratio=_ratio(first.cpu_pressure_us, last.cpu_pressure_us, 1e6 * span))
-        if utilisation < IDLE_UTILISATION and drops < IDLE_LOSS * max(packets + drops, 1):
+        if utilisation < IDLE_UTILISATION and drops < IDLE_LOSS * max(packets + drops, 1) and not bdp_exceeds_queue:
             notes.append(f"the bottleneck carried {utilisation:.0%} of its capacity while dropping "
                          f"{drops} packets: the senders did not fill an unsaturated queue (emulator too slow)")
         if tcp_retransmits is not None and tcp_retransmits > LOST_FACTOR * tcp_drops + LOST_SLACK:
@@ -203,3 +206,7 @@ def _cpu_pressure() -> int | None:
         return None
     return int(some.rsplit("total=", 1)[1])
 
+
+def bdp_packets(capacity_bps: float, rtt_seconds: float, frame_bytes: int = 1514) -> float:
+    """The path's bandwidth-delay product in full-size frames."""
+    return capacity_bps * rtt_seconds / 8 / frame_bytes

@@ -32,7 +32,16 @@ from topo.topos import StudyTopo
 PUBLISHED = {"bbr": (552.6, 82.7, 75.6, 1150), "cubic": (1276.5, 391.9, 156.1, 919),
              "reno": (835.5, 99.6, 77.3, 836), "bic": (2311.7, 1285.8, 770.4, 1181),
              "vegas": (306.9, 132.4, 137.2, 802)}
-_DELAY = re.compile(r"^\d+(\.\d+)?(us|ms|s)$")
+_DELAY = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")
+_DELAY_UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def delay_seconds(delay: str | None) -> float:
+    """'150ms' → 0.15 (None: no added delay)."""
+    if delay is None:
+        return 0.0
+    number, unit = _DELAY.match(delay).groups()
+    return float(number) * _DELAY_UNIT[unit]
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,8 @@ def _one_algorithm(algorithm: str, plan: Plan, ctx: TrialContext) -> dict[str, A
         ran, monitor = measure(ctx, net, [[Flow(f"h1-h4_{algorithm}", "h1", "h4", plan.setup.seconds,
                                                 congestion_control=algorithm, label=f"TCP {algorithm}")]])
     return {**sender_metrics(ran[0].doc),
-            **trial_fidelity(monitor.samples, common_window(ran, plan.setup.seconds), plan.setup.bottleneck_bps, ran)}
+            **trial_fidelity(monitor.samples, common_window(ran, plan.setup.seconds), plan.setup.bottleneck_bps, ran,
+                             2 * delay_seconds(plan.delay), plan.setup.queue_packets)}
 
 
 def sender_metrics(doc: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from topo.harness.fidelity import Monitor
 from topo.harness.launch import Host, note
 from topo.harness.prometheus import query_range, tcp_throughput_query
 from topo.net import traffic
+from topo.net.bridges import idle_bridges, policy_switches
 from topo.net.traffic import Flow, Pause
 from topo.studies.base import Study, Trial, TrialContext, UsageError, network_under, policy_document
 from topo.studies.main import report
@@ -28,6 +29,8 @@ from topo.topos import StudyTopo
 
 BOTTLENECK = "s1-eth1"       # s1's port to s2: where h1 → h4 traffic queues
 SLACK_PER_STEP = 1           # TCP outlasts the steps: a UDP test's control exchange may start late
+IDLE_PORTS_PER_BRIDGE = 20   # --idle-ports: as bench/scale.py lays them out
+IDLE_CAPACITY = "100Mbit"
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class MainStudy(Study):
         p.add_argument("--tcp-flows", type=int, help="parallel TCP flows h1 → h4 (default 1)")
         p.add_argument("--repeat", type=int, help="run each policy this many times, each on a fresh network "
                                                   "(default 1); steps report the median and the range")
+        p.add_argument("--idle-ports", type=int, help="also put N idle auto ports (on bridges of 20) under the "
+                                                      "controller, to see the study with a loaded controller")
         p.add_argument("--prometheus", choices=("auto", "none"), default="auto",
                        help="auto: record series in the Prometheus on 127.0.0.1:9090, or start Debian's "
                             "with its data in DIR/prometheus; none: no time series")
@@ -123,7 +128,7 @@ def _scenario(args: argparse.Namespace) -> Scenario:
                                              "udp_steps_mbps": steps,
                                              "tcp_congestion_control": args.tcp_congestion_control,
                                              "queue_packets": args.queue_packets, "tcp_flows": args.tcp_flows,
-                                             "repeat": args.repeat})
+                                             "repeat": args.repeat, "idle_ports": args.idle_ports})
     if args.quick:
         scenario = scenario.quick()
     if args.step_seconds is not None:
@@ -149,7 +154,8 @@ def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None
         if ctx.live and not (isinstance(item, Flow) and item.udp_mbps is None):
             ctx.live.step(name, item.udp_mbps if isinstance(item, Flow) else 0.0)
 
-    with network_under(ctx, StudyTopo(delay=delay), document, [("h1", "h4")]) as net:
+    with idle_bridges(scenario.idle_ports, IDLE_PORTS_PER_BRIDGE, record=ctx.host.record) as idle, \
+            network_under(ctx, StudyTopo(delay=delay), with_idle_ports(document, idle), [("h1", "h4")]) as net:
         started = time.time()
         with Monitor(BOTTLENECK) as monitor:
             ran = traffic.run(net, lanes(scenario), ctx.raw_dir, ctx.tick, on_start)
@@ -168,6 +174,12 @@ def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None
     if reservation is not None and decisions:
         result["episodes"] = episodes(result["steps"], result["decisions"], result["tcp_series"], reservation)
     return {"policy": name, **result}
+
+
+def with_idle_ports(document: dict, bridges: list) -> dict:
+    """The policy, and every idle port an auto port at IDLE_CAPACITY forwarded the normal way."""
+    return {**document, "switches": {**document["switches"], **policy_switches(bridges, IDLE_CAPACITY)}} \
+        if bridges else document
 
 
 def _recorded(url: str, policies: dict[str, dict], data_dir: Path) -> dict[str, Any]:

@@ -30,6 +30,8 @@ class Scenario:
     queue_packets: int = 25               # FIFO limit of the bottleneck's queues (the study's max_queue_size)
     tcp_flows: int = 1                    # parallel TCP flows h1 → h4
     repeat: int = 1                       # runs of each policy, each on a fresh network
+    idle_ports: int = 0                   # extra auto ports on idle bridges the controller also polls
+
 
     def __post_init__(self) -> None:
         # iperf3 reads -t as a whole number of seconds: 2.5 would silently run 2.
@@ -41,6 +43,9 @@ class Scenario:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
                 raise ScenarioError(f"{key}: {value!r} is not a whole number from 1 to {high}")
+        if isinstance(self.idle_ports, bool) or not isinstance(self.idle_ports, int) \
+                or not 0 <= self.idle_ports <= 10_000:
+            raise ScenarioError(f"idle_ports: {self.idle_ports!r} is not a whole number from 0 to 10000")
         if self.settle_seconds >= self.step_seconds:
             raise ScenarioError("settle_seconds: must be shorter than step_seconds, or no second is measured")
 
@@ -85,7 +90,7 @@ def parse_scenario(doc: dict[str, Any]) -> Scenario:
         if not isinstance(steps, (list, tuple)) or not steps:
             raise ScenarioError("udp_steps_mbps: give a list of rates in Mbit/s, e.g. [0, 2, 4]")
         values["udp_steps_mbps"] = tuple(_number(s, "udp_steps_mbps", 0) for s in steps)
-    for key in ("queue_packets", "tcp_flows", "repeat"):
+    for key in ("queue_packets", "tcp_flows", "repeat", "idle_ports"):
         if key in doc:
             values[key] = _whole(doc[key], key)
     for key in ("delay", "tcp_congestion_control"):
