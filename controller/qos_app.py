@@ -92,6 +92,10 @@ class EventTcChanged(EventBase):
         self.indexes = indexes
 
 
+class EventConfirmDue(EventBase):
+    """A confirmed change's time to be answered has come, settled or not."""
+
+
 class EventRefresh(EventBase):
     def __init__(self, dp_id: int, tries: int):
         super().__init__()
@@ -270,9 +274,14 @@ class QosController(App):
             return
         if req.op in CONFIRMED:
             self._waiting.append((req, result, self._now() + CONFIRM_SECONDS))
+            self._later(CONFIRM_SECONDS, EventConfirmDue())   # answered then even if nothing else happens
             self._answer_waiting()
         else:
             self.reply_to_request(req, EventReply(req.src, result))
+
+    @set_ev_cls(EventConfirmDue)
+    def _confirm_due(self, _ev: EventConfirmDue) -> None:
+        self._answer_waiting()
 
     def _answer_waiting(self) -> None:
         """Answer the changes waiting for every switch to settle (in sync, or failed and shown as such),
@@ -372,6 +381,7 @@ class QosController(App):
             del self._keys[(name, dp.id)]
         self.worker.sweep_orphans()   # a bridge that went away leaves our QoS rows behind
         LOG.info("switch %016x left", dp.id)
+        self._answer_waiting()        # a change that waited for this switch waits no more
 
     @set_ev_cls(EventRefresh)
     def _refresh_due(self, ev: EventRefresh) -> None:

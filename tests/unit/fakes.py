@@ -225,7 +225,7 @@ class FakeController(qos_app.QosController):
         self.datapaths: dict[int, FakeDatapath] = {}
         self.handlers = {qos_app.EventJobsDone: self._jobs_done, qos_app.EventTcChanged: self._tc_changed,
                          qos_app.EventPollDue: self._poll_due, qos_app.EventRefresh: self._refresh_due,
-                         qos_app.EventRequest: self._request}
+                         qos_app.EventRequest: self._request, qos_app.EventConfirmDue: self._confirm_due}
 
     def _settings(self) -> Settings:
         return Settings(policy=self._policy_file, state_file=self._state_file, ovsdb="fake", owner="test",

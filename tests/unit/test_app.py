@@ -258,3 +258,35 @@ def test_multipart_port_statistics_are_read_whole(net):
         flood(net, 2.5e6, 2.5e6)
         net.app.poll()
     assert mode(net) == "reserve"
+
+
+def test_a_change_is_answered_when_the_switch_it_waited_for_leaves(net):
+    # A study tears its network down while clearing the policy: the switch goes before its barrier.
+    up(net)
+    req = qos_app.EventRequest("clear_policy", None)
+    req.src = "rest"
+    net.app.answers.clear()
+    net.app._request(req)                        # flow deletions sent, their barrier not yet answered
+    assert net.app.answers == []
+    net.s1.replies.clear()
+    net.s2.replies.clear()
+    net.app.disconnect(net.s1)
+    net.app.disconnect(net.s2)
+    (answer,) = net.app.answers
+    assert answer.error is None and answer.result["in_sync"]
+
+
+def test_a_change_that_never_settles_is_answered_when_its_time_is_up(net):
+    up(net)
+    req = qos_app.EventRequest("set_policy", shipped("none"))
+    req.src = "rest"
+    net.app.answers.clear()
+    net.app._request(req)
+    net.s1.replies.clear()                       # s1 never answers the barrier of its new flows
+    net.app.settle()
+    assert net.app.answers == []
+    net.app.posted.extend(e for e in net.app.later if isinstance(e, qos_app.EventConfirmDue))
+    net.app.clock += qos_app.CONFIRM_SECONDS + 1
+    net.app.settle()
+    (answer,) = net.app.answers
+    assert not answer.result["in_sync"] and list(answer.result["not_in_sync"]) == ["0000000000000001"]

@@ -78,6 +78,19 @@ def test_an_idle_link_behind_a_queue_shorter_than_the_bdp_is_tcps_not_the_emulat
     assert long_path["faithful"]
 
 
+def test_losses_a_path_is_set_to_make_are_not_losses_outside_the_queue():
+    lossy = samples(utilisation=0.95)
+    assert not assess(lossy, 0.0, 4.0, CAPACITY, TCP_CLASS, 30, FULL)["faithful"]
+    assert assess(lossy, 0.0, 4.0, CAPACITY, TCP_CLASS, 30, FULL, path_loss=0.01)["faithful"]
+
+
+def test_what_an_aqm_drops_at_dequeue_counts_as_the_queues_drops():
+    codel = samples(utilisation=0.95)                 # the HTB class saw no drop: CoDel dropped at dequeue
+    assert not assess(codel, 0.0, 4.0, CAPACITY, None, 100, FULL)["faithful"]
+    judged = assess(codel, 0.0, 4.0, CAPACITY, None, 100, FULL, queue_drops_at_least=80)
+    assert judged["faithful"] and judged["fidelity"]["queue_drops"] == 80
+
+
 def test_a_starved_datapath_and_a_silent_receiver_are_flagged():
     starved = assess(samples(udp_drops=100, wait=0.4), 0.0, 4.0, CAPACITY, TCP_CLASS, 0, FULL)
     assert starved["fidelity_notes"] == ["ovs-vswitchd waited for a CPU 40% of the time: the datapath was starved"]

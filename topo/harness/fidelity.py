@@ -7,9 +7,10 @@ time ovs-vswitchd spent waiting to run (/proc/PID/task/*/schedstat: it forwards 
 userspace datapath) and the host's CPU pressure (/proc/pressure/cpu). The kind of each class's
 queue is read when the sampling starts and when it ends. `assess` then judges a window of those samples (pure), with these signals:
 
-- lost outside the queue: TCP retransmitted more than twice what its queue dropped (plus 10):
-  its packets died somewhere the policy does not act (the batch losses controller/queues.py
-  explains, a socket overflow).
+- lost outside the queue: TCP retransmitted more than twice what its queue dropped (plus 10, plus
+  what a loss configured on the path, netem's, drops of the packets sent): its packets died
+  somewhere the policy does not act (the batch losses controller/queues.py explains, a socket
+  overflow).
 - stalled: TCP got under 5 % of the bottleneck for a second or more while its queue dropped
   nothing, so no congestion signal explains the stall.
 - idle bottleneck: the port carried under 85 % of its capacity while dropping under 1 % of its
@@ -60,11 +61,14 @@ class Monitor:
     iface: str
     samples: list[Sample] = field(default_factory=list)
     queues: dict[str, set[str]] = field(default_factory=dict)   # HTB class → the kinds of queue seen under it
+    # HTB class → what its queue itself dropped over the block. An AQM drops at dequeue (CoDel), which
+    # the class's own counter does not see.
+    leaf_drops: dict[str, int] = field(default_factory=dict)
 
     def __enter__(self) -> Monitor:
         self._tc = Tc()
         self._pids = _pids("ovs-vswitchd")
-        self._look_at_queues()
+        self._first = self._look_at_queues()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -73,15 +77,19 @@ class Monitor:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        self._look_at_queues()
+        last = self._look_at_queues()
         self._tc.close()
+        self.leaf_drops = {cls: leaf.drops - self._first[cls].drops for cls, leaf in last.items()
+                           if cls in self._first and self._first[cls].kind == leaf.kind}
 
-    def _look_at_queues(self) -> None:
+    def _look_at_queues(self) -> dict:
         try:
-            for cls, leaf in self._tc.leaves(self.iface).items():
-                self.queues.setdefault(cls, set()).add(leaf.kind)
+            leaves = self._tc.leaves(self.iface)
         except OSError:
-            pass
+            return {}
+        for cls, leaf in leaves.items():
+            self.queues.setdefault(cls, set()).add(leaf.kind)
+        return leaves
 
     def _run(self) -> None:
         while True:
@@ -95,10 +103,13 @@ class Monitor:
 
 
 def assess(samples: list[Sample], start: float, end: float, capacity_bps: float, tcp_class: str | None,
-           tcp_retransmits: int | None, received: list[Received], bdp_exceeds_queue: bool = False) -> dict:
+           tcp_retransmits: int | None, received: list[Received], bdp_exceeds_queue: bool = False,
+           path_loss: float = 0.0, queue_drops_at_least: int = 0) -> dict:
     """Judge [start, end] (launcher time): {"faithful", "fidelity_notes", "fidelity": the numbers}.
     `tcp_class` is the HTB class TCP is steered to while queues reserve, if the policy has one;
-    `bdp_exceeds_queue`: the path's bandwidth-delay product is more than its queue holds."""
+    `bdp_exceeds_queue`: the path's bandwidth-delay product is more than its queue holds;
+    `path_loss`: the share of packets the path is set to lose (netem), as a fraction;
+    `queue_drops_at_least`: what the queues themselves dropped (Monitor.leaf_drops), when no tcp_class."""
     inside = [s for s in samples if start <= s.t <= end]
     numbers: dict[str, float | int | None] = {"samples": len(inside)}
     notes: list[str] = []
@@ -106,6 +117,8 @@ def assess(samples: list[Sample], start: float, end: float, capacity_bps: float,
         first, last = inside[0], inside[-1]
         span = last.t - first.t
         drops, packets, tcp_drops, sent_bytes = _queue_deltas(inside, tcp_class)
+        if tcp_class is None:
+            drops = tcp_drops = max(drops, queue_drops_at_least)
         utilisation = sent_bytes * 8 / span / capacity_bps
         numbers.update(bottleneck_utilisation=round(utilisation, 3), queue_drops=drops, tcp_queue_drops=tcp_drops,
                        datapath_wait_ratio=_ratio(first.datapath_wait_ns, last.datapath_wait_ns, 1e9 * span),
@@ -113,7 +126,8 @@ def assess(samples: list[Sample], start: float, end: float, capacity_bps: float,
         if utilisation < IDLE_UTILISATION and drops < IDLE_LOSS * max(packets + drops, 1) and not bdp_exceeds_queue:
             notes.append(f"the bottleneck carried {utilisation:.0%} of its capacity while dropping "
                          f"{drops} packets: the senders did not fill an unsaturated queue (emulator too slow)")
-        if tcp_retransmits is not None and tcp_retransmits > LOST_FACTOR * tcp_drops + LOST_SLACK:
+        expected = tcp_drops + path_loss * packets
+        if tcp_retransmits is not None and tcp_retransmits > LOST_FACTOR * expected + LOST_SLACK:
             notes.append(f"TCP retransmitted {tcp_retransmits} segments while its queue dropped {tcp_drops}: "
                          "packets were lost outside the queue the policy controls")
         wait = numbers["datapath_wait_ratio"]

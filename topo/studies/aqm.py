@@ -123,8 +123,11 @@ def parse_ping(text: str) -> tuple[list[tuple[float, float]], int, int]:
 
 
 def discipline_result(ran: list[Ran], span: tuple[float, float], bottleneck_bps: int,
-                      samples: list[Sample], ping_text: str, queues_seen: set[str]) -> dict[str, Any]:
-    """Throughput, utilisation, loss, delay and backlog of one discipline's run, over `span`."""
+                      samples: list[Sample], ping_text: str, queues_seen: set[str],
+                      leaf_drops: int = 0) -> dict[str, Any]:
+    """Throughput, utilisation, loss, delay and backlog of one discipline's run, over `span`. A queue's
+    drops are the most of its class's count and its own (`leaf_drops`): HTB counts what the queue
+    refuses at enqueue, an AQM counts what it drops at dequeue too."""
     runs = flows_of(ran)
     flows = [received_mbps(run, span) for run in runs]
     total = round(sum(flows), 3)
@@ -140,7 +143,8 @@ def discipline_result(ran: list[Ran], span: tuple[float, float], bottleneck_bps:
         "jain_index": round(jain_index(flows), 3) if any(flows) else None,
         "retransmits": retransmits, "packets_sent": round(sent_packets),
         "loss_rate": round(retransmits / sent_packets, 5) if sent_packets else None,
-        "queue_drops": last.drops if last else None, "queue_packets_sent": last.packets if last else None,
+        "queue_drops": max(last.drops, leaf_drops) if last else None,
+        "queue_packets_sent": last.packets if last else None,
         "delay_ms": {"min": min(rtts, default=None), "mean": _mean(rtts), "max": max(rtts, default=None),
                      "replies": len(rtts), "ping_transmitted": transmitted, "ping_received": received},
         "backlog": {"mean_packets": _mean([q.backlog_packets for q in queued]),
@@ -207,8 +211,9 @@ def _one_discipline(discipline: str, plan: Plan, ctx: TrialContext) -> dict[str,
                          f"(seen: {sorted(seen) or 'nothing'})")
     span = common_window(ran, seconds)
     ping = next(r for r in ran if isinstance(r.item, Ping))
-    return {**discipline_result(ran, span, plan.setup.bottleneck_bps, monitor.samples, ping.text, seen),
-            **trial_fidelity(monitor.samples, span, plan.setup.bottleneck_bps, ran)}
+    leaf_drops = monitor.leaf_drops.get(QUEUED_CLASS, 0)
+    return {**discipline_result(ran, span, plan.setup.bottleneck_bps, monitor.samples, ping.text, seen, leaf_drops),
+            **trial_fidelity(monitor.samples, span, plan.setup.bottleneck_bps, ran, leaf_drops=leaf_drops)}
 
 
 def _mean(values: list[float]) -> float | None:

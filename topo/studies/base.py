@@ -238,15 +238,18 @@ def received_mbps(ran: Ran, span: tuple[float, float]) -> float:
 
 
 def trial_fidelity(samples: list[fidelity.Sample], span: tuple[float, float], capacity_bps: int,
-                   ran: list[Ran], rtt_seconds: float = 0.0, queue_packets: int | None = None) -> dict[str, Any]:
+                   ran: list[Ran], rtt_seconds: float = 0.0, queue_packets: int | None = None,
+                   loss_percent: float | None = None, leaf_drops: int = 0) -> dict[str, Any]:
     """The fidelity monitor's verdict over a trial's common window, for all of its TCP flows.
     `rtt_seconds`: the delay added to the path, both ways; with `queue_packets` it tells whether the
-    queue holds the bandwidth-delay product."""
+    queue holds the bandwidth-delay product. `loss_percent`: the loss set on the path. `leaf_drops`:
+    what the bottleneck's queue itself dropped (an AQM's dequeue drops)."""
     tcp = [r for r in flows_of(ran) if r.item.udp_mbps is None]
     retransmits = sum(iperf.window_retransmits(iperf.sent(r.doc), r.started, *span) for r in tcp)
     short_queue = queue_packets is not None and fidelity.bdp_packets(capacity_bps, rtt_seconds) > queue_packets
     return fidelity.assess(samples, *span, capacity_bps, None, retransmits if tcp else None,
-                           [fidelity.Received(iperf.received(r.doc), r.started) for r in tcp], short_queue)
+                           [fidelity.Received(iperf.received(r.doc), r.started) for r in tcp], short_queue,
+                           (loss_percent or 0.0) / 100, leaf_drops)
 
 
 def faithful_cell(result: dict[str, Any]) -> str:

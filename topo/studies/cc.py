@@ -107,7 +107,7 @@ def _one_algorithm(algorithm: str, plan: Plan, ctx: TrialContext) -> dict[str, A
                                                 congestion_control=algorithm, label=f"TCP {algorithm}")]])
     return {**sender_metrics(ran[0].doc),
             **trial_fidelity(monitor.samples, common_window(ran, plan.setup.seconds), plan.setup.bottleneck_bps, ran,
-                             2 * delay_seconds(plan.delay), plan.setup.queue_packets)}
+                             2 * delay_seconds(plan.delay), plan.setup.queue_packets, plan.loss)}
 
 
 def sender_metrics(doc: dict[str, Any]) -> dict[str, Any]:
