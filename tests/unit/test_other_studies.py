@@ -135,6 +135,16 @@ def test_cc_table_has_a_row_per_algorithm_and_the_published_numbers():
     assert "- bbr: TCP stalled for 1.50 s" in text and "skipped: vegas" in text
     assert "25 packets, 150ms one way, 1 % loss each way" in text
     assert "| cubic | 1276.5 | 391.9 | 156.1 | 919 |" in text
+    assert "fallback" not in text
+
+
+def test_cc_table_says_which_algorithm_ran_in_the_kernels_fallback():
+    row = {"cwnd_mean_packets": 22.0, "cwnd_max_packets": 24.0, "rtt_mean_ms": 52.163, "rttvar_mean_ms": 4.0,
+           "throughput_mbps": 4.784, "retransmits": 3, **FAITHFUL}
+    text = cc_table({"scenario": {"bottleneck": 5_000_000, "queue_packets": 25, "seconds": 8},
+                     "algorithms": {"reno": {**row, "congestion_control": "reno"},
+                                    "dctcp": {**row, "congestion_control": "dctcp-reno"}}, "skipped": {}})
+    assert "In the kernel's fallback: dctcp ran as dctcp-reno (DCTCP needs ECN marks" in text
 
 
 # --- fairness -------------------------------------------------------------------------------

@@ -145,6 +145,11 @@ def table(summary: dict[str, Any]) -> str:
                     f", {scenario['loss_percent']:g} % loss each way" if scenario.get("loss_percent") else ""])
     lines = [f"Measured: one flow h1 → h4 through a {scenario['bottleneck'] / 1e6:g} Mbit/s FIFO of "
              f"{scenario['queue_packets']} packets{path}, {scenario['seconds']:g} s each.", "", measured]
+    fallbacks = [f"{name} ran as {r['congestion_control']}" for name, r in summary["algorithms"].items()
+                 if r.get("congestion_control") not in (None, name)]
+    if fallbacks:
+        lines += ["In the kernel's fallback: " + ", ".join(fallbacks) + " (DCTCP needs ECN marks, which this FIFO "
+                  "does not set).", ""]
     if summary["skipped"]:
         lines += ["Not in this kernel, skipped: " + ", ".join(summary["skipped"]) + ".", ""]
     lines += ["Published (STUDY.md section 2; a 10 Gbit/s tbf, so only the ranking compares):", "", published]
