@@ -76,6 +76,8 @@ def test_an_idle_link_behind_a_queue_shorter_than_the_bdp_is_tcps_not_the_emulat
     assert round(bdp_packets(5e6, 0.3)) == 124
     long_path = assess(samples(utilisation=0.6), 0.0, 4.0, CAPACITY, TCP_CLASS, 0, FULL, bdp_exceeds_queue=True)
     assert long_path["faithful"]
+    lossy_path = assess(samples(utilisation=0.8), 0.0, 4.0, CAPACITY, TCP_CLASS, 0, FULL, path_loss=0.01)
+    assert lossy_path["faithful"]                # random loss keeps a loss-based TCP below the link too
 
 
 def test_losses_a_path_is_set_to_make_are_not_losses_outside_the_queue():

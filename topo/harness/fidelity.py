@@ -15,8 +15,9 @@ queue is read when the sampling starts and when it ends. `assess` then judges a 
   nothing, so no congestion signal explains the stall.
 - idle bottleneck: the port carried under 85 % of its capacity while dropping under 1 % of its
   packets: the queue was not full, yet the senders, who always have data, did not fill it. Not
-  judged when the queue is shorter than the path's bandwidth-delay product: then a loss-based TCP
-  leaves the link idle after each loss by design (the studied mechanism, not the emulator).
+  judged when the queue is shorter than the path's bandwidth-delay product, or when the path is set
+  to lose packets (netem): then a loss-based TCP leaves the link idle after each loss by design
+  (the studied mechanism, not the emulator).
 - receiver silent: the iperf3 receiver reported nothing for over a second.
 - datapath starved: ovs-vswitchd waited for a CPU more than 25 % of the window.
 A step is faithful when none fires. The thresholds hold on a quiet 2-core host (none fired in its
@@ -123,7 +124,8 @@ def assess(samples: list[Sample], start: float, end: float, capacity_bps: float,
         numbers.update(bottleneck_utilisation=round(utilisation, 3), queue_drops=drops, tcp_queue_drops=tcp_drops,
                        datapath_wait_ratio=_ratio(first.datapath_wait_ns, last.datapath_wait_ns, 1e9 * span),
                        cpu_pressure_ratio=_ratio(first.cpu_pressure_us, last.cpu_pressure_us, 1e6 * span))
-        if utilisation < IDLE_UTILISATION and drops < IDLE_LOSS * max(packets + drops, 1) and not bdp_exceeds_queue:
+        tcp_may_idle = bdp_exceeds_queue or path_loss > 0
+        if utilisation < IDLE_UTILISATION and drops < IDLE_LOSS * max(packets + drops, 1) and not tcp_may_idle:
             notes.append(f"the bottleneck carried {utilisation:.0%} of its capacity while dropping "
                          f"{drops} packets: the senders did not fill an unsaturated queue (emulator too slow)")
         expected = tcp_drops + path_loss * packets
