@@ -61,6 +61,8 @@ def test_a_stall_without_drops_is_flagged_but_one_the_queue_explains_is_not():
     assert any(note.startswith("TCP stalled for 1.50 s") for note in quiet["fidelity_notes"])
     explained = assess(samples(tcp_drops=40, udp_drops=200), 0.0, 4.0, CAPACITY, TCP_CLASS, 20, stalled)
     assert explained["faithful"]
+    lossy = assess(samples(udp_drops=200), 0.0, 4.0, CAPACITY, TCP_CLASS, 0, stalled, path_loss=0.01)
+    assert lossy["faithful"]                     # netem's loss explains a retransmission timeout
 
 
 def test_an_idle_bottleneck_that_drops_nothing_is_the_emulator_falling_behind():

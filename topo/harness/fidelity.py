@@ -12,7 +12,8 @@ queue is read when the sampling starts and when it ends. `assess` then judges a 
   somewhere the policy does not act (the batch losses controller/queues.py explains, a socket
   overflow).
 - stalled: TCP got under 5 % of the bottleneck for a second or more while its queue dropped
-  nothing, so no congestion signal explains the stall.
+  nothing and the path is set to lose nothing, so no loss explains the stall (a retransmission
+  timeout).
 - idle bottleneck: the port carried under 85 % of its capacity while dropping under 1 % of its
   packets: the queue was not full, yet the senders, who always have data, did not fill it. Not
   judged when the queue is shorter than the path's bandwidth-delay product, or when the path is set
@@ -136,7 +137,7 @@ def assess(samples: list[Sample], start: float, end: float, capacity_bps: float,
         if wait is not None and wait > WAIT_RATIO:
             notes.append(f"ovs-vswitchd waited for a CPU {wait:.0%} of the time: the datapath was starved")
         stall = _longest_stall(inside, received, start, end, STALL_SHARE * capacity_bps, tcp_class)
-        if stall >= STALL_SECONDS:
+        if stall >= STALL_SECONDS and not path_loss:   # a loss set on the path explains a timeout as a drop would
             notes.append(f"TCP stalled for {stall:.2f} s while its queue dropped nothing")
     else:
         notes.append("fewer than two samples of the bottleneck in this window")
