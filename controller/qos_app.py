@@ -162,8 +162,9 @@ class QosController(App):
         self.switches: dict[int, Switch] = {}
         self.rates = RateTracker()
         self.multipart = Multipart()
-        self.queue_drops: dict[tuple[int, int], dict[int, float]] = {}
-        self.class_bps: dict[tuple[int, int], dict[str, float]] = {}
+        # Per switch, so that a reply replaces its switch's entry whole: switch → port → queue or class.
+        self.queue_drops: dict[int, dict[int, dict[int, float]]] = {}   # drops per second
+        self.class_bps: dict[int, dict[int, dict[str, float]]] = {}     # the classified flows' bit/s
         self.snapshot = Snapshot(policy=policy.name if policy else None)
         self.decisions: collections.deque[dict] = collections.deque(maxlen=1000)
         self.registry = CollectorRegistry()
@@ -174,7 +175,6 @@ class QosController(App):
         self._connections = 0
         self._waiting: list[tuple[EventRequest, dict, float]] = []   # changes answered once in sync
         self._ports_by_ifindex: dict[int, tuple[int, int]] = {}      # device → (switch, port), for netlink
-        self._keys: dict[tuple[str, int], set] = {}                  # (table, switch) → its keys, for _replace
         self._workers: list = []
         LOG.info("owner %s, policy %s (%s), saved in %s", self.settings.owner, policy.name if policy else None,
                  mode, self.settings.state_file)
@@ -375,10 +375,8 @@ class QosController(App):
             hub.kill(sw.poller)
         for forget in (self.rates.forget_datapath, self.multipart.forget, self.snapshot.forget):
             forget(dp.id)
-        for name, table in (("queues", self.snapshot.queues), ("queue_drops", self.queue_drops),
-                            ("class_bps", self.class_bps)):
-            self._replace(name, table, dp.id, {})
-            del self._keys[(name, dp.id)]
+        self.queue_drops.pop(dp.id, None)
+        self.class_bps.pop(dp.id, None)
         self.worker.sweep_orphans()   # a bridge that went away leaves our QoS rows behind
         LOG.info("switch %016x left", dp.id)
         self._answer_waiting()        # a change that waited for this switch waits no more
@@ -653,7 +651,7 @@ class QosController(App):
             return
         epoch, what = sw.flow_requests.pop(ev.msg.xid, (None, None))
         now = self._now()
-        per_class: dict[tuple[int, int], dict[str, float]] = {}
+        per_class: dict[int, dict[str, float]] = {}
         actual = {}
         for stat in body:
             cookie, flow = openflow.actual_flow(stat)
@@ -661,9 +659,9 @@ class QosController(App):
             owner = sw.state.rule_class(cookie) if sw.state else None
             rates = self.rates.flow(sw.dp.id, cookie, FlowCounters(stat.byte_count, stat.packet_count), now)
             if owner is not None and rates is not None and rates.bps is not None:
-                classes = per_class.setdefault((sw.dp.id, owner[0]), {})
+                classes = per_class.setdefault(owner[0], {})
                 classes[owner[1]] = classes.get(owner[1], 0.0) + rates.bps
-        self._replace("class_bps", self.class_bps, sw.dp.id, per_class)
+        self.class_bps[sw.dp.id] = per_class
         if epoch != sw.epoch or sw.batches or sw.flows is None and what != "table":
             return   # asked before our last batch: not what the switch holds now
         if what == "classified":
@@ -693,24 +691,16 @@ class QosController(App):
         if body is None:
             return
         dp_id, now = ev.msg.datapath.id, self._now()
-        drops: dict[tuple[int, int], dict[int, float]] = {}
-        queues: dict[tuple[int, int, int], QueueCounters] = {}
+        drops: dict[int, dict[int, float]] = {}
+        queues: dict[tuple[int, int], QueueCounters] = {}
         for stat in body:
-            counters = queues[(dp_id, stat.port_no, stat.queue_id)] = \
+            counters = queues[(stat.port_no, stat.queue_id)] = \
                 QueueCounters(stat.tx_bytes, stat.tx_packets, stat.tx_errors)
             rates = self.rates.queue(dp_id, stat.port_no, stat.queue_id, counters, now)
             if rates is not None and rates.tx_errors_ps is not None:
-                drops.setdefault((dp_id, stat.port_no), {})[stat.queue_id] = rates.tx_errors_ps
-        self._replace("queues", self.snapshot.queues, dp_id, queues)   # only the queues in this reply exist now
-        self._replace("queue_drops", self.queue_drops, dp_id, drops)
-
-    def _replace(self, name: str, table: dict, dp_id: int, entries: dict) -> None:
-        """Make the switch's entries of `table` exactly `entries`, touching no other switch's: a scan of
-        every key for each reply cost more than the replies themselves at 1000 ports."""
-        for key in self._keys.pop((name, dp_id), ()):
-            table.pop(key, None)
-        table.update(entries)
-        self._keys[(name, dp_id)] = set(entries)
+                drops.setdefault(stat.port_no, {})[stat.queue_id] = rates.tx_errors_ps
+        self.snapshot.queues[dp_id] = queues   # only the queues in this reply exist now
+        self.queue_drops[dp_id] = drops
 
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
     def _port_stats(self, ev):
@@ -732,8 +722,9 @@ class QosController(App):
             if rates is None or sw.state is None:
                 continue
             key = (dp_id, stat.port_no)
-            decision = sw.state.observe(stat.port_no, rates, sum(self.queue_drops.get(key, {}).values()),
-                                        self.class_bps.get(key, {}), now)
+            decision = sw.state.observe(stat.port_no, rates,
+                                        sum(self.queue_drops.get(dp_id, {}).get(stat.port_no, {}).values()),
+                                        self.class_bps.get(dp_id, {}).get(stat.port_no, {}), now)
             self.snapshot.congested[key] = sw.state.congested(stat.port_no)
             if decision is not None:
                 self._decided(sw, stat.port_no, decision)

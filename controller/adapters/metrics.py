@@ -20,9 +20,9 @@ QUEUE_COUNTERS = ("tx_bytes", "tx_packets", "tx_errors")
 
 @dataclass
 class Snapshot:
-    """What the controller knows now; keys are (dp_id, port_no[, queue_id])."""
+    """What the controller knows now; keys are (dp_id, port_no[, queue_id]), queues per switch."""
     ports: dict[tuple[int, int], PortCounters] = field(default_factory=dict)
-    queues: dict[tuple[int, int, int], QueueCounters] = field(default_factory=dict)
+    queues: dict[int, dict[tuple[int, int], QueueCounters]] = field(default_factory=dict)   # dp → (port, queue)
     capacity_bps: dict[tuple[int, int], int] = field(default_factory=dict)
     congested: dict[tuple[int, int], bool] = field(default_factory=dict)
     programmed: dict[tuple[int, int], bool] = field(default_factory=dict)
@@ -65,10 +65,11 @@ class ControllerCollector(Collector):
             family = CounterMetricFamily(f"ovsqos_queue_{name}", f"Queue {name.replace('_', ' ')} read from the "
                                          "switch (linux-htb: tx errors are the class's drops)",
                                          labels=["dp_id", "port", "queue"])
-            for (dp, port, queue), counters in sorted(snap.queues.items()):
-                value = getattr(counters, name)
-                if value != ALL_ONES:
-                    family.add_metric([_dp(dp), str(port), str(queue)], value)
+            for dp, queues in sorted(snap.queues.items()):
+                for (port, queue), counters in sorted(queues.items()):
+                    value = getattr(counters, name)
+                    if value != ALL_ONES:
+                        family.add_metric([_dp(dp), str(port), str(queue)], value)
             yield family
         yield _per_port("ovsqos_port_capacity_bytes_per_second", "Capacity of the port in the policy",
                         {k: v / 8 for k, v in snap.capacity_bps.items()})

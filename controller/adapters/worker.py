@@ -14,7 +14,7 @@ from typing import Callable
 
 from controller.adapters.ovsdb import OvsdbError
 from controller.adapters.tc import Tc
-from controller.core.plan import htb_classid, tc_changes
+from controller.core.plan import spec_classes, tc_changes
 from controller.core.queues import QosSpec
 from controller.compat import hub
 
@@ -118,7 +118,7 @@ class Worker:
         # that a rewrite keeps), and our filters are gone (execute took them off): half the netlink
         # calls of applying a policy to many ports.
         deadline = time.monotonic() + (CLASS_WAIT_SECONDS if job.qos else 0)
-        wanted = {htb_classid(q.queue_id) for q in job.spec.queues}
+        wanted = set(spec_classes(job.spec))
         while True:
             classes = self._tc_call(result, self._tc.classes, job.iface)
             if classes is None:

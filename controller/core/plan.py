@@ -114,13 +114,18 @@ class TcChanges:
 def tc_changes(spec: QosSpec, userspace: bool, classes: set[str], leaves: dict[str, tuple[str, int | None]],
                filters: set[tuple[int, str]]) -> TcChanges:
     """`leaves`: class → (kind, packet limit) in force; `filters`: (dscp, class) in force."""
-    wanted = [htb_classid(q.queue_id) for q in spec.queues]
+    wanted = spec_classes(spec)
     if not set(wanted) <= classes:
         return TcChanges(waiting=True)
     kind, limit = spec.leaf[0], _limit(spec.leaf)
     bad = tuple(c for c in wanted if leaves.get(c, (None, None)) != (kind, limit))
     marks = {(dscp, htb_classid(q)) for dscp, q in spec.marks} if userspace else set()
     return TcChanges(False, bad, spec.marks if userspace and filters != marks else None)
+
+
+def spec_classes(spec: QosSpec) -> list[str]:
+    """The HTB classes of the spec's queues, in queue order."""
+    return [htb_classid(q.queue_id) for q in spec.queues]
 
 
 def htb_classid(queue_id: int) -> str:

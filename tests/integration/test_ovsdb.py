@@ -4,6 +4,7 @@ import re
 import subprocess
 import time
 import uuid
+from contextlib import contextmanager
 
 import pytest
 
@@ -24,25 +25,37 @@ def sh(*args):
     return subprocess.run(args, check=True, capture_output=True, text=True).stdout
 
 
-@pytest.fixture
-def port():
-    """A userspace bridge with one veth port, removed afterwards whatever happens."""
-    tag = uuid.uuid4().hex[:6]
-    bridge, iface = f"tb{tag}", f"tv{tag}"
-    sh("ip", "link", "add", iface, "type", "veth", "peer", "name", f"{iface}p")
-    sh("ip", "link", "set", iface, "up")
+@contextmanager
+def userspace_bridge(bridge: str, ifaces: list[str], up: bool = False):
+    """An Ovsdb of a fresh owner, and a userspace bridge with a veth port per name; all removed
+    afterwards whatever happens."""
     db = None
     try:
+        for iface in ifaces:
+            sh("ip", "link", "add", iface, "type", "veth", "peer", "name", f"{iface}p")
+            if up:
+                sh("ip", "link", "set", iface, "up")
         sh("ovs-vsctl", "add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev",
-           "--", "add-port", bridge, iface)
-        db = Ovsdb(owner=f"test-{tag}")
-        yield db, iface
+           *[a for iface in ifaces for a in ("--", "add-port", bridge, iface)])
+        db = Ovsdb(owner=f"test-{bridge}")
+        yield db
     finally:
         if db is not None:
             db.remove_all()
             db.close()
         sh("ovs-vsctl", "--if-exists", "del-br", bridge)
-        subprocess.run(["ip", "link", "del", iface], capture_output=True)
+        for iface in ifaces:
+            subprocess.run(["ip", "link", "del", iface], capture_output=True)
+
+
+@pytest.fixture
+def port():
+    """A userspace bridge with one veth port (up)."""
+    tag = uuid.uuid4().hex[:6]
+    iface = f"tv{tag}"
+    with userspace_bridge(f"tb{tag}", [iface], up=True) as db:
+        yield db, iface
+
 
 
 def rows(table, owner):
@@ -115,22 +128,10 @@ def test_a_second_connection_of_the_same_owner_is_refused_and_another_owner_is_n
 def ports():
     """A userspace bridge with 50 veth ports."""
     tag = uuid.uuid4().hex[:5]
-    bridge, ifaces = f"tm{tag}", [f"tm{tag}{k}" for k in range(50)]
-    db = None
-    try:
-        for iface in ifaces:
-            sh("ip", "link", "add", iface, "type", "veth", "peer", "name", f"{iface}p")
-        sh("ovs-vsctl", "add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev",
-           *[a for iface in ifaces for a in ("--", "add-port", bridge, iface)])
-        db = Ovsdb(owner=f"test-{tag}")
+    ifaces = [f"tm{tag}{k}" for k in range(50)]
+    with userspace_bridge(f"tm{tag}", ifaces) as db:
         yield db, ifaces
-    finally:
-        if db is not None:
-            db.remove_all()
-            db.close()
-        sh("ovs-vsctl", "--if-exists", "del-br", bridge)
-        for iface in ifaces:
-            subprocess.run(["ip", "link", "del", iface], capture_output=True)
+
 
 
 def test_many_ports_change_in_one_transaction_and_orphans_are_swept(ports):

@@ -261,13 +261,17 @@ class FakeController(qos_app.QosController):
 
     def request(self, op: str, arg: Any = None):
         """A REST request as the app answers it: (result, error)."""
+        self.begin(op, arg)
+        self.settle()
+        (answer,) = self.answers
+        return answer.result, answer.error
+
+    def begin(self, op: str, arg: Any = None) -> None:
+        """A REST request handled, nothing else yet: what it sent is still unanswered."""
         req = qos_app.EventRequest(op, arg)
         req.src = "rest"
         self.answers.clear()
         self._request(req)
-        self.settle()
-        (answer,) = self.answers
-        return answer.result, answer.error
 
     def poll(self, seconds: float = 1.0) -> None:
         """Time passes, then every switch is polled, its replies delivered."""

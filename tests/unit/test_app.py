@@ -263,10 +263,7 @@ def test_multipart_port_statistics_are_read_whole(net):
 def test_a_change_is_answered_when_the_switch_it_waited_for_leaves(net):
     # A study tears its network down while clearing the policy: the switch goes before its barrier.
     up(net)
-    req = qos_app.EventRequest("clear_policy", None)
-    req.src = "rest"
-    net.app.answers.clear()
-    net.app._request(req)                        # flow deletions sent, their barrier not yet answered
+    net.app.begin("clear_policy")                # flow deletions sent, their barrier not yet answered
     assert net.app.answers == []
     net.s1.replies.clear()
     net.s2.replies.clear()
@@ -278,10 +275,7 @@ def test_a_change_is_answered_when_the_switch_it_waited_for_leaves(net):
 
 def test_a_change_that_never_settles_is_answered_when_its_time_is_up(net):
     up(net)
-    req = qos_app.EventRequest("set_policy", shipped("none"))
-    req.src = "rest"
-    net.app.answers.clear()
-    net.app._request(req)
+    net.app.begin("set_policy", shipped("none"))
     net.s1.replies.clear()                       # s1 never answers the barrier of its new flows
     net.app.settle()
     assert net.app.answers == []
