@@ -43,10 +43,12 @@ from controller.compat import (CONF, DEAD_DISPATCHER, MAIN_DISPATCHER, App, Even
 from controller.core.flows import CLASSIFIED  # noqa: E402
 from controller.core.congestion import Decision  # noqa: E402
 from controller.core.errors import PolicyError  # noqa: E402
+from controller.core.meters import MeterChanges, desired_meters, is_ours, meter_id  # noqa: E402
 from controller.core.plan import ABSENT, ActualFlow, FlowChanges, plan  # noqa: E402
 from controller.core.policy import Policy, load_document, parse_policy  # noqa: E402
 from controller.core.queues import OvsdbQos  # noqa: E402
-from controller.core.stats import FlowCounters, Multipart, PortCounters, QueueCounters, RateTracker  # noqa: E402
+from controller.core.stats import (FlowCounters, MeterCounters, Multipart, PortCounters, QueueCounters,  # noqa: E402
+                                   RateTracker)
 from controller.core.switch_state import SwitchState  # noqa: E402
 
 LOG = logging.getLogger("qos_app")
@@ -60,6 +62,9 @@ CONFIRMED = ("set_policy", "clear_policy")
 BRIDGE_RETRIES, BRIDGE_RETRY_SECONDS = 50, 0.2
 WHOLE_TABLE_POLLS = 10        # the whole flow table is read every this many polls
 TC_SWEEP_SECONDS = 300.0      # netlink announces tc changes; a slow sweep catches any it dropped
+# Requests whose replies are stale once a batch has been sent after them, by what they ask.
+REQUEST_KINDS = {"OFPAggregateStatsRequest": "count", "OFPMeterConfigStatsRequest": "meters",
+                 "OFPMeterStatsRequest": "meter stats"}
 
 
 class EventRequest(EventRequestBase):
@@ -104,10 +109,12 @@ class EventRefresh(EventBase):
 
 @dataclass
 class Batch:
-    """A flow batch sent and not yet confirmed by its barrier."""
+    """A flow batch (with the meters its flows use) sent and not yet confirmed by its barrier."""
     changes: FlowChanges
+    meters: MeterChanges
     xids: set[int]
     errors: list[str] = field(default_factory=list)
+    meters_unknown: bool = False      # a meter added was there already: read what it is
 
 
 @dataclass
@@ -123,8 +130,10 @@ class Switch:
     bridge: BridgeInfo | None = None
     state: SwitchState | None = None                 # desired; None: the policy has nothing for it
     flows: dict[int, ActualFlow] | None = None       # what the switch holds; None until it has said
+    meters: dict[int, Any] | None = None             # our meters on it → band (None: not ours to keep); ditto
+    meter_features: Any = None                       # OFPMeterFeaturesStats, once it has said
     epoch: int = 0                                   # flow batches sent: a reply to an older request is stale
-    flow_requests: dict[int, tuple[int, str]] = field(default_factory=dict)   # xid → (epoch when sent, what)
+    requests: dict[int, tuple[int, str]] = field(default_factory=dict)   # xid → (epoch when sent, what)
     table_polls: int = 0                             # polls since the whole flow table was read
     batches: dict[int, Batch] = field(default_factory=dict)       # barrier xid → batch
     busy: set[int] = field(default_factory=set)      # ports with a worker job in flight
@@ -311,6 +320,7 @@ class QosController(App):
             for sw in self.switches.values():
                 if sw.bridge is not None:
                     _check_ports(policy, sw.bridge, sw.dp.id)
+                    _check_meters(policy, sw)
         except PolicyError:
             self.snapshot.load_error = True
             raise
@@ -411,7 +421,9 @@ class QosController(App):
         self._set_state(sw)
         if first:
             LOG.info("switch %016x (%s, datapath %s) connected", dp_id, bridge.name, bridge.datapath_type or "system")
-            self._send(sw, openflow.flow_stats_request(sw.dp))   # what it holds, before changing anything
+            for msg in (openflow.meter_features_request(sw.dp), openflow.meter_config_request(sw.dp),
+                        openflow.flow_stats_request(sw.dp)):   # what it can do and holds, before changing anything
+                self._send(sw, msg)
             sw.poller = self._start_poller(dp_id)
         else:
             self._reconcile(sw)
@@ -422,11 +434,15 @@ class QosController(App):
             LOG.warning("switch %016x is not in policy %s; nothing of ours stays on it", sw.dp.id, self.policy.name)
         sw.state = SwitchState(self.policy, switch_policy, sw.bridge.userspace, previous=sw.state) \
             if switch_policy else None
+        for port in switch_policy.ports if switch_policy else ():
+            if port.queues == "auto":   # counted from 0, so that Prometheus' increase() sees the first event
+                for action in ("program", "rollback"):
+                    self.snapshot.events.setdefault((sw.dp.id, port.port_no, action), 0)
 
     # --- reconciliation ---------------------------------------------------------------------
     def _reconcile(self, sw: Switch) -> None:
         """Plan what differs between the policy and what the switch and OVSDB hold, and start it."""
-        if self.mode == UNSET or sw.bridge is None or sw.flows is None:
+        if self.mode == UNSET or sw.bridge is None or sw.flows is None or sw.meters is None:
             return
         sw.generation = self.ovsdb.generation
         qos = {}
@@ -437,9 +453,15 @@ class QosController(App):
                 if port_no in sw.applied and actual not in (sw.applied[port_no], ABSENT) and port_no not in sw.busy:
                     self._drift(sw, "qos", f"port {port_no} ({iface}): OVSDB holds {_mode(actual)}, not what we put")
                     del sw.applied[port_no]
-        todo = plan(sw.state, sw.flows, qos)
-        if todo.flows and not sw.batches and not sw.flows_failed:
-            self._send_flows(sw, todo.flows)
+        todo = plan(sw.state, sw.flows, qos, sw.meters)
+        cannot = openflow.meters_missing(sw.dp.ofproto, sw.meter_features) \
+            if todo.meters.add or todo.meters.modify else None
+        if cannot:   # said once; a set_policy with it is refused (_check_meters), this is a switch come later
+            sw.errors["meters"] = f"{cannot}: its flows that police are left out; remove police from their " \
+                                  "classes or run the bridge on a datapath with meters"
+        elif (todo.flows or todo.meters) and not sw.batches and not sw.flows_failed:
+            sw.errors.pop("meters", None)
+            self._send_flows(sw, todo.flows, todo.meters)
         waiting = sw.busy | sw.failed
         jobs = [self._job(sw, port_no, spec, True) for port_no, spec in todo.qos.items() if port_no not in waiting]
         for port_no in (sw.tc_check | sw.rebuild) - waiting - todo.qos.keys():
@@ -453,8 +475,8 @@ class QosController(App):
         if jobs:
             sw.busy |= {job.port_no for job in jobs}
             self.worker.submit(jobs)
-        sw.in_sync = not (todo.flows or todo.qos or sw.batches or sw.busy or sw.errors)
-        sw.settled = not (sw.batches or sw.busy or (todo.flows and not sw.flows_failed)
+        sw.in_sync = not (todo.flows or todo.meters or todo.qos or sw.batches or sw.busy or sw.errors)
+        sw.settled = not (sw.batches or sw.busy or ((todo.flows or todo.meters) and not sw.flows_failed and not cannot)
                           or todo.qos.keys() - sw.failed)
         self.snapshot.in_sync[sw.dp.id] = sw.in_sync
         self._answer_waiting()
@@ -469,22 +491,23 @@ class QosController(App):
         return Job(sw.dp.id, sw.connection, port_no, sw.bridge.ports[port_no], sw.bridge.userspace, spec, qos,
                    rebuild, tags)
 
-    def _send_flows(self, sw: Switch, changes: FlowChanges) -> None:
-        xids = {self._send(sw, msg) for msg in openflow.flow_mods(sw.dp, changes)}
+    def _send_flows(self, sw: Switch, changes: FlowChanges, meters: MeterChanges) -> None:
+        xids = {self._send(sw, msg) for msg in openflow.batch(sw.dp, changes, meters)}
         barrier = self._send(sw, sw.dp.ofproto_parser.OFPBarrierRequest(sw.dp))
-        sw.batches[barrier] = Batch(changes, xids)
+        sw.batches[barrier] = Batch(changes, meters, xids)
         sw.epoch += 1
-        LOG.info("switch %016x: flows -%d ~%d +%d", sw.dp.id, len(changes.delete), len(changes.modify),
-                 len(changes.add))
+        LOG.info("switch %016x: flows -%d ~%d +%d%s", sw.dp.id, len(changes.delete), len(changes.modify),
+                 len(changes.add), f", meters -{len(meters.delete)} ~{len(meters.modify)} +{len(meters.add)}"
+                 if meters else "")
 
     @staticmethod
     def _send(sw: Switch, msg) -> int:
         sw.dp.set_xid(msg)
         kind = msg.__class__.__name__
         if kind == "OFPFlowStatsRequest":
-            sw.flow_requests[msg.xid] = (sw.epoch, "classified" if msg.cookie_mask & CLASSIFIED else "table")
-        elif kind == "OFPAggregateStatsRequest":
-            sw.flow_requests[msg.xid] = (sw.epoch, "count")
+            sw.requests[msg.xid] = (sw.epoch, "classified" if msg.cookie_mask & CLASSIFIED else "table")
+        elif kind in REQUEST_KINDS:
+            sw.requests[msg.xid] = (sw.epoch, REQUEST_KINDS[kind])
         sw.dp.send_msg(msg)
         return msg.xid
 
@@ -497,11 +520,16 @@ class QosController(App):
         if batch.errors:
             sw.errors["flows"] = "; ".join(batch.errors)
             sw.flows_failed = True
-            sw.flows = None   # not what we think: ask the switch
+            sw.flows = sw.meters = None   # not what we think: ask the switch
+            self._send(sw, openflow.meter_config_request(sw.dp))
             self._send(sw, openflow.flow_stats_request(sw.dp))
         else:
             sw.errors.pop("flows", None)
             sw.flows = batch.changes.applied_to(sw.flows or {})
+            sw.meters = batch.meters.applied_to(sw.meters or {})
+            if batch.meters_unknown:
+                sw.meters = None
+                self._send(sw, openflow.meter_config_request(sw.dp))
         self._reconcile(sw)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
@@ -509,10 +537,16 @@ class QosController(App):
         msg = ev.msg
         dp = msg.datapath
         what = openflow.describe_error(dp.ofproto, msg.type, msg.code)
-        key = (dp.id, what)
-        self.snapshot.openflow_errors[key] = self.snapshot.openflow_errors.get(key, 0) + 1
         sw = self.switches.get(dp.id)
         batch = next((b for b in (sw.batches.values() if sw else ()) if msg.xid in b.xids), None)
+        if batch is not None and what == "OFPET_METER_MOD_FAILED/OFPMMFC_METER_EXISTS":
+            # Ours, from before: a restart, or a change another controller of ours made. Adopted as it is,
+            # and put right if it differs once it has been read.
+            batch.meters_unknown = True
+            LOG.info("switch %016x: a meter we added was there already (xid %d); adopting it", dp.id, msg.xid)
+            return
+        key = (dp.id, what)
+        self.snapshot.openflow_errors[key] = self.snapshot.openflow_errors.get(key, 0) + 1
         if batch is not None:
             batch.errors.append(f"{what} (xid {msg.xid})")
         LOG.error("switch %016x refused message xid %d: %s", dp.id, msg.xid, what)
@@ -629,7 +663,8 @@ class QosController(App):
         # The whole flow table now and then (and at once when the count or the classified flows differ
         # from what we hold): a flow changed in place is found within WHOLE_TABLE_POLLS polls.
         sw.table_polls = (sw.table_polls + 1) % WHOLE_TABLE_POLLS
-        for msg in openflow.stats_requests(sw.dp, whole_table=sw.table_polls == 0):
+        meters = bool(sw.meters) or bool(sw.state and sw.state.meters())
+        for msg in openflow.stats_requests(sw.dp, whole_table=sw.table_polls == 0, meters=meters):
             self._send(sw, msg)
         if now - sw.swept > TC_SWEEP_SECONDS:
             sw.swept = now
@@ -649,7 +684,7 @@ class QosController(App):
         sw = self.switches.get(ev.msg.datapath.id)
         if body is None or sw is None:
             return
-        epoch, what = sw.flow_requests.pop(ev.msg.xid, (None, None))
+        epoch, what = sw.requests.pop(ev.msg.xid, (None, None))
         now = self._now()
         per_class: dict[int, dict[str, float]] = {}
         actual = {}
@@ -679,11 +714,54 @@ class QosController(App):
     @set_ev_cls(ofp_event.EventOFPAggregateStatsReply, MAIN_DISPATCHER)
     def _flow_count(self, ev):
         sw = self.switches.get(ev.msg.datapath.id)
-        epoch, _ = sw.flow_requests.pop(ev.msg.xid, (None, None)) if sw else (None, None)
+        epoch, _ = sw.requests.pop(ev.msg.xid, (None, None)) if sw else (None, None)
         if epoch is None or epoch != sw.epoch or sw.batches or sw.flows is None:
             return
         if ev.msg.body.flow_count != len(sw.flows):   # flows added or removed: read the whole table
             self._send(sw, openflow.flow_stats_request(sw.dp))
+
+    @set_ev_cls(ofp_event.EventOFPMeterFeaturesStatsReply, MAIN_DISPATCHER)
+    def _meter_features(self, ev):
+        sw = self.switches.get(ev.msg.datapath.id)
+        if sw is not None and ev.msg.body:
+            sw.meter_features = ev.msg.body[0]
+
+    @set_ev_cls(ofp_event.EventOFPMeterConfigStatsReply, MAIN_DISPATCHER)
+    def _meter_config(self, ev):
+        body = self._parts(ev, "meter_config")
+        sw = self.switches.get(ev.msg.datapath.id)
+        if body is None or sw is None:
+            return
+        epoch, _ = sw.requests.pop(ev.msg.xid, (None, None))
+        if epoch != sw.epoch or sw.batches:
+            return   # asked before our last batch
+        actual = openflow.actual_meters(sw.dp.ofproto, body)
+        if actual == sw.meters:
+            return
+        if sw.meters is not None:
+            self._drift(sw, "meters", f"{len(actual.keys() ^ sw.meters.keys())} meters added or removed, "
+                                      f"{sum(actual[m] != sw.meters[m] for m in actual.keys() & sw.meters.keys())} "
+                                      "changed")
+        sw.meters = actual
+        self._reconcile(sw)
+
+    @set_ev_cls(ofp_event.EventOFPMeterStatsReply, MAIN_DISPATCHER)
+    def _meter_stats(self, ev):
+        body = self._parts(ev, "meter")
+        sw = self.switches.get(ev.msg.datapath.id)
+        if body is None or sw is None:
+            return
+        epoch, _ = sw.requests.pop(ev.msg.xid, (None, None))
+        classes = {meter_id(c.queue): c.name for c in sw.state.policy.classes} if sw.state else {}
+        ours = {stat.meter_id: MeterCounters(stat.packet_in_count, stat.byte_in_count,
+                                             sum(band.packet_band_count for band in stat.band_stats))
+                for stat in body if is_ours(stat.meter_id)}
+        self.snapshot.meters[sw.dp.id] = {(meter, classes.get(meter, "")): c for meter, c in ours.items()}
+        if epoch == sw.epoch and not sw.batches and sw.meters is not None and ours.keys() != sw.meters.keys():
+            # Meters added or removed (and with a meter, its flows): nothing is planned until they are read.
+            self._drift(sw, "meters", f"{len(ours.keys() ^ sw.meters.keys())} meters added or removed")
+            sw.meters = None
+            self._send(sw, openflow.meter_config_request(sw.dp))
 
     @set_ev_cls(ofp_event.EventOFPQueueStatsReply, MAIN_DISPATCHER)
     def _queue_stats(self, ev):
@@ -748,6 +826,20 @@ def _check_ports(policy: Policy, bridge: BridgeInfo, dp_id: int) -> None:
         if port.port_no not in bridge.ports:
             raise PolicyError(f"switches.{switch.name}.ports.{port.port_no}: bridge {bridge.name} has no "
                               f"OpenFlow port {port.port_no} (it has {sorted(bridge.ports)}); fix the port number")
+
+
+def _check_meters(policy: Policy, sw: Switch) -> None:
+    """A policy that polices on a switch whose meter features say it cannot is refused."""
+    switch = policy.switch(sw.dp.id)
+    if switch is None or sw.meter_features is None or not desired_meters(policy, switch):
+        return
+    cannot = openflow.meters_missing(sw.dp.ofproto, sw.meter_features)
+    if cannot:
+        policed = next(c.name for c in policy.classes if c.police and any(r.traffic_class == c.name
+                                                                          for r in switch.flows))
+        raise PolicyError(f"classes.{policed}.police: switch {switch.name} (bridge {sw.bridge.name}) cannot police, "
+                          f"{cannot}; remove police, or run the bridge on a datapath with meters (datapath_type "
+                          "netdev, or the kernel's on Linux 4.18 or later)")
 
 
 def _mode(actual) -> str:

@@ -16,17 +16,25 @@ DEFAULT_VARIABLES) and the dashboards' own variables ($policy, $dp_id, $port,
 all multi-value and used only inside =~ matchers) by ".*", i.e. "All".
 Override any of them with the ``variables`` argument, e.g.
 ``{"__rate_interval": "4s", "policy": "reservation"}``.
+
+Reading the dashboards is the product's (topo/harness/dashboard_report.py,
+behind ``topo/run.py report``); this module adds what only the tests need.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
-from typing import Iterable, Mapping, NamedTuple
+from typing import Mapping, NamedTuple
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DASHBOARD_DIR = REPO_ROOT / "dashboards"
+from topo.harness import dashboard_report
+from topo.harness.dashboard_report import (  # noqa: F401  (the tests import these from here)
+    ALL_VALUE,
+    DASHBOARD_DIR,
+    dashboard_paths,
+    iter_panels,
+    load_dashboard,
+)
 
 # Every metric the controller (127.0.0.1:9101) and the study launcher
 # (127.0.0.1:9102) export, with its Prometheus type. Dashboards may use only
@@ -45,6 +53,10 @@ EXPORTED_METRICS: dict[str, str] = {
     "ovsqos_queue_tx_bytes_total": "counter",
     "ovsqos_queue_tx_packets_total": "counter",
     "ovsqos_queue_tx_errors_total": "counter",
+    # controller: OpenFlow meter counters {dp_id, meter}
+    "ovsqos_meter_packets_total": "counter",
+    "ovsqos_meter_bytes_total": "counter",
+    "ovsqos_meter_dropped_packets_total": "counter",
     # controller: port state {dp_id, port}
     "ovsqos_port_capacity_bytes_per_second": "gauge",
     "ovsqos_port_congested": "gauge",
@@ -69,15 +81,6 @@ DEFAULT_VARIABLES: dict[str, str] = {
     "__range_ms": "300000",
     "__interval_ms": "1000",
 }
-# Value for a dashboard's own (multi-value, "All"-capable) variables.
-ALL_VALUE = ".*"
-
-_VARIABLE_RE = re.compile(
-    r"\$\{(?P<braced>\w+)(?::[^}]*)?\}"  # ${name} or ${name:format}
-    r"|\[\[(?P<bracketed>\w+)(?::[^\]]*)?\]\]"  # [[name]] (deprecated syntax)
-    r"|\$(?P<plain>\w+)"  # $name
-)
-
 
 class DashboardQuery(NamedTuple):
     dashboard: str  # file name without .json, e.g. "qos-controller"
@@ -92,33 +95,7 @@ def substitute_variables(expr: str, variables: Mapping[str, str] | None = None) 
     KeyError, so a typo cannot slip through); other variables take ALL_VALUE
     unless ``variables`` names them.
     """
-    values = {**DEFAULT_VARIABLES, **(variables or {})}
-
-    def replace(match: re.Match[str]) -> str:
-        name = match.group("braced") or match.group("bracketed") or match.group("plain")
-        if name in values:
-            return values[name]
-        if name.startswith("__"):
-            raise KeyError(f"unknown Grafana built-in variable ${name} in {expr!r}")
-        return ALL_VALUE
-
-    return _VARIABLE_RE.sub(replace, expr)
-
-
-def dashboard_paths(directory: Path = DASHBOARD_DIR) -> list[Path]:
-    """The dashboard JSON files (what Grafana's file provider loads)."""
-    return sorted(directory.glob("*.json"))
-
-
-def iter_panels(panels: Iterable[dict]) -> Iterable[dict]:
-    """All panels, including those nested in (collapsed) rows."""
-    for panel in panels:
-        yield panel
-        yield from iter_panels(panel.get("panels", []))
-
-
-def load_dashboard(path: Path | str) -> dict:
-    return json.loads(Path(path).read_text())
+    return dashboard_report.substitute_variables(expr, {**DEFAULT_VARIABLES, **(variables or {})})
 
 
 def dashboard_expressions(
@@ -128,18 +105,8 @@ def dashboard_expressions(
 
     Hidden targets are skipped (Grafana does not show them either).
     """
-    path = Path(path)
-    dashboard = load_dashboard(path)
-    queries = []
-    for panel in iter_panels(dashboard.get("panels", [])):
-        for target in panel.get("targets", []):
-            expr = target.get("expr")
-            if not expr or target.get("hide"):
-                continue
-            queries.append(
-                DashboardQuery(path.stem, panel.get("title", ""), substitute_variables(expr, variables))
-            )
-    return queries
+    _, panels = dashboard_report.read_dashboard(path, {**DEFAULT_VARIABLES, **(variables or {})})
+    return [DashboardQuery(p.dashboard, p.title, expr) for p in panels for expr, _ in p.targets]
 
 
 def all_dashboard_expressions(

@@ -4,6 +4,9 @@
   topo/run.py cc | fairness | aqm ...        the other studies (docs/other-studies.md)
   topo/run.py doctor                         what this host can emulate
   topo/run.py clean                          remove what a killed run left behind
+  topo/run.py report RESULTS_DIR             the dashboards drawn from a run's own Prometheus data, for a host
+                                             without Grafana: RESULTS_DIR/report.html (self-contained) and
+                                             RESULTS_DIR/report/*.png, one per panel; needs no root
   topo/run.py vm -- <arguments>              run the launcher in a VM with a full kernel (vm/)
 
 Each study runs its trials on fresh Mininet networks under the QoS controller (one already on
@@ -37,6 +40,9 @@ def entry(argv: list[str]) -> int:
     if command == "clean":
         from topo.harness.launch import clean
         return clean()
+    if command == "report":
+        from topo.harness import dashboard_report
+        return dashboard_report.main(argv[1:])
     if command == "vm":
         from vm import harness
         return harness.main(argv[1:])

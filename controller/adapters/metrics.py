@@ -11,11 +11,13 @@ from typing import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from controller.core.stats import ALL_ONES, PortCounters, QueueCounters
+from controller.core.stats import ALL_ONES, MeterCounters, PortCounters, QueueCounters
 
 PORT_COUNTERS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets",
                  "rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
 QUEUE_COUNTERS = ("tx_bytes", "tx_packets", "tx_errors")
+METER_COUNTERS = {"packets": "Packets that reached the meter", "bytes": "Bytes that reached the meter",
+                  "dropped_packets": "Packets the meter's drop band dropped"}
 
 
 @dataclass
@@ -23,6 +25,7 @@ class Snapshot:
     """What the controller knows now; keys are (dp_id, port_no[, queue_id]), queues per switch."""
     ports: dict[tuple[int, int], PortCounters] = field(default_factory=dict)
     queues: dict[int, dict[tuple[int, int], QueueCounters]] = field(default_factory=dict)   # dp → (port, queue)
+    meters: dict[int, dict[tuple[int, str], MeterCounters]] = field(default_factory=dict)   # dp → (meter, class)
     capacity_bps: dict[tuple[int, int], int] = field(default_factory=dict)
     congested: dict[tuple[int, int], bool] = field(default_factory=dict)
     programmed: dict[tuple[int, int], bool] = field(default_factory=dict)
@@ -37,7 +40,7 @@ class Snapshot:
     in_sync: dict[int, bool] = field(default_factory=dict)                      # dp → all confirmed
 
     def forget(self, dp_id: int) -> None:
-        for table in (self.ports, self.queues, self.capacity_bps, self.congested, self.programmed,
+        for table in (self.ports, self.queues, self.meters, self.capacity_bps, self.congested, self.programmed,
                       self.poll_duration, self.poll_lag, self.in_sync, self.polls):
             for key in [k for k in table if (k[0] if isinstance(k, tuple) else k) == dp_id]:
                 del table[key]
@@ -70,6 +73,13 @@ class ControllerCollector(Collector):
                     value = getattr(counters, name)
                     if value != ALL_ONES:
                         family.add_metric([_dp(dp), str(port), str(queue)], value)
+            yield family
+        for name, doc in METER_COUNTERS.items():
+            family = CounterMetricFamily(f"ovsqos_meter_{name}", f"{doc}, read from the switch",
+                                         labels=["dp_id", "meter", "class"])
+            for dp, meters in sorted(snap.meters.items()):
+                for (meter, cls), counters in sorted(meters.items()):
+                    family.add_metric([_dp(dp), str(meter), cls], getattr(counters, name))
             yield family
         yield _per_port("ovsqos_port_capacity_bytes_per_second", "Capacity of the port in the policy",
                         {k: v / 8 for k, v in snap.capacity_bps.items()})

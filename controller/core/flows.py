@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from controller.core.meters import meter_id
 from controller.core.policy import Policy, SwitchPolicy
 
 # The high bits mark this controller's flows so it replaces exactly its own; the low bits
@@ -36,19 +37,25 @@ def rule_index(cookie: int) -> int | None:
 class FlowEntry:
     priority: int
     match: tuple[tuple[str, Any], ...]
-    actions: tuple[tuple[Any, ...], ...]   # ("set_field", name, value) | ("set_queue", id) | ("output", port)
+    # ("meter", id) | ("set_field", name, value) | ("set_queue", id) | ("output", port); a meter comes first,
+    # as the switch reports its instruction
+    actions: tuple[tuple[Any, ...], ...]
     cookie: int
 
 
 def desired_flows(policy: Policy, switch: SwitchPolicy, reserving: frozenset[int],
                   mark_dscp: bool) -> tuple[FlowEntry, ...]:
-    """Flows for `switch` while the ports in `reserving` have their class queues in force."""
+    """Flows for `switch` while the ports in `reserving` have their class queues in force. A policed
+    class's flows pass its meter whatever the port's queues."""
     entries = []
     for index, rule in enumerate(switch.flows):
         steer: tuple[tuple[Any, ...], ...] = ()
-        if rule.traffic_class is not None and rule.outputs[0] in reserving:
+        if rule.traffic_class is not None:
             cls = policy.traffic_class(rule.traffic_class)
-            steer = ((("set_field", "ip_dscp", cls.dscp),) if mark_dscp else ()) + (("set_queue", cls.queue),)
+            if cls.police:
+                steer = (("meter", meter_id(cls.queue)),)
+            if rule.outputs[0] in reserving:
+                steer += ((("set_field", "ip_dscp", cls.dscp),) if mark_dscp else ()) + (("set_queue", cls.queue),)
         entries.append(FlowEntry(rule.priority, rule.match,
                                  steer + tuple(("output", port) for port in rule.outputs),
                                  rule_cookie(index, rule.traffic_class is not None)))

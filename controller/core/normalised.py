@@ -40,8 +40,11 @@ def percent(share: float) -> str | float:
 
 
 def _class(c: TrafficClass) -> dict[str, Any]:
-    return {"queue": c.queue, "min": percent(c.min_share), "max": percent(c.max_share), "dscp": c.dscp,
+    spec = {"queue": c.queue, "min": percent(c.min_share), "max": percent(c.max_share), "dscp": c.dscp,
             "priority": c.priority}
+    if c.police:
+        spec["police"] = {"rate": f"{c.police.rate_kbps}kbit", "burst": f"{c.police.burst_kbits}kbit"}
+    return spec
 
 
 def _congestion(policy: Policy) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from controller.core.flows import FlowEntry
+from controller.core.meters import MeterChanges, meter_changes
+from controller.core.policy import Police
 from controller.core.queues import OvsdbQos, QosSpec
 from controller.core.switch_state import SwitchState
 
@@ -50,6 +52,7 @@ class FlowChanges:
 @dataclass(frozen=True)
 class Plan:
     flows: FlowChanges
+    meters: MeterChanges                      # sent in the flows' batch: added before them, deleted after
     qos: dict[int, QosSpec | None]            # port → the queues it must get (None: ours removed)
     specs: dict[int, QosSpec]                 # port → the queues it should have now (tc is checked against)
 
@@ -76,13 +79,14 @@ def steered_ports(flows: dict[int, ActualFlow]) -> set[int]:
             for a in f.actions if a[0] == "output"}
 
 
-def plan(state: SwitchState | None, flows: dict[int, ActualFlow],
-         qos: dict[int, OvsdbQos | str | None]) -> Plan:
+def plan(state: SwitchState | None, flows: dict[int, ActualFlow], qos: dict[int, OvsdbQos | str | None],
+         meters: dict[int, Police | None]) -> Plan:
     """`state` None: the switch is in no policy, so nothing of ours stays on it. `qos` holds what OVSDB
     has on every port of the policy and every port that has queues of ours (FOREIGN for another's,
-    ABSENT for a port OVSDB does not have)."""
+    ABSENT for a port OVSDB does not have); `meters` our meters on the switch."""
     if state is None:
-        return Plan(flow_changes((), flows), {p: None for p, q in qos.items() if isinstance(q, OvsdbQos)}, {})
+        return Plan(flow_changes((), flows), meter_changes({}, meters),
+                    {p: None for p, q in qos.items() if isinstance(q, OvsdbQos)}, {})
     qos = {p: q for p, q in qos.items() if q != ABSENT}
     reserving_now = {p for p, q in qos.items() if isinstance(q, OvsdbQos) and q.mode == "reserve"}
     desired_flows = state.flows(state.reserving & reserving_now)
@@ -97,7 +101,7 @@ def plan(state: SwitchState | None, flows: dict[int, ActualFlow],
                 changes[port] = None
         elif actual != want.ovsdb:
             changes[port] = want
-    return Plan(flow_changes(desired_flows, flows), changes, desired_qos)
+    return Plan(flow_changes(desired_flows, flows), meter_changes(state.meters(), meters), changes, desired_qos)
 
 
 @dataclass(frozen=True)

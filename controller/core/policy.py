@@ -52,6 +52,14 @@ class TrafficClass:
     max_share: float    # fraction of the port's capacity the class may borrow up to
     dscp: int           # mark that carries the queue choice to tc on the userspace datapath
     priority: int       # HTB: spare bandwidth goes first to the lowest number
+    police: Police | None = None   # an OpenFlow meter on the class's flows, whatever the port's queues
+
+
+@dataclass(frozen=True)
+class Police:
+    """A meter's one drop band: packets above `rate_kbps` (with `burst_kbits` of slack) are dropped."""
+    rate_kbps: int      # OpenFlow meters count in kbit/s
+    burst_kbits: int
 
 
 @dataclass(frozen=True)
@@ -210,7 +218,7 @@ def _classes(doc: Any) -> tuple[TrafficClass, ...]:
     for name, spec in _mapping(doc, "classes").items():
         where = f"classes.{name}"
         spec = _mapping(spec, where)
-        _known_keys(spec, where, ("queue", "min", "max", "dscp", "priority"))
+        _known_keys(spec, where, ("queue", "min", "max", "dscp", "priority", "police"))
         queue = _int(spec.get("queue"), f"{where}.queue", 1, 0xfffe)
         min_share = parse_share(spec.get("min", 0), f"{where}.min")
         max_share = parse_share(spec.get("max", "100%"), f"{where}.max")
@@ -218,7 +226,8 @@ def _classes(doc: Any) -> tuple[TrafficClass, ...]:
             raise PolicyError(f"{where}.max: below {where}.min; raise max or lower min")
         dscp = _int(spec.get("dscp", queue), f"{where}.dscp", 1, 63)
         priority = _int(spec.get("priority", 0), f"{where}.priority", 0, 7)
-        classes.append(TrafficClass(str(name), queue, min_share, max_share, dscp, priority))
+        police = _police(spec["police"], f"{where}.police") if spec.get("police") is not None else None
+        classes.append(TrafficClass(str(name), queue, min_share, max_share, dscp, priority, police))
     for field in ("queue", "dscp"):
         values = [getattr(c, field) for c in classes]
         if len(set(values)) != len(values):
@@ -226,6 +235,21 @@ def _classes(doc: Any) -> tuple[TrafficClass, ...]:
     if sum(c.min_share for c in classes) > 1 + 1e-9:   # 33% + 56% + 11% is 1.0000000000000002
         raise PolicyError("classes: the min shares add up to more than 100%; lower them")
     return tuple(classes)
+
+
+def _police(doc: Any, where: str) -> Police:
+    """{rate: 1Mbit, burst: 100kbit}; the burst defaults to 100 ms at the rate."""
+    doc = _mapping(doc, where)
+    _known_keys(doc, where, ("rate", "burst"))
+    if "rate" not in doc:
+        raise PolicyError(f"{where}.rate: missing; give the rate the class is held to, e.g. 1Mbit")
+    rate = parse_rate(doc["rate"], f"{where}.rate")
+    burst = parse_rate(doc["burst"], f"{where}.burst") if "burst" in doc else rate // 10
+    for key, bits in (("rate", rate), ("burst", burst)):
+        if bits < 1000:
+            raise PolicyError(f"{where}.{key}: {bits} bit{'/s' if key == 'rate' else 's'} is below 1kbit, the "
+                              f"smallest step of an OpenFlow meter; raise it")
+    return Police(round(rate / 1000), round(burst / 1000))
 
 
 def _congestion(doc: Any) -> tuple[float, CongestionConfig]:

@@ -32,6 +32,13 @@ class QueueCounters(NamedTuple):
     tx_errors: int
 
 
+class MeterCounters(NamedTuple):
+    """One OFPMeterStats entry: what reached the meter, and what its bands dropped."""
+    packets: int
+    bytes: int
+    dropped_packets: int
+
+
 class FlowCounters(NamedTuple):
     byte_count: int
     packet_count: int

@@ -1,7 +1,9 @@
 """Integration tests need root, a running Open vSwitch and nothing else on the study's names."""
 import fcntl
+import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -65,6 +67,18 @@ NOTHING_LEFT = {"bridges": "", "qos": "", "queues": "", "iperf3": "", "controlle
 
 REPO = Path(__file__).resolve().parents[2]
 OSKEN = REPO / ".venv" / "bin" / "osken-manager"
+QUICK_STUDY_POLICIES = ("none", "police", "reserve", "auto")
+
+
+@pytest.fixture(scope="session")
+def quick_study(tmp_path_factory):
+    """One quick main-study run of QUICK_STUDY_POLICIES, shared by the modules that read its results:
+    (results folder, summary, what was left behind right after it)."""
+    out = tmp_path_factory.mktemp("study")
+    done = subprocess.run([sys.executable, "topo/run.py", "--policy", *QUICK_STUDY_POLICIES, "--quick",
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out, json.loads((out / "summary.json").read_text()), leftovers()
 
 
 def controller_config(path: Path, ofp_port: int = 6653, **qos) -> Path:

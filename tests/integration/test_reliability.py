@@ -1,7 +1,7 @@
 """The controller as an operator relies on it, against real OVS: its config honoured, bad configs
 refused in one line, one controller per owner and port, concurrent changes serialised, drift of every
-kind repaired within two polls, and a restart with a policy in force that a running TCP flow does not
-notice."""
+kind repaired within two polls, a restart with a policy in force that a running TCP flow does not
+notice, and meters a restart adopts as they are."""
 import concurrent.futures
 import json
 import re
@@ -280,6 +280,46 @@ def test_a_restart_with_a_policy_in_force_changes_nothing_and_drops_no_packet_of
     assert all(r >= 0.9 * statistics.median(before) for _, r, _ in during), (before, during)
     assert sum(retx for *_, retx in during) == 0, during
     assert leftovers() == NOTHING_LEFT
+
+
+def test_meters_survive_a_restart_unchanged_without_an_error_and_go_with_the_policy(controller):
+    proc, tmp_path, bridges = controller
+    doc = policy("policed", queues="fifo")
+    doc["classes"]["udp"]["police"] = {"rate": "2Mbit", "burst": "200kbit"}
+    assert rest("PUT", "/policy", doc)[0] == 200
+    wait(lambda: in_sync("policed"), 20, "the policed policy in force")
+    before = {b: (meters(b), flow_specs(b)) for b in bridges}
+    for bridge in bridges:
+        assert meters(bridge) == ["meter=1364393986 kbps burst stats bands=", "type=drop rate=2000 burst_size=200"]
+        assert sum("meter:1364393986" in f for f in flow_specs(bridge)) == 1        # the udp flow
+    stop_controller(proc, clear=False)
+    restarted = start_controller(tmp_path / "qos.conf", tmp_path / "second.log")
+    try:
+        wait(lambda: in_sync("policed"), 20, "the restarted controller in sync")
+        time.sleep(3)   # a few polls, meter statistics among them
+        assert {b: (meters(b), flow_specs(b)) for b in bridges} == before
+        log = (tmp_path / "second.log").read_text()
+        assert not re.search(r"flows -\d|drift|refused", log), log[-2000:]
+        with urllib.request.urlopen("http://127.0.0.1:9101/metrics", timeout=10) as resp:
+            metrics = resp.read().decode()
+        assert "ovsqos_openflow_errors_total{" not in metrics
+        for dpid in DPIDS:
+            assert f'ovsqos_meter_packets_total{{class="udp",dp_id="{dpid:016x}",meter="1364393986"}}' in metrics
+        assert rest("DELETE", "/policy")[0] == 200
+        assert all(meters(b) == [] and flow_specs(b) == [] for b in bridges)
+    finally:
+        stop_controller(restarted)
+
+
+def meters(bridge: str) -> list[str]:
+    return [line.strip() for line in sh("ovs-ofctl", "-O", "OpenFlow13", "dump-meters", bridge).splitlines()[1:]
+            if line.strip()]
+
+
+def flow_specs(bridge: str) -> list[str]:
+    """Our flows without their counters: what they match and do."""
+    return sorted(re.sub(r"duration=[^,]*, |n_packets=\d+, |n_bytes=\d+, |idle_age=\d+, ", "", f).strip()
+                  for f in our_flows(bridge))
 
 
 def _logged_at(line: str) -> float | None:

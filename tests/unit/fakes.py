@@ -1,8 +1,9 @@
 """Fakes that let unit tests drive the real controller app (controller/qos_app.py) without a switch,
 OVSDB or netlink, after Faucet's clib/fakeoftable.py.
 
-- FakeDatapath is an OpenFlow 1.3 switch: a flow table that applies the app's real os-ken FlowMods,
-  and replies (barriers, errors, flow/queue/port statistics) queued until the test delivers them.
+- FakeDatapath is an OpenFlow 1.3 switch: a flow table and a meter table that apply the app's real
+  os-ken FlowMods and MeterMods, and replies (barriers, errors, flow/meter/queue/port statistics)
+  queued until the test delivers them.
 - FakeOvsdb holds each port's QoS as OvsdbQos; FakeTc holds each device's classes (from that QoS,
   rebuilt when it changes, as OVS does), leaves and filters.
 - FakeController is the app with those collaborators, a fake clock, and an event loop the test
@@ -58,6 +59,9 @@ class FakeDatapath:
         self.queues: dict[tuple[int, int], tuple[int, int, int]] = {}   # (port, queue) → bytes, packets, drops
         self.replies: collections.deque = collections.deque()
         self.sent: list = []
+        self.meters: dict[int, Any] = {}            # meter id → the OFPMeterMod that made it
+        self.meter_traffic: dict[int, tuple[int, int, int]] = {}   # meter id → packets, bytes, dropped
+        self.max_meter = 1000                       # meter features: 0 is a switch without meters
         self.refuse_cookies: set[int] = set()       # flow mods with these cookies get an error back
         self.port_stats_parts = 1                   # split port statistics over this many replies
         self._xids = itertools.count(1)
@@ -78,6 +82,20 @@ class FakeDatapath:
                                     instructions=e.instructions, byte_count=e.bytes, packet_count=e.packets)
                     for (prio, match), e in self.table.items() if e.cookie & msg.cookie_mask == msg.cookie]
             self.replies.append(("flow", msg.xid, body))
+        elif kind == "OFPMeterMod":
+            self._meter_mod(msg)
+        elif kind == "OFPMeterFeaturesStatsRequest":
+            features = parser.OFPMeterFeaturesStats(self.max_meter, 1 << ofp.OFPMBT_DROP if self.max_meter else 0,
+                                                    ofp.OFPMF_KBPS | ofp.OFPMF_BURST | ofp.OFPMF_STATS, 8, 0)
+            self.replies.append(("meter_features", msg.xid, [features]))
+        elif kind == "OFPMeterConfigStatsRequest":
+            body = [parser.OFPMeterConfigStats(m.flags, meter, m.bands) for meter, m in sorted(self.meters.items())]
+            self.replies.append(("meter_config", msg.xid, body))
+        elif kind == "OFPMeterStatsRequest":
+            body = [SimpleNamespace(meter_id=meter, packet_in_count=n, byte_in_count=b,
+                                    band_stats=[SimpleNamespace(packet_band_count=d)])
+                    for meter, (n, b, d) in ((m, self.meter_traffic.get(m, (0, 0, 0))) for m in sorted(self.meters))]
+            self.replies.append(("meter", msg.xid, body))
         elif kind == "OFPAggregateStatsRequest":
             count = sum(e.cookie & msg.cookie_mask == msg.cookie for e in self.table.values())
             self.replies.append(("count", msg.xid, SimpleNamespace(flow_count=count)))
@@ -94,9 +112,28 @@ class FakeDatapath:
                 self.replies.append(("port", msg.xid, body[k:k + size]))
         return True
 
+    def _meter_mod(self, msg) -> None:
+        exists = msg.meter_id in self.meters
+        if msg.command == ofp.OFPMC_ADD and exists or msg.command == ofp.OFPMC_MODIFY and not exists:
+            code = ofp.OFPMMFC_METER_EXISTS if exists else ofp.OFPMMFC_UNKNOWN_METER
+            self.replies.append(("error", msg.xid, (ofp.OFPET_METER_MOD_FAILED, code)))
+        elif msg.command == ofp.OFPMC_DELETE:
+            self.meters.pop(msg.meter_id, None)
+            for key in [k for k, e in self.table.items() if msg.meter_id in self.meters_of(e)]:
+                del self.table[key]   # as OpenFlow says: a meter's flows go with it
+        else:
+            self.meters[msg.meter_id] = msg
+
+    @staticmethod
+    def meters_of(entry: Entry) -> set[int]:
+        return {i.meter_id for i in entry.instructions if type(i).__name__ == "OFPInstructionMeter"}
+
     def _flow_mod(self, msg) -> None:
         if msg.cookie in self.refuse_cookies:
             self.replies.append(("error", msg.xid, (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_PORT)))
+            return
+        if msg.command != ofp.OFPFC_DELETE and not self.meters_of(Entry(0, msg.instructions)) <= self.meters.keys():
+            self.replies.append(("error", msg.xid, (ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_INVALID_METER)))
             return
         key = (msg.priority, tuple(sorted(msg.match.items())))
         if msg.command == ofp.OFPFC_ADD:
@@ -114,6 +151,9 @@ class FakeDatapath:
 
     def flow_mods(self) -> list:
         return [m for m in self.sent if type(m).__name__ == "OFPFlowMod"]
+
+    def meter_mods(self) -> list:
+        return [m for m in self.sent if type(m).__name__ == "OFPMeterMod"]
 
 
 class FakeOvsdb:
@@ -304,5 +344,7 @@ class FakeController(qos_app.QosController):
         else:
             more = kind == "port" and any(r[0] == "port" and r[1] == xid for r in dp.replies)
             msg = SimpleNamespace(datapath=dp, xid=xid, body=body, flags=ofp.OFPMPF_REPLY_MORE if more else 0)
-            handler = {"flow": self._flow_stats, "queue": self._queue_stats, "port": self._port_stats}[kind]
+            handler = {"flow": self._flow_stats, "queue": self._queue_stats, "port": self._port_stats,
+                       "meter": self._meter_stats, "meter_config": self._meter_config,
+                       "meter_features": self._meter_features}[kind]
             handler(SimpleNamespace(msg=msg))

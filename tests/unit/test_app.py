@@ -52,7 +52,8 @@ def test_a_policy_is_answered_once_switches_flows_queues_and_filters_hold_it(net
     assert net.s1.steering() == {COOKIE | CLASSIFIED | 3, COOKIE | CLASSIFIED | 4}            # the classified rules steer
     assert net.app.tc.filters("s1-eth1") == {(1, "1:2"), (2, "1:3")}
     assert {leaf.kind for leaf in net.app.tc.leaves("s1-eth1").values()} == {"pfifo_head_drop"}
-    assert all(type(m).__name__ in ("OFPFlowMod", "OFPBarrierRequest", "OFPFlowStatsRequest") for m in net.s1.sent)
+    assert all(type(m).__name__ in ("OFPFlowMod", "OFPBarrierRequest", "OFPFlowStatsRequest", "OFPMeterFeaturesStatsRequest",
+                                    "OFPMeterConfigStatsRequest") for m in net.s1.sent)
 
 
 def test_flows_steer_into_queues_only_once_ovsdb_holds_them(net):
@@ -237,7 +238,8 @@ def test_a_restarted_controller_adopts_what_is_there_and_sends_no_change(net, tm
         dp.sent.clear()
         restarted.connect(dp)
     assert restarted.policy.name == "reserve"
-    assert [type(m).__name__ for m in net.s1.sent] == ["OFPFlowStatsRequest"]
+    assert [type(m).__name__ for m in net.s1.sent] == ["OFPMeterFeaturesStatsRequest", "OFPMeterConfigStatsRequest",
+                                                      "OFPFlowStatsRequest"]   # reads only
     assert restarted.request("status")[0]["switches"]["0000000000000001"]["in_sync"] is True
 
 

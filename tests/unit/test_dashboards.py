@@ -209,6 +209,17 @@ def test_dashboard_structure(path):
 
 
 @pytest.mark.parametrize("path", dashboard_paths(), ids=lambda p: p.stem)
+def test_dashboard_panels_do_not_overlap(path):
+    cells = {}
+    for panel in load_dashboard(path)["panels"]:   # a collapsed row's own panels are laid out when it opens
+        grid = panel["gridPos"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in cells, f"{panel['title']} overlaps {cells[x, y]}"
+                cells[x, y] = panel["title"]
+
+
+@pytest.mark.parametrize("path", dashboard_paths(), ids=lambda p: p.stem)
 def test_dashboard_datasources_match_provisioning(path):
     uids = provisioned_datasource_uids()
     assert uids == {"prometheus"}
@@ -266,6 +277,7 @@ def test_controller_dashboard_covers_controller_metrics():
         "QoS program/rollback events",
         "Policy in force",
         "Policy-load error",
+        "Meter rate and drops",
     }
     for stem in EXPECTED_DASHBOARDS:
         panels = {q.panel for q in dashboard_expressions(REPO_ROOT / "dashboards" / f"{stem}.json")}

@@ -122,3 +122,39 @@ def test_write_json_round_trips_and_leaves_no_temporary_file(tmp_path):
     write_json(path, summary())
     assert json.loads(path.read_text()) == summary()
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+def udp_ran(rate_bps, seconds=4, offered=4.0):
+    """UDP alone, starting at T0 + 20: what the receiver got, and the loss iperf3 counted."""
+    server = {"intervals": intervals([rate_bps] * (seconds * 4))}
+    doc = {"server_output_json": server, "end": {"sum_sent": {"seconds": seconds},
+                                                  "sum": {"lost_percent": 100 * (1 - rate_bps / (offered * 1e6))}}}
+    return Ran(Flow("udp_alone", "h1", "h4", seconds, udp_mbps=offered), T0 + 20, T0 + 20 + seconds, doc)
+
+
+def test_udp_alone_is_measured_after_its_settling_second_with_its_loss():
+    tcp = tcp_ran([4.8e6] * 12)
+    run = summarise_run(5_000_000, 1.0, (0,), RESERVE, tcp, [Ran(Pause(2), T0, T0 + 2.0)], samples(3.0), {}, {}, [],
+                        udp_ran(0.5e6))
+    assert run["udp_alone"] == {"udp_mbps_offered": 4.0, "udp_mbps_delivered": 0.5, "udp_lost_percent": 87.5,
+                                "start_s": 20.0, "end_s": 24.0}
+    combined = aggregate([run, {**run, "udp_alone": {**run["udp_alone"], "udp_mbps_delivered": 0.7}}])
+    assert combined["udp_alone"]["udp_mbps_delivered_min"] == 0.5 and combined["udp_alone"]["udp_mbps_delivered_max"] == 0.7
+
+
+def with_alone(doc, delivered, lost):
+    for result in doc["policies"].values():
+        result["udp_alone"] = {"udp_mbps_offered": 4.0, "udp_mbps_delivered": delivered, "udp_lost_percent": lost}
+    return doc
+
+
+def test_the_table_ends_with_what_each_policy_delivered_of_udp_alone():
+    lines = table(with_alone(summary(), 0.5, 87.5)).splitlines()
+    assert lines[-1] == "| 4, alone after TCP | – | 0.50 (88 % lost) |"
+
+
+def test_the_figure_has_a_panel_for_udp_alone(tmp_path):
+    plain, beside = tmp_path / "plain.png", tmp_path / "beside.png"
+    figure(summary(), plain)
+    figure(with_alone(summary(), 4.0, 0.0), beside)
+    assert beside.read_bytes().startswith(PNG_MAGIC) and beside.stat().st_size > plain.stat().st_size

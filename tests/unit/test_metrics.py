@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.adapters.metrics import ControllerCollector, Snapshot
-from controller.core.stats import ALL_ONES, PortCounters, QueueCounters
+from controller.core.stats import ALL_ONES, MeterCounters, PortCounters, QueueCounters
 
 DP1 = "0000000000000001"
 DP_BIG = "00000000000000ab"
@@ -19,6 +19,7 @@ def snapshot() -> Snapshot:
                (0xab, 3): PortCounters(5, 6, 7, 8, 9, 10, 11, 12)},
         queues={1: {(1, 0): QueueCounters(tx_bytes=300, tx_packets=3, tx_errors=0),
                     (1, 2): QueueCounters(tx_bytes=ALL_ONES, tx_packets=40, tx_errors=7)}},
+        meters={1: {(0x51530002, "udp"): MeterCounters(packets=900, bytes=1_300_000, dropped_packets=400)}},
         capacity_bps={(1, 1): 5_000_000},
         congested={(1, 1): True, (0xab, 3): False},
         programmed={(1, 1): True},
@@ -62,6 +63,13 @@ def test_queue_counters_carry_the_queue_label(registry):
     assert registry.get_sample_value("ovsqos_queue_tx_errors_total", {**port(DP1, 1), "queue": "2"}) == 7
 
 
+def test_meter_counters_carry_the_meter_and_its_class(registry):
+    labels = {"dp_id": DP1, "meter": str(0x51530002), "class": "udp"}
+    assert registry.get_sample_value("ovsqos_meter_packets_total", labels) == 900
+    assert registry.get_sample_value("ovsqos_meter_bytes_total", labels) == 1_300_000
+    assert registry.get_sample_value("ovsqos_meter_dropped_packets_total", labels) == 400
+
+
 def test_capacity_is_in_bytes_per_second(registry):
     assert registry.get_sample_value("ovsqos_port_capacity_bytes_per_second", port(DP1, 1)) == 625_000
 
@@ -99,7 +107,7 @@ def test_the_exposition_parses_and_counters_end_in_total(registry):
     assert families["ovsqos_port_tx_bytes"].type == "counter"
     assert families["ovsqos_port_congested"].type == "gauge"
     counters = re.findall(r"^# TYPE (\S+) counter$", text, re.MULTILINE)
-    assert len(counters) == 8 + 3 + 4     # port, queue, then qos events, openflow errors, drift repairs, polls
+    assert len(counters) == 8 + 3 + 3 + 4   # port, queue, meter, then qos events, openflow errors, drift repairs, polls
     assert all(name.endswith("_total") for name in counters)
     samples = [line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")]
     counter_families = {name[:-len("_total")] for name in counters}

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from controller.core.congestion import CongestionConfig
-from controller.core.policy import PolicyError, load_document, load_policy, parse_policy, parse_rate
+from controller.core.policy import Police, PolicyError, load_document, load_policy, parse_policy, parse_rate
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 SHIPPED = sorted(POLICIES.glob("*.yaml"))
@@ -193,6 +193,16 @@ MALFORMED = [
     ("output nowhere", lambda d: _set(s1_flow(d, 0), "actions", [{"output": "nowhere"}]),
      "switches.s1.flows[0].actions[0].output", "'nowhere' is not a port; use a number from 1 to 65279 or one of normal"),
     ("unknown class key", lambda d: _set(d["classes"]["tcp"], "burst", 10), "classes.tcp.burst", "unknown key"),
+    ("police without rate", lambda d: _set(d["classes"]["udp"], "police", {"burst": "10kbit"}),
+     "classes.udp.police.rate", "missing"),
+    ("police below 1kbit", lambda d: _set(d["classes"]["udp"], "police", {"rate": "500bit"}),
+     "classes.udp.police.rate", "below 1kbit"),
+    ("police burst below 1kbit", lambda d: _set(d["classes"]["udp"], "police", {"rate": "1Mbit", "burst": 100}),
+     "classes.udp.police.burst", "below 1kbit"),
+    ("police unknown key", lambda d: _set(d["classes"]["udp"], "police", {"rate": "1Mbit", "colour": "red"}),
+     "classes.udp.police.colour", "unknown key"),
+    ("police not a mapping", lambda d: _set(d["classes"]["udp"], "police", "1Mbit"),
+     "classes.udp.police", "expected a mapping"),
     ("switches not a mapping", lambda d: _set(d, "switches", ["s1", "s2"]), "switches",
      "expected a mapping of keys to values, got list"),
 ]
@@ -228,6 +238,22 @@ def test_an_infinite_priority_is_a_policy_error():
     s1_flow(doc, 0)["priority"] = float("inf")   # YAML: priority: .inf
     with pytest.raises(PolicyError, match=r"^switches\.s1\.flows\[0\]\.priority: "):
         parse_policy(doc)
+
+
+def test_police_holds_a_class_to_a_rate_with_a_burst_of_100_ms_unless_given():
+    policy = load_policy(POLICIES / "police.yaml")
+    assert policy.traffic_class("udp").police == Police(rate_kbps=500, burst_kbits=50)
+    assert policy.traffic_class("tcp").police is None
+    assert {p.queues for s in policy.switches for p in s.ports} == {"fifo"}
+    doc = shipped("reserve")
+    doc["classes"]["udp"]["police"] = {"rate": "2Mbit"}
+    assert parse_policy(doc).traffic_class("udp").police == Police(2000, 200)
+
+
+def test_a_policy_over_a_policing_base_may_drop_police_with_null(tmp_path):
+    (tmp_path / "mine.yaml").write_text(f"base: {POLICIES / 'police.yaml'}\nname: mine\n"
+                                        "classes:\n  udp: {police: null}\n")
+    assert load_policy(tmp_path / "mine.yaml").traffic_class("udp").police is None
 
 
 def test_the_same_port_twice_is_refused():

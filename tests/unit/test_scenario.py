@@ -122,3 +122,22 @@ def test_idle_ports_become_auto_ports_beside_the_studys_own():
     assert [(sw.dp_id, [(p.port_no, p.queues, p.capacity_bps) for p in sw.ports]) for sw in idle] == \
         [(0x1000, [(1, "auto", 100_000_000), (2, "auto", 100_000_000)]), (0x1001, [(1, "auto", 100_000_000)])]
     assert parse_policy(study).switches == tuple(sw for sw in policy.switches if sw.dp_id < 0x1000)
+
+
+def test_udp_alone_runs_after_tcp_in_a_lane_of_its_own():
+    from topo.studies.main import LONE_UDP, TCP_GONE_SECONDS, lanes
+    scenario = parse_scenario({"udp_steps_mbps": [0, 4], "step_seconds": 5, "cooldown_seconds": 2})
+    assert scenario.lone_udp == 4.0                              # 80 % of the 5 Mbit/s bottleneck
+    tcp_lane, steps, (wait, alone) = lanes(scenario)
+    assert wait.seconds == tcp_lane[0].seconds + TCP_GONE_SECONDS and not wait.label
+    assert (alone.name, alone.udp_mbps, alone.seconds) == (LONE_UDP, 4.0, 5)
+    assert len(lanes(parse_scenario({"lone_udp_mbps": 0}))) == 2
+
+
+def test_the_launcher_holds_a_policed_class_to_its_min_share_of_the_bottleneck_or_the_given_rate():
+    from controller.core.policy import Police, parse_policy
+    from topo.studies.base import policy_document
+    doc = policy_document("police", 10_000_000, 25)
+    assert parse_policy(doc).traffic_class("udp").police == Police(1000, 100)   # 10 % of 10 Mbit/s
+    doc = policy_document("police", 10_000_000, 25, police_bps=2_000_000)
+    assert parse_policy(doc).traffic_class("udp").police == Police(2000, 200)

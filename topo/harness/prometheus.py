@@ -55,7 +55,7 @@ def prometheus(data_dir: Path, mode: str = "auto", record: RunRecord | None = No
         record.process(proc.pid, "prometheus")
     try:
         deadline = time.monotonic() + 30
-        while not _ready(url):
+        while not ready(url):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise PrometheusError(f"prometheus did not start; see {data_dir / 'prometheus.log'}")
             time.sleep(0.2)
@@ -84,7 +84,7 @@ def _listening() -> bool:
         return sock.connect_ex(LISTEN) == 0
 
 
-def _ready(url: str) -> bool:
+def ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
             return resp.status == 200

@@ -162,17 +162,23 @@ def _run_trials(study: Study, plan: Any, host: Host, args: argparse.Namespace, d
 
 # --- what trials share ------------------------------------------------------------------------
 
-def policy_document(name: str, capacity_bps: int, queue_packets: int, discipline: str = "fifo") -> dict:
-    """policies/<name>.yaml (or a path), validated, every port with the study's rate and queue."""
+def policy_document(name: str, capacity_bps: int, queue_packets: int, discipline: str = "fifo",
+                    police_bps: int | None = None) -> dict:
+    """policies/<name>.yaml (or a path), validated, every port with the study's rate and queue, and every
+    policed class held to `police_bps`, or by default to its min share of the study's rate (with the
+    default burst, 100 ms at that rate)."""
     path = Path(name) if name.endswith((".yaml", ".yml")) else REPO / "policies" / f"{name}.yaml"
     if not path.is_file():
         raise PolicyError(f"--policy {name}: no file {path}; choose one of "
                           f"{', '.join(p.stem for p in sorted((REPO / 'policies').glob('*.yaml')))}")
     doc = load_document(path)   # its base merged in
-    parse_policy(doc)   # named errors before anything is overridden
+    policy = parse_policy(doc)   # named errors before anything is overridden
     for switch in doc["switches"].values():
         for port in (switch or {}).get("ports", {}).values():
             port.update(capacity=capacity_bps, queue_packets=queue_packets, discipline=discipline)
+    for cls in policy.classes:
+        if cls.police:
+            doc["classes"][cls.name]["police"] = {"rate": police_bps or round(cls.min_share * capacity_bps)}
     parse_policy(doc)
     return doc
 

@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from controller.core.policy import parse_policy
+from controller.core.policy import PolicyError, parse_policy, parse_rate
 from controller.adapters.tc import Tc
 from topo.harness.fidelity import Monitor
 from topo.harness.launch import Host, note
@@ -31,6 +31,8 @@ BOTTLENECK = "s1-eth1"       # s1's port to s2: where h1 → h4 traffic queues
 SLACK_PER_STEP = 1           # TCP outlasts the steps: a UDP test's control exchange may start late
 IDLE_PORTS_PER_BRIDGE = 20   # --idle-ports: as bench/scale.py lays them out
 IDLE_CAPACITY = "100Mbit"
+LONE_UDP = "udp_alone"
+TCP_GONE_SECONDS = 2         # after TCP's -t: its last segments and close are through
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,12 @@ class MainStudy(Study):
         p.add_argument("--tcp-flows", type=int, help="parallel TCP flows h1 → h4 (default 1)")
         p.add_argument("--repeat", type=int, help="run each policy this many times, each on a fresh network "
                                                   "(default 1); steps report the median and the range")
+        p.add_argument("--lone-udp", type=float, metavar="MBPS",
+                       help="UDP rate run alone once TCP has ended, to show what a policy makes of an idle link "
+                            "(default 80%% of the bottleneck; 0: skip)")
+        p.add_argument("--police-rate", metavar="RATE",
+                       help="rate a policed class is held to, e.g. 1Mbit (default: its min share of the bottleneck, "
+                            "what reserve reserves for it)")
         p.add_argument("--idle-ports", type=int, help="also put N idle auto ports (on bridges of 20) under the "
                                                       "controller, to see the study with a loaded controller")
         p.add_argument("--prometheus", choices=("auto", "none"), default="auto",
@@ -70,9 +78,13 @@ class MainStudy(Study):
             scenario = _scenario(args)
         except ScenarioError as err:
             raise UsageError(str(err)) from None
+        try:
+            police_bps = parse_rate(args.police_rate, "--police-rate") if args.police_rate else None
+        except PolicyError as err:
+            raise UsageError(str(err)) from None
         documents = {}
         for name in args.policy:
-            doc = policy_document(name, scenario.bottleneck_bps, scenario.queue_packets)
+            doc = policy_document(name, scenario.bottleneck_bps, scenario.queue_packets, police_bps=police_bps)
             documents[doc["name"]] = doc
         return Plan(scenario, documents)
 
@@ -128,7 +140,8 @@ def _scenario(args: argparse.Namespace) -> Scenario:
                                              "udp_steps_mbps": steps,
                                              "tcp_congestion_control": args.tcp_congestion_control,
                                              "queue_packets": args.queue_packets, "tcp_flows": args.tcp_flows,
-                                             "repeat": args.repeat, "idle_ports": args.idle_ports})
+                                             "repeat": args.repeat, "idle_ports": args.idle_ports,
+                                             "lone_udp_mbps": args.lone_udp})
     if args.quick:
         scenario = scenario.quick()
     if args.step_seconds is not None:
@@ -137,39 +150,50 @@ def _scenario(args: argparse.Namespace) -> Scenario:
 
 
 def lanes(scenario: Scenario) -> list[list[traffic.Item]]:
-    """TCP for the whole run; beside it the UDP steps one after the other, then TCP alone."""
-    tcp = Flow("tcp", "h1", "h4", int(scenario.tcp_seconds + SLACK_PER_STEP * len(scenario.udp_steps_mbps)),
-               congestion_control=scenario.tcp_congestion_control, parallel=scenario.tcp_flows)
+    """TCP for the whole run; beside it the UDP steps one after the other, then TCP alone; once TCP has
+    ended, UDP alone (a lane of its own that waits out TCP)."""
+    tcp_length = int(scenario.tcp_seconds + SLACK_PER_STEP * len(scenario.udp_steps_mbps))
+    tcp = Flow("tcp", "h1", "h4", tcp_length, congestion_control=scenario.tcp_congestion_control,
+               parallel=scenario.tcp_flows)
     steps: list[traffic.Item] = [
         Pause(scenario.step_seconds, label="UDP 0 Mbit/s") if rate == 0 else
         Flow(f"udp_{rate:g}mbps", "h1", "h4", int(scenario.step_seconds), udp_mbps=rate, label=f"UDP {rate:g} Mbit/s")
         for rate in scenario.udp_steps_mbps]
-    return [[tcp], [*steps, Pause(scenario.cooldown_seconds, label="cooldown, TCP alone")]]
+    ran = [[tcp], [*steps, Pause(scenario.cooldown_seconds, label="cooldown, TCP alone")]]
+    if scenario.lone_udp:
+        ran.append([Pause(tcp_length + TCP_GONE_SECONDS),
+                    Flow(LONE_UDP, "h1", "h4", int(scenario.step_seconds), udp_mbps=scenario.lone_udp,
+                         label=f"UDP {scenario.lone_udp:g} Mbit/s alone")])
+    return ran
 
 
 def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None, ctx: TrialContext) -> dict:
     policy = parse_policy(document)
 
     def on_start(item: traffic.Item) -> None:
-        if ctx.live and not (isinstance(item, Flow) and item.udp_mbps is None):
+        # UDP's offered rate as each step starts; not for TCP, nor the unlabelled wait before UDP alone.
+        if ctx.live and (item.udp_mbps is not None if isinstance(item, Flow) else bool(item.label)):
             ctx.live.step(name, item.udp_mbps if isinstance(item, Flow) else 0.0)
 
     with idle_bridges(scenario.idle_ports, IDLE_PORTS_PER_BRIDGE, record=ctx.host.record) as idle, \
             network_under(ctx, StudyTopo(delay=delay), with_idle_ports(document, idle), [("h1", "h4")]) as net:
         started = time.time()
+        planned = lanes(scenario)
         with Monitor(BOTTLENECK) as monitor:
-            ran = traffic.run(net, lanes(scenario), ctx.raw_dir, ctx.tick, on_start)
+            ran = traffic.run(net, planned, ctx.raw_dir, ctx.tick, on_start)
         tc = Tc()
         try:
             classes, leaves = tc.classes(BOTTLENECK), tc.leaves(BOTTLENECK)
         finally:
             tc.close()
         decisions = [d for d in ctx.client.status()["decisions"] if d["time"] >= started]
-    tcp = next(r for r in ran if isinstance(r.item, Flow) and r.item.name == "tcp")
+    by_item = {id(r.item): r for r in ran}
+    tcp = by_item[id(planned[0][0])]
     tcp.require()
-    steps = [r for r in ran if r is not tcp][:len(scenario.udp_steps_mbps)]
+    steps = [by_item[id(item)] for item in planned[1][:len(scenario.udp_steps_mbps)]]
+    alone = by_item[id(planned[2][1])] if len(planned) > 2 else None
     result = report.summarise_run(scenario.bottleneck_bps, scenario.settle_seconds, scenario.udp_steps_mbps, policy,
-                                  tcp, steps, monitor.samples, classes, leaves, decisions)
+                                  tcp, steps, monitor.samples, classes, leaves, decisions, alone)
     reservation = report.reservation_mbps(policy, scenario.bottleneck_bps)
     if reservation is not None and decisions:
         result["episodes"] = episodes(result["steps"], result["decisions"], result["tcp_series"], reservation)

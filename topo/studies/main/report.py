@@ -46,9 +46,10 @@ def step_window(ran: Ran) -> tuple[float, float]:
 
 def summarise_run(capacity_bps: int, settle: float, steps_mbps: tuple[float, ...], policy: Policy,
                   tcp: Ran, steps: list[Ran], samples: list[fidelity.Sample], classes: dict[str, ClassCounters],
-                  leaves: dict[str, Leaf], decisions: list[dict]) -> dict[str, Any]:
-    """One run of one policy: its steps (with their fidelity), the cooldown, the TCP series, the
-    bottleneck's HTB classes at the end and the controller's decisions. Times are from TCP's start."""
+                  leaves: dict[str, Leaf], decisions: list[dict], alone: Ran | None = None) -> dict[str, Any]:
+    """One run of one policy: its steps (with their fidelity), the cooldown, UDP alone after TCP, the TCP
+    series, the bottleneck's HTB classes at the end and the controller's decisions. Times are from TCP's
+    start."""
     t0 = tcp.started
     received, sent = iperf.received(tcp.doc), iperf.sent(tcp.doc)
     streams = iperf.received_streams(tcp.doc)
@@ -78,6 +79,7 @@ def summarise_run(capacity_bps: int, settle: float, steps_mbps: tuple[float, ...
     names = {htb_classid(0): "default", **{htb_classid(c.queue): c.name for c in policy.classes}}
     return {
         "steps": rows,
+        **({"udp_alone": _alone(alone, settle, t0)} if alone else {}),
         "cooldown": {"tcp_mbps": _mbps(iperf.window_mean_bps(received, t0, *cooldown)),
                      "start_s": round(last_end - t0, 3), "end_s": round(tcp.ended - t0, 3)},
         "tcp_series": [{"t": round(i.start, 3), "seconds": round(i.end - i.start, 3), "tcp_mbps": _mbps(i.bps)}
@@ -89,6 +91,16 @@ def summarise_run(capacity_bps: int, settle: float, steps_mbps: tuple[float, ...
         "decisions": [{**d, "t": round(d["time"] - t0, 3)} for d in decisions],
         "t0": t0,
     }
+
+
+def _alone(ran: Ran, settle: float, t0: float) -> dict[str, Any]:
+    """UDP alone on the link: what it offered, what arrived (its first second left out) and what was lost."""
+    start, end = step_window(ran)
+    delivered = None if ran.error or not ran.doc else \
+        iperf.window_mean_bps(iperf.received(ran.doc), start, start + settle, end)
+    return {"udp_mbps_offered": ran.item.udp_mbps, "udp_mbps_delivered": _mbps(delivered),
+            "udp_lost_percent": None if ran.error else (ran.doc or {}).get("end", {}).get("sum", {}).get("lost_percent"),
+            "start_s": round(start - t0, 3), "end_s": round(end - t0, 3), **({"error": ran.error} if ran.error else {})}
 
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -109,7 +121,12 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
             row["tcp_jain_index"] = _median([s["tcp_jain_index"] for s in per])
         steps.append(row)
     episodes = [e for run in runs for e in run.get("episodes", [])]
-    return {"steps": steps, "repetitions": runs,
+    alone = [run["udp_alone"] for run in runs if "udp_alone" in run]
+    if alone:
+        alone_row = {"udp_mbps_offered": alone[0]["udp_mbps_offered"],
+                     **_spread("udp_mbps_delivered", [a["udp_mbps_delivered"] for a in alone]),
+                     "udp_lost_percent": _median([a["udp_lost_percent"] for a in alone])}
+    return {"steps": steps, **({"udp_alone": alone_row} if alone else {}), "repetitions": runs,
             "reaction_seconds": [e["reaction_seconds"] for e in episodes],
             "recovery_seconds": [e["recovery_seconds"] for e in episodes]}
 
@@ -130,6 +147,14 @@ def table(summary: dict[str, Any]) -> str:
             cells += [_ranged(step, "tcp_mbps") + mark, _ranged(step, "udp_mbps_delivered")]
             notes += [f"{n} at UDP {step['udp_mbps_offered']:g} Mbit/s: {note}" for note in step["fidelity_notes"]]
         lines.append(f"| {first['udp_mbps_offered']:g} | " + " | ".join(cells) + " |")
+    if all("udp_alone" in policies[n] for n in names):
+        cells = []
+        for n in names:
+            alone = policies[n]["udp_alone"]
+            lost = alone["udp_lost_percent"]
+            cells += ["–", _ranged(alone, "udp_mbps_delivered") + ("" if lost is None else f" ({lost:.0f} % lost)")]
+        offered = policies[names[0]]["udp_alone"]["udp_mbps_offered"]
+        lines.append(f"| {offered:g}, alone after TCP | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     if notes:
         text += f"\n{UNFAITHFUL} not faithful (the emulator, not the policy, decided):\n" + \
@@ -139,13 +164,20 @@ def table(summary: dict[str, Any]) -> str:
 
 def figure(summary: dict[str, Any], path: Path) -> None:
     """The study's Figure 2: TCP throughput against offered UDP rate, one line per policy; with
-    repeats a band from the minimum to the maximum; unfaithful steps as hollow markers."""
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    repeats a band from the minimum to the maximum; unfaithful steps as hollow markers. Beside it,
+    when the run had one, what each policy delivered of UDP alone on the link."""
+    alone = {name: r["udp_alone"] for name, r in summary["policies"].items() if "udp_alone" in r}
+    if alone:
+        fig, (ax, side) = plt.subplots(1, 2, figsize=(9.5, 4.2), dpi=120, gridspec_kw={"width_ratios": [3, 1.2]})
+    else:
+        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    colours = {}
     hollow_labelled = False
     for name, result in summary["policies"].items():
         steps = result["steps"]
         xs = [s["udp_mbps_offered"] for s in steps]
         line, = ax.plot(xs, [s["tcp_mbps"] or 0 for s in steps], marker="o", label=name)
+        colours[name] = line.get_color()
         if len(result.get("repetitions", ())) > 1:
             ax.fill_between(xs, [s["tcp_mbps_min"] or 0 for s in steps], [s["tcp_mbps_max"] or 0 for s in steps],
                             color=line.get_color(), alpha=0.2, linewidth=0)
@@ -167,9 +199,27 @@ def figure(summary: dict[str, Any], path: Path) -> None:
                  + (f" (median of {repeats} runs, band: min–max)" if repeats > 1 else ""), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    if alone:
+        _alone_bars(side, alone, colours, summary["bottleneck_mbps"])
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _alone_bars(ax, alone: dict[str, dict], colours: dict[str, str], bottleneck_mbps: float) -> None:
+    names = list(alone)
+    delivered = [alone[n]["udp_mbps_delivered"] or 0 for n in names]
+    ax.bar(names, delivered, color=[colours[n] for n in names])
+    for k, value in enumerate(delivered):
+        ax.text(k, value, f"{value:.2f}", ha="center", va="bottom", fontsize=8)
+    offered = alone[names[0]]["udp_mbps_offered"]
+    ax.axhline(offered, color="grey", linestyle="--", label="offered")
+    ax.set_ylim(bottom=0, top=bottleneck_mbps * 1.15)
+    ax.set_ylabel("UDP delivered (Mbit/s)")
+    ax.set_title(f"UDP {offered:g} Mbit/s alone (TCP ended)", fontsize=10)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
 
 
 def _spread(key: str, values: list[float | None]) -> dict[str, float | None]:

@@ -31,6 +31,7 @@ class Scenario:
     tcp_flows: int = 1                    # parallel TCP flows h1 → h4
     repeat: int = 1                       # runs of each policy, each on a fresh network
     idle_ports: int = 0                   # extra auto ports on idle bridges the controller also polls
+    lone_udp_mbps: float | None = None    # UDP alone once TCP has ended (None: 80 % of the bottleneck; 0: none)
 
 
     def __post_init__(self) -> None:
@@ -48,6 +49,11 @@ class Scenario:
             raise ScenarioError(f"idle_ports: {self.idle_ports!r} is not a whole number from 0 to 10000")
         if self.settle_seconds >= self.step_seconds:
             raise ScenarioError("settle_seconds: must be shorter than step_seconds, or no second is measured")
+
+    @property
+    def lone_udp(self) -> float:
+        """The rate of the UDP flow run alone after TCP: what a policy makes of an otherwise idle link."""
+        return round(0.8 * self.bottleneck_bps / 1e6, 3) if self.lone_udp_mbps is None else self.lone_udp_mbps
 
     @property
     def tcp_seconds(self) -> float:
@@ -82,7 +88,7 @@ def parse_scenario(doc: dict[str, Any]) -> Scenario:
             values["bottleneck_bps"] = parse_rate(doc["bottleneck"], "bottleneck")
         except PolicyError as err:
             raise ScenarioError(str(err)) from None
-    for key in ("step_seconds", "settle_seconds", "cooldown_seconds"):
+    for key in ("step_seconds", "settle_seconds", "cooldown_seconds", "lone_udp_mbps"):
         if key in doc:
             values[key] = _number(doc[key], key, 0)
     if "udp_steps_mbps" in doc:
