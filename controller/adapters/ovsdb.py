@@ -124,7 +124,7 @@ class Ovsdb:
         queues = tuple(QueueSpec(queue_id, _int(q.other_config, "min-rate"), _int(q.other_config, "max-rate"),
                                  q.external_ids.get("class", ""), _int(q.other_config, "priority"))
                        for queue_id, q in sorted(qos.queues.items()))
-        return OvsdbQos(qos.external_ids.get("mode", ""), _int(qos.other_config, "max-rate"), queues)
+        return OvsdbQos(qos.external_ids.get("mode", ""), _int(qos.other_config, "max-rate"), queues, qos.type)
 
     def apply(self, changes: dict[str, QosSpec | None], tags: dict[str, str] | None = None,
               port_tags: dict[str, dict[str, str]] | None = None) -> None:
@@ -208,7 +208,7 @@ class _ReplacePortQos(command.BaseCommand):
             row.external_ids = {**self.ids, "class": q.traffic_class}
             queues[q.queue_id] = row
         qos = txn.insert(self.api.tables["QoS"])
-        qos.type = "linux-htb"
+        qos.type = self.spec.qos_type
         qos.other_config = {"max-rate": str(self.spec.max_bps)}
         qos.queues = queues
         qos.external_ids = {**self.ids, "mode": self.spec.mode}

@@ -1,11 +1,14 @@
-"""Linux traffic control over netlink (pyroute2): what OVS's linux-htb QoS needs beside OVSDB.
+"""Linux traffic control over netlink (pyroute2): what OVS's linux-htb (or linux-hfsc) QoS needs
+beside OVSDB.
 
-OVS builds the HTB root 1: and a class 1:<queue+1> per queue on the port's device. This module
+OVS builds the HTB (or HFSC) root 1: and a class 1:<queue+1> per queue on the port's device,
+both under a parent class 1:fffe. This module
 reads their counters and adds two things OVS does not:
 - leaves: the qdisc under each class. OVS leaves the kernel's default pfifo, as long as the
   device's txqueuelen; the policy chooses its length and discipline (controller/queues.py).
 - filters: u32 rules that send a DSCP mark to its class, because the userspace datapath ignores
-  set_queue (every packet leaves through one AF_PACKET socket).
+  set_queue (every packet leaves through one AF_PACKET socket); one per mark for IPv4's DS field
+  and one for IPv6's traffic class, at a prio each (the kernel keeps one protocol per prio).
 Disciplines other than FIFOs (sfq, codel, fq_codel, red) go through the `tc` command: pyroute2
 0.8 cannot encode all of them, and they are only set when a port asks for one.
 One lock serialises every netlink call: a pyroute2 socket must not be shared by two green or
@@ -30,10 +33,25 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_GETQDISC, RTM_GETTFILTER, RTM_NEWQDISC, RTM_NEWTFILTER, RTMGRP_TC
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
-FILTER_PRIO = 7                 # our filters live at this prio, so we replace only our own
-ROOT = 0x10000                  # 1: (OVS's HTB root)
-ETH_P_IP = 0x0800
-DSCP_MASK = 0x00FC0000          # the DS field's six DSCP bits in the first word of the IPv4 header
+ROOT = 0x10000                  # 1: (OVS's HTB or HFSC root)
+QDISC_KINDS = ("htb", "hfsc")   # OVS's linux-htb and linux-hfsc
+
+
+@dataclass(frozen=True)
+class DscpFilter:
+    """Where a family's DSCP sits in the first 32-bit word of its header, and our filters' prio for it:
+    we replace only our own prios."""
+    protocol: int
+    prio: int
+    shift: int                  # of the six DSCP bits
+
+    @property
+    def mask(self) -> int:
+        return 0x3F << self.shift
+
+
+FILTERS = {"ipv4": DscpFilter(0x0800, 7, 18),   # version, IHL, then the DS field
+           "ipv6": DscpFilter(0x86DD, 8, 22)}   # version, then the traffic class
 FIFO_KINDS = ("pfifo", "pfifo_head_drop")
 
 
@@ -140,7 +158,7 @@ class Tc:
         counters = {}
         for msg in msgs:
             stats = msg.get_attr("TCA_STATS2")
-            if msg.get_attr("TCA_KIND") != "htb" or stats is None:
+            if msg.get_attr("TCA_KIND") not in QDISC_KINDS or stats is None:
                 continue
             basic, queue = stats.get_attr("TCA_STATS_BASIC"), stats.get_attr("TCA_STATS_QUEUE")
             counters[classid(msg["handle"])] = ClassCounters(basic["bytes"], basic["packets"], queue["drops"],
@@ -179,40 +197,43 @@ class Tc:
                               basic["packets"], queue["drops"], queue["backlog"], queue["qlen"])
         return found
 
-    def filters(self, iface: str) -> set[tuple[int, str]]:
-        """(dscp, class) of our DSCP filters on the device."""
+    def filters(self, iface: str) -> set[tuple[str, int, str]]:
+        """(family, dscp, class) of our DSCP filters on the device."""
         index = self.ifindex(iface)
         if index is None:
             return set()
-        request = tcmsg()
-        request["index"], request["parent"], request["info"] = index, ROOT, FILTER_PRIO << 16
-        with self._netlink() as ipr:
-            msgs = tuple(ipr.nlm_request(request, RTM_GETTFILTER, NLM_F_REQUEST | NLM_F_DUMP))
         found = set()
-        for msg in msgs:
-            options = msg.get_attr("TCA_OPTIONS")
-            if msg.get_attr("TCA_KIND") != "u32" or options is None:
-                continue
-            sel, target = options.get_attr("TCA_U32_SEL"), options.get_attr("TCA_U32_CLASSID")
-            if sel is None or target is None:
-                continue   # the u32 hash table entries
-            for value, mask, offset in _u32_keys(sel):
-                if mask == DSCP_MASK and offset == 0:
-                    found.add(((value & DSCP_MASK) >> 18, classid(target)))
+        for family, spec in FILTERS.items():
+            request = tcmsg()
+            request["index"], request["parent"], request["info"] = index, ROOT, spec.prio << 16
+            with self._netlink() as ipr:
+                msgs = tuple(ipr.nlm_request(request, RTM_GETTFILTER, NLM_F_REQUEST | NLM_F_DUMP))
+            for msg in msgs:
+                options = msg.get_attr("TCA_OPTIONS")
+                if msg.get_attr("TCA_KIND") != "u32" or options is None:
+                    continue
+                sel, target = options.get_attr("TCA_U32_SEL"), options.get_attr("TCA_U32_CLASSID")
+                if sel is None or target is None:
+                    continue   # the u32 hash table entries
+                for value, mask, offset in _u32_keys(sel):
+                    if mask == spec.mask and offset == 0:
+                        found.add((family, (value & mask) >> spec.shift, classid(target)))
         return found
 
     def replace_filters(self, iface: str, marks: tuple[tuple[int, int], ...]) -> None:
         """Make our filters exactly `marks` ((dscp, queue_id) pairs); an empty tuple removes them."""
         index = self._require(iface)
         with self._netlink() as ipr:
-            try:
-                ipr.tc("del-filter", index=index, parent=ROOT, info=FILTER_PRIO << 16)
-            except NetlinkError as err:
-                if err.code not in (errno.ENOENT, errno.EINVAL):   # no filter there / no HTB root yet
-                    raise
+            for spec in FILTERS.values():
+                try:
+                    ipr.tc("del-filter", index=index, parent=ROOT, info=spec.prio << 16)
+                except NetlinkError as err:
+                    if err.code not in (errno.ENOENT, errno.EINVAL):   # no filter there / no HTB root yet
+                        raise
             for dscp, queue_id in marks:
-                ipr.nlm_request(_dscp_filter(index, dscp, ROOT | (queue_id + 1)), RTM_NEWTFILTER,
-                                      NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE)
+                for spec in FILTERS.values():
+                    ipr.nlm_request(_dscp_filter(index, spec, dscp, ROOT | (queue_id + 1)), RTM_NEWTFILTER,
+                                    NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE)
 
     def replace_leaf(self, iface: str, cls: str, leaf: tuple[str, ...]) -> None:
         """Put `leaf` (a tc qdisc spec: kind, then its arguments) under HTB class `cls`."""
@@ -293,12 +314,12 @@ def tc_announcements(data: bytes, ours: int) -> set[int]:
     return devices
 
 
-def _dscp_filter(index: int, dscp: int, target: int) -> _U32DscpFilter:
+def _dscp_filter(index: int, spec: DscpFilter, dscp: int, target: int) -> _U32DscpFilter:
     msg = _U32DscpFilter()
     msg["family"], msg["index"], msg["handle"], msg["parent"] = socket.AF_UNSPEC, index, 0, ROOT
-    msg["info"] = FILTER_PRIO << 16 | socket.htons(ETH_P_IP)
+    msg["info"] = spec.prio << 16 | socket.htons(spec.protocol)
     selector = {"flags": 1, "offshift": 0, "nkeys": 1, "offmask": 0, "off": 0, "offoff": 0, "hoff": 0, "hmask": 0,
-                "key_mask": DSCP_MASK, "key_val": (dscp << 2) << 16, "key_off": 0, "key_offmask": 0}
+                "key_mask": spec.mask, "key_val": dscp << spec.shift, "key_off": 0, "key_offmask": 0}
     msg["attrs"] = [["TCA_KIND", "u32"],
                     ["TCA_OPTIONS", {"attrs": [["TCA_U32_CLASSID", target], ["TCA_U32_SEL", selector]]}]]
     return msg

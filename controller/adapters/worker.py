@@ -134,7 +134,8 @@ class Worker:
             hub.sleep(0.05)
         if plan.waiting:
             if job.qos:
-                result.error = f"{job.iface}: OVS did not build the HTB classes within {CLASS_WAIT_SECONDS:g} s"
+                result.error = (f"{job.iface}: OVS did not build the {job.spec.qos_type} classes within "
+                                f"{CLASS_WAIT_SECONDS:g} s; `topo/run.py doctor` says whether the kernel has the qdisc")
             result.missing = True
             return
         for cls in plan.leaves:

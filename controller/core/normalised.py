@@ -75,4 +75,4 @@ def _match_value(key: str, value: Any) -> Any:
 
 def _port(port: PortPolicy) -> dict[str, Any]:
     return {"capacity": port.capacity_bps, "queues": port.queues, "queue_packets": port.queue_packets,
-            "discipline": port.discipline}
+            "discipline": port.discipline, "qos_type": port.qos_type}

@@ -115,15 +115,19 @@ class TcChanges:
         return bool(self.leaves) or self.filters is not None
 
 
+FILTER_FAMILIES = ("ipv4", "ipv6")   # each mark is filtered for both: a class may steer either
+
+
 def tc_changes(spec: QosSpec, userspace: bool, classes: set[str], leaves: dict[str, tuple[str, int | None]],
-               filters: set[tuple[int, str]]) -> TcChanges:
-    """`leaves`: class → (kind, packet limit) in force; `filters`: (dscp, class) in force."""
+               filters: set[tuple[str, int, str]]) -> TcChanges:
+    """`leaves`: class → (kind, packet limit) in force; `filters`: (family, dscp, class) in force."""
     wanted = spec_classes(spec)
     if not set(wanted) <= classes:
         return TcChanges(waiting=True)
     kind, limit = spec.leaf[0], _limit(spec.leaf)
     bad = tuple(c for c in wanted if leaves.get(c, (None, None)) != (kind, limit))
-    marks = {(dscp, htb_classid(q)) for dscp, q in spec.marks} if userspace else set()
+    marks = {(family, dscp, htb_classid(q)) for family in FILTER_FAMILIES for dscp, q in spec.marks} \
+        if userspace else set()
     return TcChanges(False, bad, spec.marks if userspace and filters != marks else None)
 
 

@@ -24,6 +24,7 @@ from controller.core.document import load_yaml
 from controller.core.errors import PolicyError
 
 QUEUE_MODES = ("fifo", "reserve", "auto")
+QOS_TYPES = ("linux-htb", "linux-hfsc")                      # OVS QoS types with min/max queues on Linux
 DISCIPLINES = ("fifo", "sfq", "codel", "fq_codel", "red")   # the qdisc under each HTB class
 DEFAULT_QUEUE_PACKETS = 1000                                # Linux's default txqueuelen
 IP_PROTOS = {"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58}
@@ -84,6 +85,7 @@ class PortPolicy:
     queues: str          # one of QUEUE_MODES
     queue_packets: int = DEFAULT_QUEUE_PACKETS   # packet limit of each class's queue
     discipline: str = "fifo"                      # one of DISCIPLINES
+    qos_type: str = "linux-htb"                   # one of QOS_TYPES
 
 
 @dataclass(frozen=True)
@@ -294,7 +296,7 @@ def _switch(name: str, doc: Any, classes: tuple[TrafficClass, ...]) -> SwitchPol
 def _port(port_no: Any, doc: Any, where: str) -> PortPolicy:
     number = _int(port_no, where, 1, MAX_PORT)
     doc = _mapping(doc, where)
-    _known_keys(doc, where, ("capacity", "queues", "queue_packets", "discipline"))
+    _known_keys(doc, where, ("capacity", "queues", "queue_packets", "discipline", "qos_type"))
     if "capacity" not in doc:
         raise PolicyError(f"{where}.capacity: missing; give the port's rate, e.g. 5Mbit")
     queues = doc.get("queues", "fifo")
@@ -303,8 +305,12 @@ def _port(port_no: Any, doc: Any, where: str) -> PortPolicy:
     discipline = doc.get("discipline", "fifo")
     if discipline not in DISCIPLINES:
         raise PolicyError(f"{where}.discipline: {discipline!r} is not one of {', '.join(DISCIPLINES)}")
+    qos_type = doc.get("qos_type", "linux-htb")
+    if qos_type not in QOS_TYPES:
+        raise PolicyError(f"{where}.qos_type: {qos_type!r} is not one of {', '.join(QOS_TYPES)}")
     queue_packets = _int(doc.get("queue_packets", DEFAULT_QUEUE_PACKETS), f"{where}.queue_packets", 1, 100_000)
-    return PortPolicy(number, parse_rate(doc["capacity"], f"{where}.capacity"), queues, queue_packets, discipline)
+    return PortPolicy(number, parse_rate(doc["capacity"], f"{where}.capacity"), queues, queue_packets, discipline,
+                      qos_type)
 
 
 def _flow(doc: Any, where: str, classes: tuple[TrafficClass, ...]) -> tuple[FlowRule, ...]:
@@ -339,11 +345,11 @@ def _check_classified(name: Any, matches: list[tuple[Match, str]], outputs: tupl
         raise PolicyError(f"{where}.class: a classified flow needs exactly one output to a "
                           "numbered port; split it into one flow per port")
     for match, at in matches:
-        # The userspace datapath's tc filters read the IPv4 DS field: an IPv6 packet would miss its queue.
-        if dict(match).get("eth_type") != ETH_TYPE_IPV4:
+        # The userspace datapath steers by a DSCP mark, which only IP packets carry.
+        if dict(match).get("eth_type") not in (ETH_TYPE_IPV4, ETH_TYPE_IPV6):
             target = "the match" if at.endswith(".match") else at.rsplit(".", 1)[1]
-            raise PolicyError(f"{where}.class: classes steer IPv4 only; add ip_proto, ipv4_src/ipv4_dst or "
-                              f"eth_type: ipv4 to {target}")
+            raise PolicyError(f"{where}.class: classes steer IP packets only; add ip_proto, an address, or "
+                              f"eth_type: ipv4 or ipv6 to {target}")
 
 
 def _distinct(flows: tuple[FlowRule, ...]) -> None:

@@ -1,4 +1,4 @@
-"""Policy → the OVS QoS (linux-htb) a port should have, and the queue under each of its classes.
+"""Policy → the OVS QoS (linux-htb, or linux-hfsc) a port should have, and the queue under each of its classes.
 
 Pure. Queue 0 is the HTB default class: OVS sends everything not steered elsewhere there, so it
 must exist in every QoS (PLATFORM.md).
@@ -33,6 +33,7 @@ class OvsdbQos:
     mode: str
     max_bps: int
     queues: tuple[QueueSpec, ...]
+    qos_type: str = "linux-htb"
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,11 @@ class QosSpec:
     queues: tuple[QueueSpec, ...]
     marks: tuple[tuple[int, int], ...]   # (dscp, queue_id) for tc filters on the userspace datapath
     leaf: tuple[str, ...]                # tc qdisc spec under every class: kind, then its arguments
+    qos_type: str = "linux-htb"          # linux-hfsc has no HTB priority: OVS ignores the queues' priority
 
     @property
     def ovsdb(self) -> OvsdbQos:
-        return OvsdbQos(self.mode, self.max_bps, self.queues)
+        return OvsdbQos(self.mode, self.max_bps, self.queues, self.qos_type)
 
 
 def leaf_spec(port: PortPolicy, userspace: bool) -> tuple[str, ...]:
@@ -67,7 +69,7 @@ def leaf_spec(port: PortPolicy, userspace: bool) -> tuple[str, ...]:
 def fifo_qos(port: PortPolicy, userspace: bool) -> QosSpec:
     """One queue at the port's capacity: the study's single FIFO bottleneck."""
     queue = QueueSpec(0, port.capacity_bps, port.capacity_bps, "default")
-    return QosSpec("fifo", port.capacity_bps, (queue,), (), leaf_spec(port, userspace))
+    return QosSpec("fifo", port.capacity_bps, (queue,), (), leaf_spec(port, userspace), port.qos_type)
 
 
 def reserve_qos(policy: Policy, port: PortPolicy, userspace: bool) -> QosSpec:
@@ -80,7 +82,7 @@ def reserve_qos(policy: Policy, port: PortPolicy, userspace: bool) -> QosSpec:
     default_min = max(cap - sum(q.min_bps for q in classes), cap // 100)
     queues = [QueueSpec(0, default_min, cap, "default"), *classes]
     marks = tuple((c.dscp, c.queue) for c in policy.classes)
-    return QosSpec("reserve", cap, tuple(queues), marks, leaf_spec(port, userspace))
+    return QosSpec("reserve", cap, tuple(queues), marks, leaf_spec(port, userspace), port.qos_type)
 
 
 def desired_qos(policy: Policy, port: PortPolicy, reserving: bool, userspace: bool) -> QosSpec:

@@ -82,8 +82,11 @@ def test_reserve_then_fifo_then_remove(port):
     assert db.port_qos(iface) == reserve.ovsdb                # read back row by row
     # Userspace datapath: filters carry the class choice; they must be removable before a change.
     TC.replace_filters(iface, ((1, 1), (2, 2)))
-    assert TC.filters(iface) == {(1, "1:2"), (2, "1:3")}
-    assert "match 00040000/00fc0000 at 0" in sh("tc", "filter", "show", "dev", iface, "parent", "1:")   # as tc writes it
+    assert TC.filters(iface) == {(family, dscp, cls) for family in ("ipv4", "ipv6") for dscp, cls in ((1, "1:2"),
+                                                                                                      (2, "1:3"))}
+    shown = sh("tc", "filter", "show", "dev", iface, "parent", "1:")
+    assert "match 00040000/00fc0000 at 0" in shown    # IPv4's DS field, as `tc ... match ip dsfield` writes it
+    assert "match 00400000/0fc00000 at 0" in shown    # IPv6's traffic class, as `match ip6 priority` writes it
     TC.replace_leaf(iface, "1:2", ("pfifo_head_drop", "limit", "25"))
     assert TC.leaves(iface)["1:2"] == Leaf("pfifo_head_drop", 25)
     TC.replace_filters(iface, ())

@@ -282,7 +282,7 @@ def test_a_restart_with_a_policy_in_force_changes_nothing_and_drops_no_packet_of
     assert leftovers() == NOTHING_LEFT
 
 
-def test_meters_survive_a_restart_unchanged_without_an_error_and_go_with_the_policy(controller):
+def test_meters_survive_a_restart_unchanged_without_an_error_come_back_and_go_with_the_policy(controller):
     proc, tmp_path, bridges = controller
     doc = policy("policed", queues="fifo")
     doc["classes"]["udp"]["police"] = {"rate": "2Mbit", "burst": "200kbit"}
@@ -305,6 +305,11 @@ def test_meters_survive_a_restart_unchanged_without_an_error_and_go_with_the_pol
         assert "ovsqos_openflow_errors_total{" not in metrics
         for dpid in DPIDS:
             assert f'ovsqos_meter_packets_total{{class="udp",dp_id="{dpid:016x}",meter="1364393986"}}' in metrics
+        # Deleted by hand, with the flow that names it (OpenFlow deletes both): both back within two polls.
+        sh("ovs-ofctl", "-O", "OpenFlow13", "del-meter", bridges[0], "meter=1364393986")
+        assert len(flow_specs(bridges[0])) == len(before[bridges[0]][1]) - 1
+        time.sleep(2.5)
+        assert (meters(bridges[0]), flow_specs(bridges[0])) == before[bridges[0]]
         assert rest("DELETE", "/policy")[0] == 200
         assert all(meters(b) == [] and flow_specs(b) == [] for b in bridges)
     finally:

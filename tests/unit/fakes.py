@@ -27,7 +27,7 @@ from controller.adapters.config import Settings
 from controller.adapters.ovsdb import BridgeInfo, OvsdbError
 from controller.adapters.tc import ClassCounters, Leaf
 from controller.adapters.worker import SWEEP, Worker
-from controller.core.plan import ABSENT, htb_classid
+from controller.core.plan import ABSENT, FILTER_FAMILIES, htb_classid
 from controller.core.queues import OvsdbQos
 
 
@@ -232,7 +232,7 @@ class FakeTc:
 
     def replace_filters(self, iface: str, marks) -> None:
         self._sync(iface)
-        self.filters_[iface] = {(dscp, htb_classid(q)) for dscp, q in marks}
+        self.filters_[iface] = {(family, dscp, htb_classid(q)) for family in FILTER_FAMILIES for dscp, q in marks}
 
     def ifindex(self, iface: str) -> int:
         return 1000 + sum(map(ord, iface))

@@ -15,6 +15,7 @@ from tests.unit.fakes import FakeController, FakeDatapath, FakeOvsdb
 S1 = {1: "s1-eth1", 2: "s1-eth2", 3: "s1-eth3"}
 S2 = {1: "s2-eth1", 3: "s2-eth3", 4: "s2-eth4"}
 CAPACITY = 5_000_000
+MARKS = {(family, dscp, cls) for family in ("ipv4", "ipv6") for dscp, cls in ((1, "1:2"), (2, "1:3"))}
 
 
 def shipped(name: str) -> dict:
@@ -50,7 +51,7 @@ def test_a_policy_is_answered_once_switches_flows_queues_and_filters_hold_it(net
     assert len(net.s1.table) == 4 and len(net.s2.table) == 4
     assert mode(net) == "reserve" and mode(net, "s2-eth1") == "fifo"
     assert net.s1.steering() == {COOKIE | CLASSIFIED | 3, COOKIE | CLASSIFIED | 4}            # the classified rules steer
-    assert net.app.tc.filters("s1-eth1") == {(1, "1:2"), (2, "1:3")}
+    assert net.app.tc.filters("s1-eth1") == MARKS
     assert {leaf.kind for leaf in net.app.tc.leaves("s1-eth1").values()} == {"pfifo_head_drop"}
     assert all(type(m).__name__ in ("OFPFlowMod", "OFPBarrierRequest", "OFPFlowStatsRequest", "OFPMeterFeaturesStatsRequest",
                                     "OFPMeterConfigStatsRequest") for m in net.s1.sent)
@@ -183,7 +184,7 @@ def test_a_qos_cleared_in_ovsdb_is_back_after_the_next_poll(net):
     up(net)
     del net.ovsdb.qos["s1-eth1"]
     net.app.poll()
-    assert mode(net) == "reserve" and net.app.tc.filters("s1-eth1") == {(1, "1:2"), (2, "1:3")}
+    assert mode(net) == "reserve" and net.app.tc.filters("s1-eth1") == MARKS
     assert net.app.snapshot.drift_repairs == {"qos": 1}
 
 
@@ -192,7 +193,7 @@ def test_filters_changed_on_the_device_are_fixed_when_netlink_says_so(net):
     net.app.tc.filters_["s1-eth1"] = set()
     net.app.posted.append(qos_app.EventTcChanged({net.app.tc.ifindex("s1-eth1")}))
     net.app.settle()
-    assert net.app.tc.filters("s1-eth1") == {(1, "1:2"), (2, "1:3")}
+    assert net.app.tc.filters("s1-eth1") == MARKS
     assert net.app.snapshot.drift_repairs == {"tc": 1}
 
 

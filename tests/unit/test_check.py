@@ -45,7 +45,7 @@ def rich_policy_document() -> dict:
                 {"priority": 30000, "match": {"ipv6_dst": "2001:db8::/48", "tcp_src": 443}, "actions": [{"output": 3}]},
                 {"match": {"eth_type": "arp"}, "actions": [{"output": "flood"}]},
                 {"match": {"eth_dst": "ff:ff:ff:ff:ff:ff"}, "actions": [{"output": "normal"}, {"output": 2}]}],
-                "ports": {1: {"capacity": "100Mbit", "queues": "auto", "discipline": "fq_codel"}}}}}
+                "ports": {1: {"capacity": "100Mbit", "queues": "auto", "discipline": "fq_codel", "qos_type": "linux-htb"}}}}}
 
 
 # --- the checker as a user runs it --------------------------------------------------------------------
@@ -128,7 +128,7 @@ def test_a_normalised_policy_spells_out_every_default_prerequisite_and_expanded_
         (1000, {"eth_type": 0x0806}, [{"output": "flood"}], None),
         (1000, {"eth_dst": "ff:ff:ff:ff:ff:ff"}, [{"output": "normal"}, {"output": 2}], None)]
     assert edge["ports"] == {1: {"capacity": 100_000_000, "queues": "auto", "queue_packets": 1000,
-                                 "discipline": "fq_codel"}}
+                                 "discipline": "fq_codel", "qos_type": "linux-htb"}}
 
 
 def test_the_yaml_writes_dp_id_and_eth_type_in_hex():

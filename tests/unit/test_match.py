@@ -4,9 +4,10 @@ import pytest
 from os_ken.ofproto import ofproto_v1_3_parser
 
 from controller.core.flows import desired_flows
-from controller.core.plan import htb_classid
+from controller.core.plan import htb_classid, tc_changes
 from controller.core.policy import PolicyError, parse_policy
 from controller.core.queues import reserve_qos
+from controller.core.switch_state import SwitchState
 
 
 def policy_with(*flows: dict, classes: dict | None = None):
@@ -183,12 +184,25 @@ def test_matches_that_normalise_alike_are_the_same_match():
         match_of([{"ip_proto": "tcp"}, {"ip_proto": 6, "eth_type": "ipv4"}])
 
 
-def test_a_classified_ipv6_match_is_refused_naming_the_entry():
+def test_a_classified_ipv6_match_is_steered_by_the_same_mark_as_ipv4():
+    policy = policy_with({"class": "c", "actions": [{"output": 1}], "match": [{"udp_dst": 53}, {"ipv6_dst": "2001:db8::1"}]},
+                         classes={"c": {"queue": 1, "dscp": 10}})
+    state = SwitchState(policy, policy.switch(1), userspace=True)
+    v4, v6 = state.flows(frozenset({1}))
+    assert dict(v6.match)["eth_type"] == 0x86DD
+    assert v4.actions == v6.actions == (("set_field", "ip_dscp", 10), ("set_queue", 1), ("output", 1))
+    spec = state.qos({1})[1]
+    changes = tc_changes(spec, True, {"1:1", "1:2"}, {c: ("pfifo_head_drop", 1000) for c in ("1:1", "1:2")},
+                         {("ipv4", 10, "1:2")})
+    assert changes.filters == ((10, 1),)      # the IPv6 filter is missing: both are put back
+
+
+def test_a_classified_match_that_is_not_ip_is_refused_naming_the_entry():
     with pytest.raises(PolicyError) as err:
-        policy_with({"class": "c", "actions": [{"output": 1}], "match": [{"udp_dst": 53}, {"ipv6_dst": "2001:db8::1"}]},
+        policy_with({"class": "c", "actions": [{"output": 1}], "match": [{"udp_dst": 53}, {"eth_type": "arp"}]},
                     classes={"c": {"queue": 1}})
-    assert str(err.value) == ("switches.s1.flows[0].class: classes steer IPv4 only; add ip_proto, ipv4_src/ipv4_dst "
-                              "or eth_type: ipv4 to match[1]")
+    assert str(err.value) == ("switches.s1.flows[0].class: classes steer IP packets only; add ip_proto, an address, "
+                              "or eth_type: ipv4 or ipv6 to match[1]")
 
 
 # --- more than two classes on one port --------------------------------------------------------------
