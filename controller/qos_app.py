@@ -8,7 +8,9 @@ handler's feet. Every change is planned by the pure core (controller/core/plan.p
 the switch and OVSDB hold, never against a memory of what was sent: flow batches end with a
 barrier, OpenFlow errors are matched to their message by xid, and every poll compares again, so a
 flow deleted or a QoS cleared by hand is repaired within a poll or two. OVSDB and tc work goes to
-one worker greenthread (controller/adapters/worker.py), so OpenFlow handling never waits on it.
+a worker greenthread per OVSDB remote (controller/adapters/worker.py), so OpenFlow handling never
+waits on it, and one OVS host that does not answer never stalls the others (controller/adapters/
+remotes.py).
 
 A restart is not an outage: the policy in force is saved (controller/adapters/statefile.py), and
 a new process adopts what the switches and OVSDB already hold, changing only what differs. On exit
@@ -35,6 +37,7 @@ from controller.adapters import config, openflow, statefile  # noqa: E402
 from controller.adapters.listeners import PortInUse, check_free, listen, serve  # noqa: E402
 from controller.adapters.metrics import ControllerCollector, Snapshot  # noqa: E402
 from controller.adapters.ovsdb import BridgeInfo, Ovsdb, OvsdbError  # noqa: E402
+from controller.adapters.remotes import Remotes, on_this_host  # noqa: E402
 from controller.adapters.rest import Busy, make_app  # noqa: E402
 from controller.adapters.tc import Tc, TcEvents  # noqa: E402
 from controller.adapters.worker import Job, Result, Worker  # noqa: E402
@@ -99,6 +102,13 @@ class EventTcChanged(EventBase):
 
 class EventConfirmDue(EventBase):
     """A confirmed change's time to be answered has come, settled or not."""
+
+
+class EventRemotes(EventBase):
+    """The OVSDB remotes' states, and which of them connected just now."""
+    def __init__(self, connected: dict[str, bool], new: list[str]):
+        super().__init__()
+        self.connected, self.new = connected, new
 
 
 class EventRefresh(EventBase):
@@ -179,7 +189,7 @@ class QosController(App):
         self.registry = CollectorRegistry()
         self.registry.register(ControllerCollector(lambda: self.snapshot))
         self.tc: Tc | None = None
-        self.worker: Worker | None = None
+        self.workers: dict[str, Worker] = {}   # OVSDB remote → its worker
         self._late_logged: set[int] = set()
         self._connections = 0
         self._waiting: list[tuple[EventRequest, dict, float]] = []   # changes answered once in sync
@@ -195,12 +205,22 @@ class QosController(App):
             handler.setFormatter(logging.Formatter(LOG_FORMAT, "%Y-%m-%d %H:%M:%S"))
         return config.settings(CONF)
 
-    def _open(self) -> Ovsdb:
-        """The listeners (refused while another process has a port) and the OVSDB connection (refused
-        while another controller of this owner holds the lock)."""
-        check_free((CONF.ofp_listen_host or "0.0.0.0", CONF.ofp_tcp_listen_port or 6653))
+    def _open(self) -> Remotes:
+        """The listeners (refused while another process has a port) and the OVSDB connections (refused
+        while another controller of this owner holds a lock; a remote not reached is tried again)."""
+        check_free(self.settings.openflow)
         self._api_sock, self._metrics_sock = listen(self.settings.api), listen(self.settings.metrics)
-        return Ovsdb(self.settings.ovsdb, owner=self.settings.owner)
+        remotes = Remotes(self.settings.ovsdb, lambda name: Ovsdb(name, owner=self.settings.owner, timeout=10.0,
+                                                                 ssl=self.settings.ovsdb_ssl))
+        remotes.connect_all_once()
+        return remotes
+
+    def _watch_remotes(self) -> None:
+        """Connect the remotes not reached yet, with back-off; report every remote's state each second."""
+        while True:
+            new = self.ovsdb.connect_due()
+            self.send_event(self.name, EventRemotes(self.ovsdb.connected(), new))
+            hub.sleep(1.0)
 
     def _later(self, seconds: float, event: EventBase) -> None:
         hub.spawn_after(seconds, self.send_event, self.name, event)
@@ -236,9 +256,13 @@ class QosController(App):
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, _interrupt)
         self.tc = Tc()
-        self.worker = Worker(self.ovsdb, self.tc, lambda results: self.send_event(self.name, EventJobsDone(results)))
-        self.worker.sweep_orphans()   # rows of ours a dead run left on ports that are gone
-        self._workers = [hub.spawn(self.worker.run), hub.spawn(self._watch_tc),
+        done = lambda results: self.send_event(self.name, EventJobsDone(results))   # noqa: E731
+        self.workers = {name: Worker(self.ovsdb.view(name), self.tc if on_this_host(name) else None, done)
+                        for name in self.ovsdb.names}
+        for worker in self.workers.values():
+            worker.sweep_orphans()   # rows of ours a dead run left on ports that are gone
+        self._workers = [*(hub.spawn(w.run) for w in self.workers.values()), hub.spawn(self._watch_tc),
+                         hub.spawn(self._watch_remotes),
                          hub.spawn(serve, self._api_sock, make_app(self, self.settings.api_token)),
                          hub.spawn(serve, self._metrics_sock, make_wsgi_app(self.registry))]
         LOG.info("REST on %s:%d, metrics on %s:%d", *self.settings.api, *self.settings.metrics)
@@ -317,6 +341,11 @@ class QosController(App):
         """Validate, check against the connected switches, save, then apply; on error nothing changes."""
         try:
             policy = parse_policy(document)
+            for switch in policy.switches:
+                if switch.ovsdb and switch.ovsdb not in self.ovsdb.names:
+                    raise PolicyError(f"switches.{switch.name}.ovsdb: {switch.ovsdb} is not one of this controller's "
+                                      f"OVSDB remotes ({', '.join(self.ovsdb.names)}); fix it, or add it to the "
+                                      "controller's ovsdb option")
             for sw in self.switches.values():
                 if sw.bridge is not None:
                     _check_ports(policy, sw.bridge, sw.dp.id)
@@ -348,15 +377,18 @@ class QosController(App):
             ports = {}
             for port in (sw.state.switch.ports if sw.state else ()):
                 iface = sw.bridge.ports.get(port.port_no)
-                actual = self.ovsdb.port_qos(iface) if iface else None
+                actual = self.ovsdb.port_qos(sw.bridge.remote, iface) if iface else None
                 ports[str(port.port_no)] = {"iface": iface, "mode": port.queues,
                                             "queues": actual.mode if isinstance(actual, OvsdbQos) else actual,
                                             "congested": sw.state.congested(port.port_no)}
-            switches[f"{dp_id:016x}"] = {"bridge": sw.bridge.name, "datapath_type": sw.bridge.datapath_type,
+            switches[f"{dp_id:016x}"] = {"bridge": sw.bridge.name, "ovsdb": sw.bridge.remote,
+                                          "datapath_type": sw.bridge.datapath_type,
                                           "flows": len(sw.flows or {}), "in_sync": sw.in_sync,
                                           "not_in_sync": dict(sw.errors), "ports": ports}
+        remotes = {name: {"connected": up, **({"error": self.ovsdb.errors[name]} if name in self.ovsdb.errors else {})}
+                   for name, up in self.ovsdb.connected().items()}
         return {"policy": self.policy.name if self.policy else None, "mode": self.mode,
-                "owner": self.settings.owner, "switches": switches, "decisions": list(self.decisions)}
+                "owner": self.settings.owner, "ovsdb": remotes, "switches": switches, "decisions": list(self.decisions)}
 
     def _install(self, mode: str, document: Any, policy: Policy | None) -> None:
         self.mode, self.document, self.policy = mode, document, policy
@@ -387,9 +419,22 @@ class QosController(App):
             forget(dp.id)
         self.queue_drops.pop(dp.id, None)
         self.class_bps.pop(dp.id, None)
-        self.worker.sweep_orphans()   # a bridge that went away leaves our QoS rows behind
+        if sw.bridge is not None:
+            self.workers[sw.bridge.remote].sweep_orphans()   # a bridge that went away leaves our QoS rows behind
         LOG.info("switch %016x left", dp.id)
         self._answer_waiting()        # a change that waited for this switch waits no more
+
+    @set_ev_cls(EventRemotes)
+    def _remotes(self, ev: EventRemotes) -> None:
+        for name, up in ev.connected.items():
+            if self.snapshot.ovsdb_connected.get(name, up) != up:
+                (LOG.info if up else LOG.error)("OVSDB %s %s", name, "is back" if up else
+                                               "is not connected; its switches' queues wait for it")
+        self.snapshot.ovsdb_connected = dict(ev.connected)
+        if ev.new:   # bridges that were not found may be in the remote connected now
+            for dp_id, sw in self.switches.items():
+                if sw.bridge is None:
+                    self._refresh(dp_id, BRIDGE_RETRIES)
 
     @set_ev_cls(EventRefresh)
     def _refresh_due(self, ev: EventRefresh) -> None:
@@ -405,14 +450,16 @@ class QosController(App):
         sw = self.switches.get(dp_id)
         if sw is None:
             return
-        bridge = self.ovsdb.bridge(dp_id)
+        pinned = self.policy.switch(dp_id) if self.policy else None
+        bridge = self.ovsdb.bridge(dp_id, pinned.ovsdb if pinned else None)
         complete = bridge is not None and bridge.ports and set(sw.dp.ports) - {sw.dp.ofproto.OFPP_LOCAL} \
             <= set(bridge.ports)
         if not complete and tries > 0:
             self._later(BRIDGE_RETRY_SECONDS, EventRefresh(dp_id, tries - 1))
         if bridge is None:
             if tries == 0:
-                LOG.error("datapath %016x is not an OVS bridge in %s; ignoring it", dp_id, self.settings.ovsdb)
+                LOG.error("datapath %016x is not an OVS bridge in %s; ignoring it", dp_id,
+                          ", ".join(self.ovsdb.names))
             return
         if bridge == sw.bridge:
             return
@@ -420,7 +467,8 @@ class QosController(App):
         sw.bridge = bridge
         self._set_state(sw)
         if first:
-            LOG.info("switch %016x (%s, datapath %s) connected", dp_id, bridge.name, bridge.datapath_type or "system")
+            LOG.info("switch %016x (%s, datapath %s, OVSDB %s) connected", dp_id, bridge.name,
+                     bridge.datapath_type or "system", bridge.remote)
             for msg in (openflow.meter_features_request(sw.dp), openflow.meter_config_request(sw.dp),
                         openflow.flow_stats_request(sw.dp)):   # what it can do and holds, before changing anything
                 self._send(sw, msg)
@@ -447,7 +495,7 @@ class QosController(App):
         sw.generation = self.ovsdb.generation
         qos = {}
         for port_no, iface in sw.bridge.ports.items():
-            actual = self.ovsdb.port_qos(iface)
+            actual = self.ovsdb.port_qos(sw.bridge.remote, iface)
             if actual is not None or (sw.state and sw.state.switch.port(port_no)):
                 qos[port_no] = actual
                 if port_no in sw.applied and actual not in (sw.applied[port_no], ABSENT) and port_no not in sw.busy:
@@ -474,7 +522,7 @@ class QosController(App):
         sw.rebuild -= started
         if jobs:
             sw.busy |= {job.port_no for job in jobs}
-            self.worker.submit(jobs)
+            self.workers[sw.bridge.remote].submit(jobs)
         sw.in_sync = not (todo.flows or todo.meters or todo.qos or sw.batches or sw.busy or sw.errors)
         sw.settled = not (sw.batches or sw.busy or ((todo.flows or todo.meters) and not sw.flows_failed and not cannot)
                           or todo.qos.keys() - sw.failed)

@@ -1,4 +1,5 @@
-"""The controller's own options: the [qos] section of its config file, validated into Settings.
+"""The controller's own options: the [qos] section of its config file, validated into Settings, with
+the framework's OpenFlow TLS options ([DEFAULT] ctl_privkey, ctl_cert, ca_certs, ofp_ssl_listen_port).
 
 They are registered on the framework's CONF (controller/compat.py), the one osken-manager parses;
 values are read, and checked, when the app starts, so a bad value stops it with one line naming
@@ -14,12 +15,17 @@ from pathlib import Path
 from oslo_config import cfg
 
 from controller.adapters.ovsdb import DEFAULT_DB
+from controller.core.policy import OVSDB_REMOTE
 
 OPTIONS = [
     cfg.StrOpt("policy", default="", help="policy file (YAML) to apply at start; empty: the last one applied"),
     cfg.StrOpt("state_file", default="", help="where the policy in force is kept across restarts "
                                               "(default /var/lib/ovs-qos-controller/<owner>.json)"),
-    cfg.StrOpt("ovsdb", default=DEFAULT_DB, help="OVSDB remote"),
+    cfg.StrOpt("ovsdb", default=DEFAULT_DB, help="OVSDB remotes, comma-separated: unix:PATH, tcp:HOST:PORT or "
+                                                 "ssl:HOST:PORT; a switch is managed through the one holding its bridge"),
+    cfg.StrOpt("ovsdb_private_key", default="", help="ssl: remotes: this controller's private key (PEM)"),
+    cfg.StrOpt("ovsdb_certificate", default="", help="ssl: remotes: this controller's certificate (PEM)"),
+    cfg.StrOpt("ovsdb_ca_cert", default="", help="ssl: remotes: the CA certificate the server's must be signed by"),
     cfg.StrOpt("owner", default="default", help="external_ids tag of this controller's QoS rows; "
                                                 "one controller per owner"),
     cfg.StrOpt("api_host", default="127.0.0.1"),
@@ -41,11 +47,13 @@ class ConfigError(ValueError):
 class Settings:
     policy: Path | None
     state_file: Path
-    ovsdb: str
+    ovsdb: tuple[str, ...]      # remotes
     owner: str
     api: tuple[str, int]
     api_token: str
     metrics: tuple[str, int]
+    ovsdb_ssl: tuple[Path, Path, Path] | None = None   # private key, certificate, CA certificate
+    openflow: tuple[str, int] = ("0.0.0.0", 6653)       # where switches connect (TLS when configured)
 
 
 def register(conf) -> None:
@@ -72,8 +80,63 @@ def settings(conf) -> Settings:
         raise ConfigError("[qos] metrics_port: the same address as the REST API; give each its own port")
     return Settings(policy=Path(values["policy"]) if values["policy"] else None,
                     state_file=Path(values["state_file"]) if values["state_file"] else STATE_DIR / f"{owner}.json",
-                    ovsdb=values["ovsdb"], owner=owner, api=api, api_token=values["api_token"],
-                    metrics=(values["metrics_host"], values["metrics_port"]))
+                    ovsdb=_remotes(values["ovsdb"]), owner=owner, api=api, api_token=values["api_token"],
+                    metrics=(values["metrics_host"], values["metrics_port"]), ovsdb_ssl=_ovsdb_ssl(values),
+                    openflow=_openflow(conf))
+
+
+def _remotes(text: str) -> tuple[str, ...]:
+    remotes = tuple(r.strip() for r in text.split(",") if r.strip())
+    if not remotes:
+        raise ConfigError(f"[qos] ovsdb: no remote; give e.g. {DEFAULT_DB}")
+    for remote in remotes:
+        if not OVSDB_REMOTE.match(remote):
+            raise ConfigError(f"[qos] ovsdb: {remote!r} is not an OVSDB remote; write unix:PATH, tcp:HOST:PORT or "
+                              "ssl:HOST:PORT, several separated by commas")
+    if len(set(remotes)) != len(remotes):
+        raise ConfigError("[qos] ovsdb: a remote is listed twice; list each once")
+    return remotes
+
+
+def _ovsdb_ssl(values: dict) -> tuple[Path, Path, Path] | None:
+    """The key, certificate and CA ssl: remotes need (one set for all: python-ovs keeps one): all three,
+    readable, and only with such a remote."""
+    names = ("ovsdb_private_key", "ovsdb_certificate", "ovsdb_ca_cert")
+    given = [n for n in names if values[n]]
+    if not any(r.strip().startswith("ssl:") for r in values["ovsdb"].split(",")):
+        if given:
+            raise ConfigError(f"[qos] {given[0]}: only for an ssl: ovsdb remote (ovsdb is {values['ovsdb']}); "
+                              "remove it or use ssl:HOST:PORT")
+        return None
+    for name in names:
+        if not values[name]:
+            raise ConfigError(f"[qos] {name}: required by the ssl: ovsdb remote; give a PEM file (ovs-pki makes them)")
+        _readable(Path(values[name]), f"[qos] {name}")
+    return tuple(Path(values[n]) for n in names)
+
+
+def _openflow(conf) -> tuple[str, int]:
+    """Where switches connect: plain TCP, or TLS with switches' certificates checked against ca_certs."""
+    host = conf.ofp_listen_host or "0.0.0.0"
+    tls = {"ctl_privkey": conf.ctl_privkey, "ctl_cert": conf.ctl_cert, "ca_certs": conf.ca_certs}
+    if not any(tls.values()):
+        return host, conf.ofp_tcp_listen_port or 6653
+    for name, value in tls.items():
+        if not value:
+            raise ConfigError(f"[DEFAULT] {name}: OpenFlow over TLS needs ctl_privkey, ctl_cert and ca_certs (the "
+                              "CA switches' certificates must be signed by); give a PEM file")
+        _readable(Path(value), f"[DEFAULT] {name}")
+    if not conf.ofp_ssl_listen_port:
+        raise ConfigError("[DEFAULT] ofp_ssl_listen_port: required with OpenFlow over TLS (os-ken then listens "
+                          "on it alone); e.g. 6653")
+    return host, conf.ofp_ssl_listen_port
+
+
+def _readable(path: Path, option: str) -> None:
+    try:
+        path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"{option}: cannot read {path} ({err.strerror}); check the path") from None
 
 
 def _loopback(host: str) -> bool:

@@ -38,6 +38,7 @@ class Snapshot:
     polls: dict[int, int] = field(default_factory=dict)                         # dp → polls answered
     poll_lag: dict[int, float] = field(default_factory=dict)                    # dp → seconds late, last cycle
     in_sync: dict[int, bool] = field(default_factory=dict)                      # dp → all confirmed
+    ovsdb_connected: dict[str, bool] = field(default_factory=dict)              # OVSDB remote → connected
 
     def forget(self, dp_id: int) -> None:
         for table in (self.ports, self.queues, self.meters, self.capacity_bps, self.congested, self.programmed,
@@ -110,6 +111,11 @@ class ControllerCollector(Collector):
         yield _per_switch("ovsqos_poll_lag_seconds", "How late the last statistics poll was sent", snap.poll_lag)
         yield _per_switch("ovsqos_switch_in_sync", "1 while the switch holds exactly what the policy says",
                           {k: float(v) for k, v in snap.in_sync.items()})
+        remotes = GaugeMetricFamily("ovsqos_ovsdb_connected", "1 while the controller is connected to the OVSDB "
+                                    "remote", labels=["remote"])
+        for remote, up in sorted(snap.ovsdb_connected.items()):
+            remotes.add_metric([remote], float(up))
+        yield remotes
         info = GaugeMetricFamily("ovsqos_policy_info", "The policy in force", labels=["policy"])
         if snap.policy is not None:
             info.add_metric([snap.policy], 1)

@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
+from ovs.stream import Stream
 from ovsdbapp.backend.ovs_idl import command, connection, idlutils
 from ovsdbapp.schema.open_vswitch import impl_idl
 
@@ -50,6 +52,7 @@ class BridgeInfo:
     name: str
     datapath_type: str          # "netdev" (userspace) or "system"/"" (kernel)
     ports: dict[int, str]       # OpenFlow port number → interface name
+    remote: str = ""            # the OVSDB it is in (controller/adapters/remotes.py fills it in)
 
     @property
     def userspace(self) -> bool:
@@ -58,8 +61,13 @@ class BridgeInfo:
 
 class Ovsdb:
     def __init__(self, remote: str = DEFAULT_DB, owner: str = "default", timeout: float = 30.0,
-                 lock_wait: float = 10.0):
+                 lock_wait: float = 10.0, ssl: tuple[Path, Path, Path] | None = None):
         self.owner = owner
+        if ssl:   # python-ovs keeps one key, certificate and CA for all its SSL streams
+            key, certificate, ca_cert = map(str, ssl)
+            Stream.ssl_set_private_key_file(key)
+            Stream.ssl_set_certificate_file(certificate)
+            Stream.ssl_set_ca_cert_file(ca_cert)
         helper = idlutils.get_schema_helper(remote, "Open_vSwitch")
         for table, columns in COLUMNS.items():
             if columns is None:
@@ -68,6 +76,8 @@ class Ovsdb:
                 helper.register_columns(table, columns)
         self._idl = connection.OvsdbIdl(remote, helper)
         self._idl.set_lock(lock_name(owner))    # before the connection starts (python-ovs asks that)
+        # A server back is used within 2 s (python-ovs backs off to 8 s); its session is private, no other way.
+        self._idl._session.reconnect.set_backoff(1000, 2000)
         # ovsdbapp keeps one connection per API class: a class of our own per instance keeps them apart.
         api_class = type("QosOvsdbIdl", (impl_idl.OvsdbIdl,), {"_ovsdb_connection": None})
         self._api = api_class(connection.Connection(idl=self._idl, timeout=timeout))
@@ -79,6 +89,10 @@ class Ovsdb:
     def generation(self) -> int:
         """Changes whenever anything we read in OVSDB changes."""
         return self._idl.change_seqno
+
+    @property
+    def connected(self) -> bool:
+        return self._idl._session.is_connected()   # python-ovs keeps its session private; no other way to ask
 
     def _wait_for_lock(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds

@@ -48,7 +48,9 @@ SWEEP = "sweep"   # in the queue: remove our QoS rows that no port uses any more
 
 
 class Worker:
-    def __init__(self, ovsdb, tc: Tc, done: Callable[[list[Result]], None]):
+    """One OVSDB remote's work; `tc` None when its ports are devices of another machine."""
+
+    def __init__(self, ovsdb, tc: Tc | None, done: Callable[[list[Result]], None]):
         self._ovsdb, self._tc, self._done = ovsdb, tc, done
         self._queue = hub.Queue()
 
@@ -77,7 +79,7 @@ class Worker:
         results = {id(job): Result(job) for job in batch}
         changes = [job for job in batch if job.qos]
         for job in changes:
-            if job.userspace:
+            if job.userspace and self._tc:
                 # HTB refuses to delete a class a filter points at: our filters go first.
                 self._tc_call(results[id(job)], self._tc.replace_filters, job.iface, ())
         if changes:
@@ -113,6 +115,11 @@ class Worker:
                 self._apply([job], results)
 
     def _ensure_tc(self, job: Job, result: Result) -> None:
+        if self._tc is None:
+            if job.userspace and job.spec.marks:   # its classes would get nothing: all would land in queue 0
+                result.error = (f"{job.iface}: a userspace-datapath bridge on another host steers classes by tc "
+                                "filters, which the controller sets only on its own host; run it on the kernel datapath")
+            return   # set_queue steers on the kernel datapath; the queues keep OVS's default leaf
         # Only a QoS change waits for OVS to build its classes; a check finds them there or not. After a
         # change, the leaves are written without being read first (they are OVS's new defaults, or ours
         # that a rewrite keeps), and our filters are gone (execute took them off): half the netlink

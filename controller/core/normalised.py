@@ -53,8 +53,9 @@ def _congestion(policy: Policy) -> dict[str, Any]:
 
 
 def _switch(switch: SwitchPolicy) -> dict[str, Any]:
-    return {"dp_id": HexNumber(switch.dp_id), "flows": [_flow(f) for f in switch.flows],
-            "ports": {p.port_no: _port(p) for p in switch.ports}}
+    doc = {"dp_id": HexNumber(switch.dp_id), "flows": [_flow(f) for f in switch.flows],
+           "ports": {p.port_no: _port(p) for p in switch.ports}}
+    return {**doc, "ovsdb": switch.ovsdb} if switch.ovsdb else doc
 
 
 def _flow(rule: FlowRule) -> dict[str, Any]:

@@ -39,6 +39,7 @@ _RATE_UNITS = {"": 1, "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 # OVS's linux-htb hands the kernel each rate as 32-bit bytes per second: above that it wraps.
 MAX_RATE_BPS = (2**32 - 1) * 8
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+OVSDB_REMOTE = re.compile(r"^(unix:.+|(tcp|ssl):[^:]+:\d+|(tcp|ssl):\[[0-9a-fA-F:.]+\]:\d+)$")
 _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$", re.IGNORECASE)
 Match = tuple[tuple[str, Any], ...]   # os-ken OFPMatch keyword arguments, sorted
 _NETWORKS = {4: (ipaddress.IPv4Network, "10.0.0.1 or 10.0.0.0/24"),
@@ -94,6 +95,7 @@ class SwitchPolicy:
     dp_id: int
     flows: tuple[FlowRule, ...]
     ports: tuple[PortPolicy, ...]
+    ovsdb: str | None = None    # the OVSDB remote its bridge is in; None: whichever holds its dp_id
 
     def port(self, port_no: int) -> PortPolicy | None:
         return next((p for p in self.ports if p.port_no == port_no), None)
@@ -280,7 +282,7 @@ def _congestion(doc: Any) -> tuple[float, CongestionConfig]:
 def _switch(name: str, doc: Any, classes: tuple[TrafficClass, ...]) -> SwitchPolicy:
     where = f"switches.{name}"
     doc = _mapping(doc, where)
-    _known_keys(doc, where, ("dp_id", "flows", "ports"))
+    _known_keys(doc, where, ("dp_id", "ovsdb", "flows", "ports"))
     dp_id = _int(doc.get("dp_id"), f"{where}.dp_id", 1, 2**64 - 1)
     flows = tuple(rule for i, f in enumerate(_list(doc.get("flows", []), f"{where}.flows"))
                   for rule in _flow(f, f"{where}.flows[{i}]", classes))
@@ -290,7 +292,11 @@ def _switch(name: str, doc: Any, classes: tuple[TrafficClass, ...]) -> SwitchPol
     numbers = [p.port_no for p in ports]
     if len(set(numbers)) != len(numbers):
         raise PolicyError(f"{where}.ports: a port is listed twice (e.g. as 1 and \"1\"); keep one entry per port")
-    return SwitchPolicy(name=name, dp_id=dp_id, flows=flows, ports=ports)
+    ovsdb = doc.get("ovsdb")
+    if ovsdb is not None and not OVSDB_REMOTE.match(str(ovsdb)):
+        raise PolicyError(f"{where}.ovsdb: {ovsdb!r} is not an OVSDB remote; write unix:PATH, tcp:HOST:PORT or "
+                          "ssl:HOST:PORT, as in the controller's ovsdb option")
+    return SwitchPolicy(name=name, dp_id=dp_id, flows=flows, ports=ports, ovsdb=ovsdb)
 
 
 def _port(port_no: Any, doc: Any, where: str) -> PortPolicy:

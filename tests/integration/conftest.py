@@ -81,12 +81,14 @@ def quick_study(tmp_path_factory):
     return out, json.loads((out / "summary.json").read_text()), leftovers()
 
 
-def controller_config(path: Path, ofp_port: int = 6653, **qos) -> Path:
-    """A config file: the shipped one's [DEFAULT] (OpenFlow on `ofp_port`) and these [qos] options."""
+def controller_config(path: Path, ofp_port: int = 6653, default: dict | None = None, **qos) -> Path:
+    """A config file: the shipped one's [DEFAULT] (OpenFlow on `ofp_port`, and `default`'s options) and
+    these [qos] options."""
     qos.setdefault("state_file", str(path.with_name("state.json")))
     qos.setdefault("owner", "test")
     text = (REPO / "controller" / "qos.conf").read_text().split("[qos]")[0]
     text = text.replace("ofp_tcp_listen_port = 6653", f"ofp_tcp_listen_port = {ofp_port}")
+    text += "".join(f"{k} = {v}\n" for k, v in (default or {}).items())
     text += "[qos]\n" + "".join(f"{k} = {v}\n" for k, v in qos.items())
     path.write_text(text)
     return path

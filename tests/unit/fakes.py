@@ -25,6 +25,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 from controller import qos_app
 from controller.adapters.config import Settings
 from controller.adapters.ovsdb import BridgeInfo, OvsdbError
+from controller.adapters.remotes import Remotes
 from controller.adapters.tc import ClassCounters, Leaf
 from controller.adapters.worker import SWEEP, Worker
 from controller.core.plan import ABSENT, FILTER_FAMILIES, htb_classid
@@ -162,6 +163,7 @@ class FakeOvsdb:
         self.qos: dict[str, Any] = {}                 # iface → OvsdbQos, or FOREIGN
         self.refuse: set[str] = set()
         self.transactions = 0
+        self.connected = True
 
     @property
     def generation(self) -> int:
@@ -261,18 +263,23 @@ class FakeController(qos_app.QosController):
         self.later: list = []
         super().__init__()
         self.tc = FakeTc(ovsdb)
-        self.worker = QueuedWorker(ovsdb, self.tc, lambda results: self.posted.append(qos_app.EventJobsDone(results)))
+        self.worker = QueuedWorker(self.ovsdb.view("fake"), self.tc,
+                                   lambda results: self.posted.append(qos_app.EventJobsDone(results)))
+        self.workers = {"fake": self.worker}
         self.datapaths: dict[int, FakeDatapath] = {}
         self.handlers = {qos_app.EventJobsDone: self._jobs_done, qos_app.EventTcChanged: self._tc_changed,
                          qos_app.EventPollDue: self._poll_due, qos_app.EventRefresh: self._refresh_due,
-                         qos_app.EventRequest: self._request, qos_app.EventConfirmDue: self._confirm_due}
+                         qos_app.EventRequest: self._request, qos_app.EventConfirmDue: self._confirm_due,
+                         qos_app.EventRemotes: self._remotes}
 
     def _settings(self) -> Settings:
-        return Settings(policy=self._policy_file, state_file=self._state_file, ovsdb="fake", owner="test",
+        return Settings(policy=self._policy_file, state_file=self._state_file, ovsdb=("fake",), owner="test",
                         api=("127.0.0.1", 0), api_token="", metrics=("127.0.0.1", 0))
 
     def _open(self):
-        return self._fake_ovsdb
+        remotes = Remotes(("fake",), lambda name: self._fake_ovsdb)
+        remotes.connect_all_once()
+        return remotes
 
     def _later(self, seconds: float, event) -> None:
         self.later.append(event)

@@ -287,3 +287,25 @@ def test_a_change_that_never_settles_is_answered_when_its_time_is_up(net):
     net.app.settle()
     (answer,) = net.app.answers
     assert not answer.result["in_sync"] and list(answer.result["not_in_sync"]) == ["0000000000000001"]
+
+
+# --- OVSDB remotes ----------------------------------------------------------------------------------
+
+def test_a_switch_pinned_to_a_remote_the_controller_lacks_is_refused_by_name(net):
+    up(net)
+    doc = shipped("none")
+    doc["switches"]["s1"]["ovsdb"] = "tcp:192.0.2.1:6640"
+    _, error = net.app.request("set_policy", doc)
+    assert str(error) == ("switches.s1.ovsdb: tcp:192.0.2.1:6640 is not one of this controller's OVSDB remotes "
+                          "(fake); fix it, or add it to the controller's ovsdb option")
+    assert net.app.policy.name == "reserve"
+
+
+def test_status_shows_each_remote_and_the_remote_of_each_switch(net):
+    up(net)
+    net.app.posted.append(qos_app.EventRemotes({"fake": True}, []))
+    net.app.settle()
+    status, _ = net.app.request("status")
+    assert status["ovsdb"] == {"fake": {"connected": True}}
+    assert status["switches"]["0000000000000001"]["ovsdb"] == "fake"
+    assert net.app.snapshot.ovsdb_connected == {"fake": True}

@@ -26,6 +26,7 @@ def snapshot() -> Snapshot:
         events={(1, 1, "program"): 2, (1, 1, "rollback"): 1},
         policy="reserve",
         load_error=True,
+        ovsdb_connected={"unix:/var/run/openvswitch/db.sock": True, "tcp:127.0.0.2:6640": False},
     )
 
 
@@ -68,6 +69,11 @@ def test_meter_counters_carry_the_meter_and_its_class(registry):
     assert registry.get_sample_value("ovsqos_meter_packets_total", labels) == 900
     assert registry.get_sample_value("ovsqos_meter_bytes_total", labels) == 1_300_000
     assert registry.get_sample_value("ovsqos_meter_dropped_packets_total", labels) == 400
+
+
+def test_each_ovsdb_remote_is_connected_or_not(registry):
+    assert registry.get_sample_value("ovsqos_ovsdb_connected", {"remote": "unix:/var/run/openvswitch/db.sock"}) == 1
+    assert registry.get_sample_value("ovsqos_ovsdb_connected", {"remote": "tcp:127.0.0.2:6640"}) == 0
 
 
 def test_capacity_is_in_bytes_per_second(registry):

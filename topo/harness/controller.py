@@ -72,11 +72,17 @@ def _listening(addr: tuple[str, int]) -> bool:
 
 
 @contextmanager
-def controller(log_path: Path, record: RunRecord | None = None,
-               config: Path = REPO / "controller" / "qos.conf") -> Iterator[ControllerClient]:
-    """The controller already on 127.0.0.1:6653, or one started here and stopped at the end."""
+def controller(log_path: Path, record: RunRecord | None = None, config: Path = REPO / "controller" / "qos.conf",
+               ovsdb: tuple[str, ...] = (), openflow_host: str | None = None) -> Iterator[ControllerClient]:
+    """The controller already on 127.0.0.1:6653, or one started here (managing switches through the
+    OVSDB remotes `ovsdb`, by default the config's; listening for them on `openflow_host`, by default
+    the config's 127.0.0.1) and stopped at the end."""
     client = ControllerClient()
+    openflow = (openflow_host or OPENFLOW[0], OPENFLOW[1])
     if _listening(OPENFLOW):
+        if ovsdb or openflow_host:
+            raise ControllerError("a controller already listens on 127.0.0.1:6653; this run needs one of its own that "
+                                  f"reaches {', '.join(ovsdb)}: stop it")
         try:
             client.status()
         except ControllerError:
@@ -87,7 +93,9 @@ def controller(log_path: Path, record: RunRecord | None = None,
     manager = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin" / "osken-manager"
     # This run's controller keeps its saved policy beside its log, not in the host's state directory.
     run_config = log_path.with_name("controller.conf")
-    run_config.write_text(f"[qos]\nowner = study\nstate_file = {log_path.with_name('controller-state.json')}\n")
+    run_config.write_text((f"[DEFAULT]\nofp_listen_host = {openflow_host}\n" if openflow_host else "")
+                          + f"[qos]\nowner = study\nstate_file = {log_path.with_name('controller-state.json')}\n"
+                          + (f"ovsdb = {','.join(ovsdb)}\n" if ovsdb else ""))
     with open(log_path, "w") as log:
         proc = subprocess.Popen([str(manager), "--config-file", str(config), "--config-file", str(run_config),
                                  str(REPO / "controller" / "qos_app.py")],
@@ -96,7 +104,7 @@ def controller(log_path: Path, record: RunRecord | None = None,
         record.process(proc.pid, "controller")
     try:
         deadline = time.monotonic() + START_SECONDS
-        while not (_listening(OPENFLOW) and _answers(client)):
+        while not (_listening(openflow) and _answers(client)):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise ControllerError(f"controller did not start; see {log_path}")
             time.sleep(0.2)

@@ -19,6 +19,7 @@ from mininet.net import Mininet
 from mininet.node import OVSSwitch, RemoteController
 
 from topo.harness.host import RunRecord
+from topo.net.ovs_instance import CONTROLLER_ADDRESS, OvsInstance, switch_on
 
 
 class Network:
@@ -48,11 +49,17 @@ class Network:
 
 
 @contextmanager
-def network(topo, datapath: str, record: RunRecord | None = None, controller_port: int = 6653) -> Iterator[Network]:
-    """Start `topo` on OVS (`datapath` "user" or "kernel") with a remote controller on loopback."""
+def network(topo, datapath: str, record: RunRecord | None = None, controller_port: int = 6653,
+            placed: dict[str, OvsInstance] | None = None) -> Iterator[Network]:
+    """Start `topo` on OVS (`datapath` "user" or "kernel") with a remote controller on loopback; the
+    switches named in `placed` on that OVS instance (topo/net/ovs_instance.py), the rest on the system's."""
     setLogLevel("error")
-    switch = partial(OVSSwitch, datapath=datapath, protocols="OpenFlow13", failMode="secure")
-    controller = partial(RemoteController, ip="127.0.0.1", port=controller_port)
+    options = {"datapath": datapath, "protocols": "OpenFlow13", "failMode": "secure"}
+    switch = partial(OVSSwitch, **options)
+    for name, instance in (placed or {}).items():
+        topo.nodeInfo(name)["cls"] = partial(switch_on(instance), **options)
+    # With switches on another OVS the controller listens where that OVS's namespace reaches it.
+    controller = partial(RemoteController, ip=CONTROLLER_ADDRESS if placed else "127.0.0.1", port=controller_port)
     net = Mininet(topo=topo, switch=switch, controller=controller, autoSetMacs=True, build=False)
     wrapped = Network(net, record)
     try:

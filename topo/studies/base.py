@@ -14,10 +14,11 @@ import argparse
 import sys
 import time
 from contextlib import ExitStack, closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from controller.adapters.ovsdb import DEFAULT_DB
 from controller.core.policy import PolicyError, load_document, parse_policy, parse_rate
 from topo.harness import fidelity
 from topo.harness.controller import ControllerClient, ControllerError, controller
@@ -28,6 +29,7 @@ from topo.harness.progress import ProgressBar
 from topo.harness.report import reasons_text, write_json
 from topo.net import iperf, traffic
 from topo.net.network import Network, network
+from topo.net.ovs_instance import CONTROLLER_ADDRESS, InstanceError, OvsInstance, ovs_instance
 from topo.net.traffic import Flow, Ran, TrafficError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,6 +51,7 @@ class TrialContext:
     raw_dir: Path                                  # where this trial's raw output goes
     tick: Callable[[str, float], None]             # progress: label, seconds since its traffic started
     live: LiveThroughput | None                    # the live exporter, for studies that record
+    placed: dict[str, OvsInstance] = field(default_factory=dict)   # switches on a second OVS (--ovs-instances 2)
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ def run(study: Study, argv: list[str], prog: str) -> int:
     except LaunchError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.code
-    except (ControllerError, StudyError, TrafficError, PrometheusError, PolicyError) as err:
+    except (ControllerError, StudyError, TrafficError, PrometheusError, PolicyError, InstanceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -146,12 +149,19 @@ def _run_trials(study: Study, plan: Any, host: Host, args: argparse.Namespace, d
             if study.records:
                 url = stack.enter_context(prometheus(host.out / "prometheus", args.prometheus, host.record))
                 live = stack.enter_context(closing(LiveThroughput(args.metrics_port)))
-            client = stack.enter_context(controller(host.out / "controller.log", host.record))
+            placed = {}
+            if getattr(args, "ovs_instances", 1) == 2:   # the study's s2 on a second OVS, reached over TCP
+                placed = {"s2": stack.enter_context(ovs_instance(record=host.record))}
+            # With a second OVS the controller listens where its namespace reaches it, and reaches its OVSDB.
+            client = stack.enter_context(controller(host.out / "controller.log", host.record,
+                                                    ovsdb=(DEFAULT_DB, *(i.remote for i in placed.values()))
+                                                    if placed else (), openflow_host=CONTROLLER_ADDRESS if placed else None))
             offset = 0.0
             for k, trial in enumerate(trials):
                 bar.start_part(f"{trial.label} ({k + 1}/{len(trials)})", offset)
                 offset += trial.seconds
-                done[trial.label] = trial.run(TrialContext(client, host, host.out / "raw" / trial.raw, bar.tick, live))
+                done[trial.label] = trial.run(TrialContext(client, host, host.out / "raw" / trial.raw, bar.tick, live,
+                                                           placed))
                 write_json(host.out / "summary.json", {**study.summary(plan, host, done, None), "complete": False})
             if url:
                 time.sleep(2)   # the last second's scrape
@@ -189,7 +199,7 @@ def network_under(ctx: TrialContext, topo, document: dict, reach: list[tuple[str
     policy = parse_policy(document)
     # The new switches must connect to no policy: what a previous trial left must not shape them.
     ctx.client.clear_policy()
-    with network(topo, ctx.host.datapath, ctx.host.record) as net:
+    with network(topo, ctx.host.datapath, ctx.host.record, placed=ctx.placed) as net:
         wanted = {f"{s.dp_id:016x}" for s in policy.switches}
         ctx.client.wait(lambda s: wanted <= set(s["switches"]), 30, "every switch connected")
         ctx.client.put_policy(document)

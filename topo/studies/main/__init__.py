@@ -39,6 +39,7 @@ TCP_GONE_SECONDS = 2         # after TCP's -t: its last segments and close are t
 class Plan:
     scenario: Scenario
     documents: dict[str, dict]          # policy name → document, in run order
+    ovs_instances: int = 1              # 2: s2 on a second OVS
 
 
 class MainStudy(Study):
@@ -66,6 +67,9 @@ class MainStudy(Study):
         p.add_argument("--police-rate", metavar="RATE",
                        help="rate a policed class is held to, e.g. 1Mbit (default: its min share of the bottleneck, "
                             "what reserve reserves for it)")
+        p.add_argument("--ovs-instances", type=int, choices=(1, 2), default=1,
+                       help="2: run s2 on a second, independent OVS (its own ovsdb-server on 127.0.0.2:6640 and "
+                            "ovs-vswitchd), which the controller reaches over TCP, as it would another host")
         p.add_argument("--idle-ports", type=int, help="also put N idle auto ports (on bridges of 20) under the "
                                                       "controller, to see the study with a loaded controller")
         p.add_argument("--prometheus", choices=("auto", "none"), default="auto",
@@ -86,7 +90,7 @@ class MainStudy(Study):
         for name in args.policy:
             doc = policy_document(name, scenario.bottleneck_bps, scenario.queue_packets, police_bps=police_bps)
             documents[doc["name"]] = doc
-        return Plan(scenario, documents)
+        return Plan(scenario, documents, args.ovs_instances)
 
     def trials(self, plan: Plan, host: Host) -> list[Trial]:
         scenario, env = plan.scenario, host.environment
@@ -117,7 +121,7 @@ class MainStudy(Study):
                    "environment": {**host.environment, "delay_applied": delay,
                                    "notes": [f"netem is missing from this kernel: the {scenario.delay} delay is "
                                              "NOT applied"] if scenario.delay and not delay else []},
-                   "policies": policies}
+                   "ovs_instances": plan.ovs_instances, "policies": policies}
         if prometheus_url:
             summary["prometheus"] = _recorded(prometheus_url, policies, host.out / "prometheus")
         return summary

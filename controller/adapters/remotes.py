@@ -1,0 +1,120 @@
+"""Every OVSDB the controller manages switches through (the `ovsdb` option's remotes), each connected,
+and reconnected, on its own, so that one host down never stalls the others.
+
+A remote not reached yet is tried again with back-off (1 s doubling to 30 s) by connect_due(), which
+the app runs in a greenthread of its own. Once connected, python-ovs reconnects by itself; while it is
+down, its last replica still answers reads, and changes for its ports fail at once, to be tried again.
+A connecting datapath is matched to the remote whose Bridge table holds its datapath_id (or to the one
+its policy pins). tc is reachable only for the ports of a unix: remote: the OVS of the controller's own
+host (a tcp: or ssl: remote is another host, even on a loopback address: its ports may be in another
+network namespace, as topo/net/ovs_instance.py's are).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Callable
+
+from controller.adapters.ovsdb import BridgeInfo, LockHeld, OvsdbError
+from controller.core.plan import ABSENT
+
+LOG = logging.getLogger(__name__)
+FIRST_RETRY, MAX_RETRY = 1.0, 30.0
+
+
+class Remotes:
+    def __init__(self, names: tuple[str, ...], connect: Callable[[str], Any]):
+        self.names = names
+        self._connect = connect
+        self.dbs: dict[str, Any] = {}
+        self.errors: dict[str, str] = {}                      # why a remote is not connected
+        self._retry = {name: (0.0, FIRST_RETRY) for name in names}   # name → (next try, back-off)
+
+    def connect_due(self, now: float | None = None) -> list[str]:
+        """Try each remote not yet connected whose time has come; the ones connected now. Another
+        controller of our owner holding a remote's lock is an error like any other here: it is retried."""
+        now = time.monotonic() if now is None else now
+        connected = []
+        for name in self.names:
+            at, backoff = self._retry[name]
+            if name in self.dbs or now < at:
+                continue
+            try:
+                self.dbs[name] = self._connect(name)
+            except (OvsdbError, RuntimeError, OSError) as err:
+                if self.errors.get(name) != str(err):
+                    LOG.error("OVSDB %s: %s; trying again, every %g s at most", name, err, MAX_RETRY)
+                self.errors[name] = str(err)
+                self._retry[name] = (now + backoff, min(2 * backoff, MAX_RETRY))
+                continue
+            self.errors.pop(name, None)
+            LOG.info("OVSDB %s connected", name)
+            connected.append(name)
+        return connected
+
+    def connect_all_once(self) -> None:
+        """At start: a remote whose lock another controller of our owner holds stops this one (LockHeld);
+        any other failure is retried later."""
+        for name in self.names:
+            try:
+                self.dbs[name] = self._connect(name)
+            except LockHeld:
+                self.close()
+                raise
+            except (OvsdbError, RuntimeError, OSError) as err:
+                self.errors[name] = str(err)
+                self._retry[name] = (time.monotonic() + FIRST_RETRY, 2 * FIRST_RETRY)
+                LOG.error("OVSDB %s: %s; trying again", name, err)
+
+    def connected(self) -> dict[str, bool]:
+        return {name: name in self.dbs and self.dbs[name].connected for name in self.names}
+
+    @property
+    def generation(self) -> tuple[int, ...]:
+        """Changes whenever anything we read in any remote changes."""
+        return tuple(self.dbs[n].generation if n in self.dbs else -1 for n in self.names)
+
+    def bridge(self, dp_id: int, pinned: str | None = None) -> BridgeInfo | None:
+        """The bridge with this datapath_id, in the remote `pinned` or in the first that has it."""
+        for name in (pinned,) if pinned else self.names:
+            db = self.dbs.get(name)
+            found = db.bridge(dp_id) if db else None
+            if found is not None:
+                return dataclasses.replace(found, remote=name)
+        return None
+
+    def port_qos(self, remote: str, iface: str):
+        db = self.dbs.get(remote)
+        return db.port_qos(iface) if db else ABSENT
+
+    def view(self, remote: str) -> RemoteView:
+        return RemoteView(self, remote)
+
+    def close(self) -> None:
+        for db in self.dbs.values():
+            db.close()
+
+
+class RemoteView:
+    """One remote as the worker changes it: a remote not connected refuses at once."""
+
+    def __init__(self, remotes: Remotes, name: str):
+        self._remotes, self.name = remotes, name
+
+    def _db(self):
+        db = self._remotes.dbs.get(self.name)
+        if db is None or not db.connected:
+            raise OvsdbError(f"OVSDB {self.name} is not connected; tried again when it is back")
+        return db
+
+    def apply(self, *args, **kwargs) -> None:
+        self._db().apply(*args, **kwargs)
+
+    def remove_orphans(self) -> int:
+        return self._db().remove_orphans()
+
+
+def on_this_host(remote: str) -> bool:
+    """Whether the remote's ports are devices of the controller's own network namespace (so tc reaches them)."""
+    return remote.startswith("unix:")

@@ -1,0 +1,123 @@
+"""Many OVS hosts: a second, independent OVS on this machine (topo/net/ovs_instance.py) that the controller
+reaches only over TCP, beside the system's. Its OVSDB down for 10 s stalls nothing of the first; when it is
+back its queues follow the policy within 10 s. The main study with s2 on it gives the study's result."""
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+
+from controller.adapters.ovsdb import DEFAULT_DB
+from tests.integration.conftest import (NOTHING_LEFT, REPO, controller_config, leftovers, requires_ovs,
+                                        start_controller, stop_controller)
+from topo.harness.controller import ControllerClient
+from topo.net.ovs_instance import BASE, CONTROLLER_ADDRESS, ovs_instance
+
+pytestmark = requires_ovs
+NEAR, FAR = 0xA11, 0xB11
+
+
+def bridge(vsctl, name: str, dp_id: int, links: list[str], instance=None) -> None:
+    """A userspace bridge with two veth ports (OpenFlow 1 and 2) on the system's OVS or on `instance`,
+    pointed at the controller where both reach it."""
+    ports = []
+    for port in (1, 2):
+        link = f"{name}p{port}"
+        subprocess.run(["ip", "link", "add", link, "type", "veth", "peer", "name", link + "x"], check=True)
+        subprocess.run(["ip", "link", "set", link, "up"], check=True)
+        links.append(link + "x")                       # deleting it deletes its peer, wherever that is
+        if instance:
+            instance.move(link)
+        ports += ["--", "add-port", name, link, "--", "set", "interface", link, f"ofport_request={port}"]
+    vsctl("add-br", name, "--", "set", "bridge", name, "datapath_type=netdev", "protocols=OpenFlow13",
+          "fail_mode=secure", f"other_config:datapath-id={dp_id:016x}", *ports)
+    vsctl("set-controller", name, f"tcp:{CONTROLLER_ADDRESS}:6653")
+
+
+def policy(name: str, capacity: str) -> dict:
+    # FIFO ports: the far bridge is a userspace one on another host, where classes could not be steered.
+    flows = [{"priority": 1000, "match": {"in_port": 1}, "actions": [{"output": 2}]}]
+    return {"name": name, "switches": {sw: {"dp_id": dp, "flows": flows, "ports": {2: {"capacity": capacity}}}
+                                       for sw, dp in (("near", NEAR), ("far", FAR))}}
+
+
+def rate(vsctl, iface: str) -> str | None:
+    """The max-rate of the port's QoS, None without one."""
+    qos = vsctl("get", "port", iface, "qos").strip()
+    return None if qos == "[]" else vsctl("get", "qos", qos, "other_config:max-rate").strip().strip('"')
+
+
+def system_vsctl(*args: str) -> str:
+    return subprocess.run(["ovs-vsctl", "--timeout=30", *args], check=True, capture_output=True, text=True).stdout
+
+
+def test_the_second_ovs_down_for_10_s_stalls_nothing_of_the_first_and_is_put_right_when_back(tmp_path):
+    links: list[str] = []
+    with ovs_instance() as far:
+        try:
+            bridge(system_vsctl, "rmnear", NEAR, links)
+            bridge(far.vsctl, "rmfar", FAR, links, far)
+            config = controller_config(tmp_path / "qos.conf", default={"ofp_listen_host": CONTROLLER_ADDRESS},
+                                       ovsdb=f"{DEFAULT_DB},{far.remote}")
+            proc = start_controller(config, tmp_path / "controller.log")
+            client = ControllerClient()
+            try:
+                status = client.wait(lambda s: {f"{NEAR:016x}", f"{FAR:016x}"} <= set(s["switches"]), 30, "both")
+                assert status["switches"][f"{FAR:016x}"]["ovsdb"] == far.remote
+                assert status["ovsdb"] == {DEFAULT_DB: {"connected": True}, far.remote: {"connected": True}}
+                assert client.put_policy(policy("first", "10Mbit"))["in_sync"]
+                assert rate(system_vsctl, "rmnearp2") == rate(far.vsctl, "rmfarp2") == "10000000"
+
+                far.stop_ovsdb()
+                stopped = time.monotonic()
+                client.wait(lambda s: not s["ovsdb"][far.remote]["connected"], 10, "the far OVSDB seen down")
+                answer = client.put_policy(policy("second", "20Mbit"))
+                # The near switch is changed at once; the far one is said to wait for its OVSDB.
+                assert time.monotonic() - stopped < 8, answer
+                assert rate(system_vsctl, "rmnearp2") == "20000000"
+                assert not answer["in_sync"] and "not connected" in json.dumps(answer["not_in_sync"][f"{FAR:016x}"])
+                assert f"{NEAR:016x}" not in answer["not_in_sync"]
+
+                time.sleep(max(0.0, 10 - (time.monotonic() - stopped)))
+                far.start_ovsdb()
+                back = time.monotonic()
+                deadline = back + 10
+                while rate(far.vsctl, "rmfarp2") != "20000000":
+                    assert time.monotonic() < deadline, "the far port's queues not put right within 10 s"
+                    time.sleep(0.2)
+                client.wait(lambda s: all(sw["in_sync"] for sw in s["switches"].values()), deadline - time.monotonic(),
+                            "both switches in sync")
+                with urllib.request.urlopen("http://127.0.0.1:9101/metrics", timeout=10) as r:
+                    metrics = r.read().decode()
+                assert f'ovsqos_ovsdb_connected{{remote="{far.remote}"}} 1.0' in metrics
+                client.clear_policy()
+                assert rate(system_vsctl, "rmnearp2") is None and rate(far.vsctl, "rmfarp2") is None
+            finally:
+                stop_controller(proc)
+        finally:
+            subprocess.run(["ovs-vsctl", "--if-exists", "del-br", "rmnear"], capture_output=True)
+            for link in links:
+                subprocess.run(["ip", "link", "del", link], capture_output=True)
+    assert leftovers() == NOTHING_LEFT and not any(BASE.glob("*"))
+
+
+def test_the_main_study_with_s2_on_a_second_ovs_gives_the_same_result(tmp_path):
+    out = tmp_path / "study"
+    done = subprocess.run([sys.executable, "topo/run.py", "--policy", "none", "reserve", "auto", "--quick",
+                           "--ovs-instances", "2", "--prometheus", "none", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ovs_instances"] == 2
+    reservation = summary["policies"]["reserve"]["tcp_reservation_mbps"]
+    for name in ("reserve", "auto"):
+        for step in summary["policies"][name]["steps"]:
+            if step["udp_mbps_offered"] in (10, 12):
+                assert step["tcp_mbps"] >= 0.9 * reservation or not step["faithful"] and step["fidelity_notes"], step
+    (auto,) = summary["policies"]["auto"]["repetitions"]
+    assert [d["action"] for d in auto["decisions"]] == ["program", "rollback"]
+    log = (out / "controller.log").read_text()
+    # s2's bridge, its QoS and its queues came through the second OVS's own OVSDB, over TCP.
+    assert "switch 0000000000000002 (s2, datapath netdev, OVSDB tcp:127.0.0.2:6640) connected" in log
+    assert "switch 0000000000000001 (s1, datapath netdev, OVSDB unix:/var/run/openvswitch/db.sock) connected" in log
+    assert leftovers() == NOTHING_LEFT and not any(BASE.glob("*"))

@@ -1,0 +1,54 @@
+"""controller/adapters/config.py: the [qos] options and the framework's OpenFlow TLS options, checked
+before anything starts, one line naming the option."""
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from controller.adapters.config import OPTIONS, ConfigError, settings
+
+
+def conf(tmp_path: Path, default: dict | None = None, **qos) -> SimpleNamespace:
+    values = {o.name: o.default for o in OPTIONS} | qos
+    framework = {"ofp_listen_host": "127.0.0.1", "ofp_tcp_listen_port": 6653, "ofp_ssl_listen_port": None,
+                 "ctl_privkey": None, "ctl_cert": None, "ca_certs": None} | (default or {})
+    return SimpleNamespace(qos=SimpleNamespace(**values), **framework)
+
+
+@pytest.fixture
+def pem(tmp_path):
+    for name in ("key.pem", "cert.pem", "ca.pem"):
+        (tmp_path / name).write_text("PEM")
+    return lambda name: str(tmp_path / name)
+
+
+def refusal(config) -> str:
+    with pytest.raises(ConfigError) as err:
+        settings(config)
+    return str(err.value)
+
+
+def test_plain_tcp_openflow_and_a_unix_ovsdb_need_no_certificates(tmp_path):
+    s = settings(conf(tmp_path))
+    assert s.openflow == ("127.0.0.1", 6653) and s.ovsdb_ssl is None
+
+
+def test_openflow_over_tls_listens_on_the_ssl_port_with_switch_certificates_checked(tmp_path, pem):
+    tls = {"ctl_privkey": pem("key.pem"), "ctl_cert": pem("cert.pem"), "ca_certs": pem("ca.pem"),
+           "ofp_ssl_listen_port": 6653, "ofp_tcp_listen_port": None}
+    assert settings(conf(tmp_path, tls)).openflow == ("127.0.0.1", 6653)
+    assert refusal(conf(tmp_path, {**tls, "ca_certs": None})).startswith("[DEFAULT] ca_certs: OpenFlow over TLS needs")
+    assert refusal(conf(tmp_path, {**tls, "ofp_ssl_listen_port": None})).startswith(
+        "[DEFAULT] ofp_ssl_listen_port: required")
+    assert refusal(conf(tmp_path, {**tls, "ctl_cert": str(tmp_path / "gone.pem")})) == (
+        f"[DEFAULT] ctl_cert: cannot read {tmp_path / 'gone.pem'} (No such file or directory); check the path")
+
+
+def test_an_ssl_ovsdb_remote_needs_its_key_certificate_and_ca(tmp_path, pem):
+    ssl = {"ovsdb": "ssl:127.0.0.2:6640", "ovsdb_private_key": pem("key.pem"), "ovsdb_certificate": pem("cert.pem"),
+           "ovsdb_ca_cert": pem("ca.pem")}
+    assert settings(conf(tmp_path, **ssl)).ovsdb_ssl == tuple(Path(pem(n)) for n in ("key.pem", "cert.pem", "ca.pem"))
+    assert refusal(conf(tmp_path, **{**ssl, "ovsdb_ca_cert": ""})).startswith(
+        "[qos] ovsdb_ca_cert: required by the ssl: ovsdb remote")
+    assert refusal(conf(tmp_path, **{**ssl, "ovsdb": "tcp:127.0.0.2:6640"})).startswith(
+        "[qos] ovsdb_private_key: only for an ssl: ovsdb remote")
