@@ -13,7 +13,11 @@ waits on it, and one OVS host that does not answer never stalls the others (cont
 remotes.py).
 
 A restart is not an outage: the policy in force is saved (controller/adapters/statefile.py), and
-a new process adopts what the switches and OVSDB already hold, changing only what differs. On exit
+a new process adopts what the switches and OVSDB already hold, changing only what differs.
+Active/standby (`standby = true`): the controller holding its owner's OVSDB lock, as ovn-northd
+does, is active and the switches' OpenFlow master; the other connects to them as slave, sends
+nothing that changes them, polls nothing, and takes over (master with a newer generation id, the
+saved policy re-read, what is there adopted) when the lock comes to it. On exit
 the controller leaves flows and queues as they are; DELETE /qos/v1/policy is what removes them.
 """
 from __future__ import annotations
@@ -59,6 +63,7 @@ LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s"
 config.register(CONF)
 
 UNSET, CLEARED, ACTIVE = "unset", "cleared", "active"   # no policy yet (hands off) / cleared / in force
+ROLE_ACTIVE, ROLE_STANDBY = "active", "standby"
 REQUEST_TIMEOUT = 30.0
 CONFIRM_SECONDS = 20.0        # a change is answered once every switch is in sync, or after this saying what is not
 CONFIRMED = ("set_policy", "clear_policy")
@@ -105,10 +110,10 @@ class EventConfirmDue(EventBase):
 
 
 class EventRemotes(EventBase):
-    """The OVSDB remotes' states, and which of them connected just now."""
-    def __init__(self, connected: dict[str, bool], new: list[str]):
+    """The OVSDB remotes' states, which of them connected just now, and whether we hold the lock."""
+    def __init__(self, connected: dict[str, bool], new: list[str], locked: bool = True):
         super().__init__()
-        self.connected, self.new = connected, new
+        self.connected, self.new, self.locked = connected, new, locked
 
 
 class EventRefresh(EventBase):
@@ -178,13 +183,14 @@ class QosController(App):
         except (PortInUse, OvsdbError, OSError) as err:
             _fail(err, 1)
         self.mode, self.document, self.policy = mode, document, policy
+        self.role = ROLE_ACTIVE if self.ovsdb.locked else ROLE_STANDBY
         self.switches: dict[int, Switch] = {}
         self.rates = RateTracker()
         self.multipart = Multipart()
         # Per switch, so that a reply replaces its switch's entry whole: switch → port → queue or class.
         self.queue_drops: dict[int, dict[int, dict[int, float]]] = {}   # drops per second
         self.class_bps: dict[int, dict[int, dict[str, float]]] = {}     # the classified flows' bit/s
-        self.snapshot = Snapshot(policy=policy.name if policy else None)
+        self.snapshot = Snapshot(policy=policy.name if policy else None, role=self.role)
         self.decisions: collections.deque[dict] = collections.deque(maxlen=1000)
         self.registry = CollectorRegistry()
         self.registry.register(ControllerCollector(lambda: self.snapshot))
@@ -211,7 +217,8 @@ class QosController(App):
         check_free(self.settings.openflow)
         self._api_sock, self._metrics_sock = listen(self.settings.api), listen(self.settings.metrics)
         remotes = Remotes(self.settings.ovsdb, lambda name: Ovsdb(name, owner=self.settings.owner, timeout=10.0,
-                                                                 ssl=self.settings.ovsdb_ssl))
+                                                                 ssl=self.settings.ovsdb_ssl,
+                                                                 standby=self.settings.standby))
         remotes.connect_all_once()
         return remotes
 
@@ -219,7 +226,7 @@ class QosController(App):
         """Connect the remotes not reached yet, with back-off; report every remote's state each second."""
         while True:
             new = self.ovsdb.connect_due()
-            self.send_event(self.name, EventRemotes(self.ovsdb.connected(), new))
+            self.send_event(self.name, EventRemotes(self.ovsdb.connected(), new, self.ovsdb.locked))
             hub.sleep(1.0)
 
     def _later(self, seconds: float, event: EventBase) -> None:
@@ -259,7 +266,7 @@ class QosController(App):
         done = lambda results: self.send_event(self.name, EventJobsDone(results))   # noqa: E731
         self.workers = {name: Worker(self.ovsdb.view(name), self.tc if on_this_host(name) else None, done)
                         for name in self.ovsdb.names}
-        for worker in self.workers.values():
+        for worker in self.workers.values() if self.role == ROLE_ACTIVE else ():
             worker.sweep_orphans()   # rows of ours a dead run left on ports that are gone
         self._workers = [*(hub.spawn(w.run) for w in self.workers.values()), hub.spawn(self._watch_tc),
                          hub.spawn(self._watch_remotes),
@@ -304,6 +311,10 @@ class QosController(App):
         except Exception as err:   # noqa: BLE001 - answered as a 500; the traceback goes to the log
             LOG.exception("request %s failed", req.op)
             self.reply_to_request(req, EventReply(req.src, error=err))
+            return
+        if req.op in CONFIRMED and self.role == ROLE_STANDBY:
+            self.reply_to_request(req, EventReply(req.src, error=Busy(
+                f"this controller is the standby of owner {self.settings.owner}: send changes to the active one")))
             return
         if req.op in CONFIRMED:
             self._waiting.append((req, result, self._now() + CONFIRM_SECONDS))
@@ -387,7 +398,7 @@ class QosController(App):
                                           "not_in_sync": dict(sw.errors), "ports": ports}
         remotes = {name: {"connected": up, **({"error": self.ovsdb.errors[name]} if name in self.ovsdb.errors else {})}
                    for name, up in self.ovsdb.connected().items()}
-        return {"policy": self.policy.name if self.policy else None, "mode": self.mode,
+        return {"role": self.role, "policy": self.policy.name if self.policy else None, "mode": self.mode,
                 "owner": self.settings.owner, "ovsdb": remotes, "switches": switches, "decisions": list(self.decisions)}
 
     def _install(self, mode: str, document: Any, policy: Policy | None) -> None:
@@ -419,7 +430,7 @@ class QosController(App):
             forget(dp.id)
         self.queue_drops.pop(dp.id, None)
         self.class_bps.pop(dp.id, None)
-        if sw.bridge is not None:
+        if sw.bridge is not None and self.role == ROLE_ACTIVE:
             self.workers[sw.bridge.remote].sweep_orphans()   # a bridge that went away leaves our QoS rows behind
         LOG.info("switch %016x left", dp.id)
         self._answer_waiting()        # a change that waited for this switch waits no more
@@ -431,6 +442,8 @@ class QosController(App):
                 (LOG.info if up else LOG.error)("OVSDB %s %s", name, "is back" if up else
                                                "is not connected; its switches' queues wait for it")
         self.snapshot.ovsdb_connected = dict(ev.connected)
+        if self.role == ROLE_STANDBY and ev.locked:
+            self._take_over()
         if ev.new:   # bridges that were not found may be in the remote connected now
             for dp_id, sw in self.switches.items():
                 if sw.bridge is None:
@@ -469,12 +482,35 @@ class QosController(App):
         if first:
             LOG.info("switch %016x (%s, datapath %s, OVSDB %s) connected", dp_id, bridge.name,
                      bridge.datapath_type or "system", bridge.remote)
+            self._send(sw, openflow.role_request(sw.dp, master=self.role == ROLE_ACTIVE))
             for msg in (openflow.meter_features_request(sw.dp), openflow.meter_config_request(sw.dp),
                         openflow.flow_stats_request(sw.dp)):   # what it can do and holds, before changing anything
                 self._send(sw, msg)
-            sw.poller = self._start_poller(dp_id)
+            if self.role == ROLE_ACTIVE:
+                sw.poller = self._start_poller(dp_id)
         else:
             self._reconcile(sw)
+
+    def _take_over(self) -> None:
+        """The lock is ours: the active controller is gone. Become every switch's master (a newer
+        generation id than its), take the policy it saved, read what the switches hold, and go on from
+        there: what it programmed is adopted (SwitchState.adopt), not rolled back and put again."""
+        LOG.warning("owner %s: the OVSDB lock is ours, the active controller is gone; taking over", self.settings.owner)
+        self.role = self.snapshot.role = ROLE_ACTIVE
+        if self.settings.policy is None:
+            self.mode, self.document, self.policy = self._initial_policy()
+            self.snapshot.policy = self.policy.name if self.policy else None
+        for dp_id, sw in self.switches.items():
+            if sw.bridge is None:
+                continue
+            self._send(sw, openflow.role_request(sw.dp, master=True))
+            sw.flows = sw.meters = sw.state = None   # read again; a fresh state adopts what is there
+            self._set_state(sw)
+            for msg in (openflow.meter_config_request(sw.dp), openflow.flow_stats_request(sw.dp)):
+                self._send(sw, msg)
+            sw.poller = self._start_poller(dp_id)
+        for worker in self.workers.values():
+            worker.sweep_orphans()
 
     def _set_state(self, sw: Switch) -> None:
         switch_policy = self.policy.switch(sw.dp.id) if self.policy and sw.bridge else None
@@ -490,7 +526,8 @@ class QosController(App):
     # --- reconciliation ---------------------------------------------------------------------
     def _reconcile(self, sw: Switch) -> None:
         """Plan what differs between the policy and what the switch and OVSDB hold, and start it."""
-        if self.mode == UNSET or sw.bridge is None or sw.flows is None or sw.meters is None:
+        if self.role != ROLE_ACTIVE or self.mode == UNSET or sw.bridge is None or sw.flows is None \
+                or sw.meters is None:
             return
         sw.generation = self.ovsdb.generation
         qos = {}
@@ -501,6 +538,8 @@ class QosController(App):
                 if port_no in sw.applied and actual not in (sw.applied[port_no], ABSENT) and port_no not in sw.busy:
                     self._drift(sw, "qos", f"port {port_no} ({iface}): OVSDB holds {_mode(actual)}, not what we put")
                     del sw.applied[port_no]
+        if sw.state and not sw.state.adopted:
+            sw.state.adopt({p for p, q in qos.items() if isinstance(q, OvsdbQos) and q.mode == "reserve"})
         todo = plan(sw.state, sw.flows, qos, sw.meters)
         cannot = openflow.meters_missing(sw.dp.ofproto, sw.meter_features) \
             if todo.meters.add or todo.meters.modify else None
@@ -692,7 +731,7 @@ class QosController(App):
     @set_ev_cls(EventPollDue)
     def _poll_due(self, ev: EventPollDue) -> None:
         sw = self.switches.get(ev.dp_id)
-        if sw is None or sw.bridge is None:
+        if sw is None or sw.bridge is None or self.role != ROLE_ACTIVE:
             return
         now = self._now()
         lag = now - ev.due

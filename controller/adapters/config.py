@@ -28,6 +28,9 @@ OPTIONS = [
     cfg.StrOpt("ovsdb_ca_cert", default="", help="ssl: remotes: the CA certificate the server's must be signed by"),
     cfg.StrOpt("owner", default="default", help="external_ids tag of this controller's QoS rows; "
                                                 "one controller per owner"),
+    cfg.BoolOpt("standby", default=False,
+                help="true: while another controller of this owner holds the OVSDB lock (of the first remote), "
+                     "wait as its standby, OpenFlow slave, instead of exiting; take over when the lock is free"),
     cfg.StrOpt("api_host", default="127.0.0.1"),
     cfg.IntOpt("api_port", default=8080),
     cfg.StrOpt("api_token", default="", secret=True,
@@ -53,6 +56,7 @@ class Settings:
     api_token: str
     metrics: tuple[str, int]
     ovsdb_ssl: tuple[Path, Path, Path] | None = None   # private key, certificate, CA certificate
+    standby: bool = False                               # wait as standby while another holds the lock
     openflow: tuple[str, int] = ("0.0.0.0", 6653)       # where switches connect (TLS when configured)
 
 
@@ -82,6 +86,7 @@ def settings(conf) -> Settings:
                     state_file=Path(values["state_file"]) if values["state_file"] else STATE_DIR / f"{owner}.json",
                     ovsdb=_remotes(values["ovsdb"]), owner=owner, api=api, api_token=values["api_token"],
                     metrics=(values["metrics_host"], values["metrics_port"]), ovsdb_ssl=_ovsdb_ssl(values),
+                    standby=values["standby"],
                     openflow=_openflow(conf))
 
 

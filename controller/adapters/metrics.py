@@ -31,6 +31,7 @@ class Snapshot:
     programmed: dict[tuple[int, int], bool] = field(default_factory=dict)
     events: dict[tuple[int, int, str], int] = field(default_factory=dict)
     policy: str | None = None
+    role: str = "active"                                                        # or "standby"
     load_error: bool = False
     openflow_errors: dict[tuple[int, str], int] = field(default_factory=dict)   # (dp, "type/code") → count
     drift_repairs: dict[str, int] = field(default_factory=dict)                 # flows, qos, tc → count
@@ -116,6 +117,10 @@ class ControllerCollector(Collector):
         for remote, up in sorted(snap.ovsdb_connected.items()):
             remotes.add_metric([remote], float(up))
         yield remotes
+        role = GaugeMetricFamily("ovsqos_controller_role", "1 for this controller's role: active (holds the OVSDB "
+                                 "lock, OpenFlow master) or standby (slave)", labels=["role"])
+        role.add_metric([snap.role], 1)
+        yield role
         info = GaugeMetricFamily("ovsqos_policy_info", "The policy in force", labels=["policy"])
         if snap.policy is not None:
             info.add_metric([snap.policy], 1)

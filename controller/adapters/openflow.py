@@ -2,6 +2,7 @@
 back into the core's types, in the same form, so that desired and actual compare directly."""
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from controller.core.flows import CLASSIFIED, COOKIE, COOKIE_MASK, FlowEntry
@@ -45,6 +46,14 @@ def actual_meters(ofp, body) -> dict[int, Police | None]:
             ours = config.flags == flags and len(bands) == 1 and type(bands[0]).__name__ == "OFPMeterBandDrop"
             meters[config.meter_id] = Police(bands[0].rate, bands[0].burst_size) if ours else None
     return meters
+
+
+def role_request(dp, master: bool):
+    """Master or slave. The generation id is the time in ms: a controller that takes over later always
+    claims a newer one (the two controllers' clocks must agree to well within a failover)."""
+    ofp = dp.ofproto
+    return dp.ofproto_parser.OFPRoleRequest(dp, ofp.OFPCR_ROLE_MASTER if master else ofp.OFPCR_ROLE_SLAVE,
+                                            time.time_ns() // 1_000_000)
 
 
 def meter_config_request(dp):

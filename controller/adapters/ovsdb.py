@@ -61,8 +61,9 @@ class BridgeInfo:
 
 class Ovsdb:
     def __init__(self, remote: str = DEFAULT_DB, owner: str = "default", timeout: float = 30.0,
-                 lock_wait: float = 10.0, ssl: tuple[Path, Path, Path] | None = None):
-        self.owner = owner
+                 lock_wait: float = 10.0, ssl: tuple[Path, Path, Path] | None = None, standby: bool = False):
+        """`standby`: another controller of this owner holding the lock is waited for, not an error."""
+        self.owner, self.standby = owner, standby
         if ssl:   # python-ovs keeps one key, certificate and CA for all its SSL streams
             key, certificate, ca_cert = map(str, ssl)
             Stream.ssl_set_private_key_file(key)
@@ -94,9 +95,15 @@ class Ovsdb:
     def connected(self) -> bool:
         return self._idl._session.is_connected()   # python-ovs keeps its session private; no other way to ask
 
+    @property
+    def has_lock(self) -> bool:
+        return self._idl.has_lock
+
     def _wait_for_lock(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while not self._idl.has_lock:
+            if self._idl.is_lock_contended and self.standby:
+                return
             if self._idl.is_lock_contended:
                 self.close()
                 raise LockHeld(f"another controller with owner {self.owner!r} is running on this OVSDB (it holds "

@@ -67,6 +67,12 @@ class Remotes:
                 self._retry[name] = (time.monotonic() + FIRST_RETRY, 2 * FIRST_RETRY)
                 LOG.error("OVSDB %s: %s; trying again", name, err)
 
+    @property
+    def locked(self) -> bool:
+        """Whether this controller holds its owner's lock on the first remote: the active one does."""
+        db = self.dbs.get(self.names[0])
+        return bool(db and db.connected and db.has_lock)
+
     def connected(self) -> dict[str, bool]:
         return {name: name in self.dbs and self.dbs[name].connected for name in self.names}
 

@@ -106,6 +106,11 @@ class PortCongestion:
     def congested(self) -> bool:
         return self._congested
 
+    def adopt(self) -> None:
+        """The port was found with its reservation in force (a controller before this one decided so):
+        congested until it has been calm for the hold time, as if this detector had decided it."""
+        self._congested, self._hot_streak, self._calm_since = True, 0, None
+
     def observe(self, sample: PortSample, now: float) -> Decision | None:
         config = self._config
         utilisation, loss_ratio = sample.utilisation, sample.loss_ratio

@@ -21,8 +21,19 @@ class SwitchState:
         self.userspace = userspace
         self.reserving = frozenset(p.port_no for p in switch.ports if p.queues == "reserve")
         self._detectors = {p.port_no: PortCongestion(policy.congestion) for p in switch.ports}
+        self.adopted = previous is not None     # a new state looks once at what the ports have (adopt)
         if previous is not None:
             self._carry_over(previous)
+
+    def adopt(self, reserving_now: set[int]) -> None:
+        """Once, for a state made without a previous one (a start, a restart, a standby taking over): an
+        `auto` port found reserving keeps its reservation, congested until calm for the hold time,
+        rather than being rolled back and programmed again."""
+        for port in self.switch.ports:
+            if port.queues == "auto" and port.port_no in reserving_now:
+                self.reserving |= {port.port_no}
+                self._detectors[port.port_no].adopt()
+        self.adopted = True
 
     def _carry_over(self, previous: SwitchState) -> None:
         """A port the new policy leaves as it was keeps its congestion state: putting the same policy

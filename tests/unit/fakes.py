@@ -83,6 +83,8 @@ class FakeDatapath:
                                     instructions=e.instructions, byte_count=e.bytes, packet_count=e.packets)
                     for (prio, match), e in self.table.items() if e.cookie & msg.cookie_mask == msg.cookie]
             self.replies.append(("flow", msg.xid, body))
+        elif kind == "OFPRoleRequest":
+            self.role = msg.role
         elif kind == "OFPMeterMod":
             self._meter_mod(msg)
         elif kind == "OFPMeterFeaturesStatsRequest":
@@ -164,6 +166,7 @@ class FakeOvsdb:
         self.refuse: set[str] = set()
         self.transactions = 0
         self.connected = True
+        self.has_lock = True
 
     @property
     def generation(self) -> int:

@@ -1,6 +1,7 @@
 """The real controller app (controller/qos_app.py) driven through connect, policy changes, congestion,
 drift, errors and restarts, with a fake switch, OVSDB and tc (tests/unit/fakes.py). What is asserted
 is what the switch and OVSDB end up holding, and what a client is told."""
+from collections import deque
 from types import SimpleNamespace
 
 import pytest
@@ -54,7 +55,8 @@ def test_a_policy_is_answered_once_switches_flows_queues_and_filters_hold_it(net
     assert net.app.tc.filters("s1-eth1") == MARKS
     assert {leaf.kind for leaf in net.app.tc.leaves("s1-eth1").values()} == {"pfifo_head_drop"}
     assert all(type(m).__name__ in ("OFPFlowMod", "OFPBarrierRequest", "OFPFlowStatsRequest", "OFPMeterFeaturesStatsRequest",
-                                    "OFPMeterConfigStatsRequest") for m in net.s1.sent)
+                                    "OFPMeterConfigStatsRequest", "OFPRoleRequest") for m in net.s1.sent)
+    assert net.s1.role == net.s1.ofproto.OFPCR_ROLE_MASTER
 
 
 def test_flows_steer_into_queues_only_once_ovsdb_holds_them(net):
@@ -138,6 +140,28 @@ def test_putting_the_same_auto_policy_again_keeps_a_reserving_port_reserving(net
     doc["description"] = "same ports and thresholds, new words"
     result, _ = net.app.request("set_policy", doc)
     assert result["changed"] is True and mode(net) == "reserve" and net.s1.steering()
+
+
+def test_a_restarted_controller_keeps_a_reserving_auto_port_reserving_until_it_is_calm(net, tmp_path):
+    up(net, "auto")
+    for _ in range(2):
+        flood(net, 2.5e6, 2.5e6)
+        net.app.poll()
+    assert mode(net) == "reserve"
+    restarted = FakeController(net.ovsdb, tmp_path / "state.json")
+    restarted.tc = net.app.tc
+    restarted.worker._tc = net.app.tc
+    net.s1.sent.clear()
+    restarted.connect(net.s1)
+    restarted.connect(net.s2)
+    net.app = restarted
+    for _ in range(3):                             # the flood goes on: nothing is rolled back and put again
+        flood(net, 2.5e6, 2.5e6)
+        restarted.poll()
+    assert mode(net) == "reserve" and net.s1.flow_mods() == [] and restarted.decisions == deque()
+    for _ in range(6):                             # calm for the hold time: rolled back as usual
+        restarted.poll()
+    assert [d["action"] for d in restarted.decisions] == ["rollback"] and mode(net) == "fifo"
 
 
 # --- drift --------------------------------------------------------------------------------------------
@@ -239,8 +263,8 @@ def test_a_restarted_controller_adopts_what_is_there_and_sends_no_change(net, tm
         dp.sent.clear()
         restarted.connect(dp)
     assert restarted.policy.name == "reserve"
-    assert [type(m).__name__ for m in net.s1.sent] == ["OFPMeterFeaturesStatsRequest", "OFPMeterConfigStatsRequest",
-                                                      "OFPFlowStatsRequest"]   # reads only
+    assert [type(m).__name__ for m in net.s1.sent] == ["OFPRoleRequest", "OFPMeterFeaturesStatsRequest",
+                                                      "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest"]   # reads only
     assert restarted.request("status")[0]["switches"]["0000000000000001"]["in_sync"] is True
 
 

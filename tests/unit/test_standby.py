@@ -1,0 +1,68 @@
+"""Active/standby (controller/qos_app.py): the controller without its owner's OVSDB lock is the switches'
+OpenFlow slave, changes nothing and refuses changes; when the lock comes to it, it becomes master, takes
+the saved policy and adopts what the active one programmed, without rolling it back."""
+from types import SimpleNamespace
+
+import pytest
+
+from controller import qos_app
+from controller.adapters.rest import Busy
+from controller.core.policy import load_document
+from tests.unit.fakes import FakeController, FakeDatapath, FakeOvsdb
+from tests.unit.test_app import S1, S2, flood, mode
+
+
+@pytest.fixture
+def pair(tmp_path):
+    s1, s2 = FakeDatapath(1, S1), FakeDatapath(2, S2)
+    ovsdb = FakeOvsdb(s1, s2)
+    active = FakeController(ovsdb, tmp_path / "state.json")
+    for dp in (s1, s2):
+        active.connect(dp)
+    assert active.request("set_policy", load_document("policies/auto.yaml"))[1] is None
+    net = SimpleNamespace(app=active, ovsdb=ovsdb, s1=s1, s2=s2)
+    for _ in range(2):
+        flood(net, 2.5e6, 2.5e6)
+        active.poll()
+    assert mode(net) == "reserve"
+    ovsdb.has_lock = False                           # the active one holds the lock
+    standby = FakeController(ovsdb, tmp_path / "state.json")
+    standby.tc = active.tc
+    standby.worker._tc = active.tc
+    for dp in (s1, s2):
+        dp.sent.clear()
+        standby.connect(dp)
+    return SimpleNamespace(net=net, standby=standby)
+
+
+def test_the_standby_is_a_slave_that_changes_nothing_and_refuses_changes(pair):
+    standby, s1 = pair.standby, pair.net.s1
+    assert standby.role == "standby" and s1.role == s1.ofproto.OFPCR_ROLE_SLAVE
+    standby.poll()
+    assert [type(m).__name__ for m in s1.sent] == ["OFPRoleRequest", "OFPMeterFeaturesStatsRequest",
+                                                   "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest"]
+    _, error = standby.request("clear_policy")
+    assert isinstance(error, Busy) and "standby" in str(error)
+    status, _ = standby.request("status")
+    assert status["role"] == "standby" and standby.snapshot.role == "standby"
+
+
+def test_the_standby_takes_over_when_the_lock_is_its_and_keeps_what_the_active_one_programmed(pair):
+    standby, net = pair.standby, pair.net
+    pair.net.ovsdb.has_lock = True                   # the active one died: its lock is released to us
+    standby.posted.append(qos_app.EventRemotes({"fake": True}, [], locked=True))
+    standby.settle()
+    assert standby.role == "active" and net.s1.role == net.s1.ofproto.OFPCR_ROLE_MASTER
+    assert standby.policy.name == "auto"             # the policy the active one saved
+    net.app = standby
+    for _ in range(3):                               # the flood goes on: nothing rolled back and put again
+        flood(net, 2.5e6, 2.5e6)
+        standby.poll()
+    assert mode(net) == "reserve" and net.s1.flow_mods() == [] and not standby.decisions
+    for _ in range(6):                               # calm: its own rollback, then a new episode is answered
+        standby.poll()
+    assert mode(net) == "fifo"
+    for _ in range(2):
+        flood(net, 2.5e6, 2.5e6)
+        standby.poll()
+    assert [d["action"] for d in standby.decisions] == ["rollback", "program"] and mode(net) == "reserve"
