@@ -111,9 +111,9 @@ class EventConfirmDue(EventBase):
 
 class EventRemotes(EventBase):
     """The OVSDB remotes' states, which of them connected just now, and whether we hold the lock."""
-    def __init__(self, connected: dict[str, bool], new: list[str], locked: bool = True):
+    def __init__(self, connected: dict[str, bool], new: list[str], locked: bool = True, taken: bool = False):
         super().__init__()
-        self.connected, self.new, self.locked = connected, new, locked
+        self.connected, self.new, self.locked, self.taken = connected, new, locked, taken
 
 
 class EventRefresh(EventBase):
@@ -226,7 +226,8 @@ class QosController(App):
         """Connect the remotes not reached yet, with back-off; report every remote's state each second."""
         while True:
             new = self.ovsdb.connect_due()
-            self.send_event(self.name, EventRemotes(self.ovsdb.connected(), new, self.ovsdb.locked))
+            self.send_event(self.name, EventRemotes(self.ovsdb.connected(), new, self.ovsdb.locked,
+                                                    self.ovsdb.lock_taken))
             hub.sleep(1.0)
 
     def _later(self, seconds: float, event: EventBase) -> None:
@@ -444,6 +445,8 @@ class QosController(App):
         self.snapshot.ovsdb_connected = dict(ev.connected)
         if self.role == ROLE_STANDBY and ev.locked:
             self._take_over()
+        elif self.role == ROLE_ACTIVE and ev.taken and self.settings.standby:
+            self._stand_down()
         if ev.new:   # bridges that were not found may be in the remote connected now
             for dp_id, sw in self.switches.items():
                 if sw.bridge is None:
@@ -511,6 +514,18 @@ class QosController(App):
             sw.poller = self._start_poller(dp_id)
         for worker in self.workers.values():
             worker.sweep_orphans()
+
+    def _stand_down(self) -> None:
+        """Another controller of our owner has the lock (we were cut off from OVSDB meanwhile): it is the
+        active one now. Slave to every switch, and nothing more from us."""
+        LOG.warning("owner %s: another controller holds the OVSDB lock; standing by", self.settings.owner)
+        self.role = self.snapshot.role = ROLE_STANDBY
+        for sw in self.switches.values():
+            if sw.poller:
+                hub.kill(sw.poller)
+                sw.poller = None
+            if sw.bridge is not None:
+                self._send(sw, openflow.role_request(sw.dp, master=False))
 
     def _set_state(self, sw: Switch) -> None:
         switch_policy = self.policy.switch(sw.dp.id) if self.policy and sw.bridge else None

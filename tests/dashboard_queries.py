@@ -66,6 +66,15 @@ EXPORTED_METRICS: dict[str, str] = {
     # controller: policy
     "ovsqos_policy_info": "gauge",
     "ovsqos_policy_load_error": "gauge",
+    # controller: its own health {dp_id}, {error}, {kind}, {remote}, {role}
+    "ovsqos_openflow_errors_total": "counter",
+    "ovsqos_drift_repairs_total": "counter",
+    "ovsqos_polls_total": "counter",
+    "ovsqos_poll_duration_seconds": "gauge",
+    "ovsqos_poll_lag_seconds": "gauge",
+    "ovsqos_switch_in_sync": "gauge",
+    "ovsqos_ovsdb_connected": "gauge",
+    "ovsqos_controller_role": "gauge",
     # launcher
     "ovsqos_study_flow_throughput_bytes_per_second": "gauge",
     "ovsqos_study_udp_offered_bytes_per_second": "gauge",

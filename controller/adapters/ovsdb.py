@@ -24,10 +24,11 @@ from ovsdbapp.backend.ovs_idl import command, connection, idlutils
 from ovsdbapp.schema.open_vswitch import impl_idl
 
 from controller.core.plan import ABSENT, FOREIGN
+from controller.core.policy import LOCAL_OVSDB
 from controller.core.queues import OvsdbQos, QosSpec, QueueSpec
 
 LOG = logging.getLogger(__name__)
-DEFAULT_DB = "unix:/var/run/openvswitch/db.sock"
+DEFAULT_DB = LOCAL_OVSDB
 OWNER_KEY = "ovs-qos-controller"
 USERSPACE_DATAPATH = "netdev"
 # Only the columns we read: vswitchd rewrites every Interface's statistics every few seconds, and any
@@ -98,6 +99,11 @@ class Ovsdb:
     @property
     def has_lock(self) -> bool:
         return self._idl.has_lock
+
+    @property
+    def lock_contended(self) -> bool:
+        """Another session holds our owner's lock (not merely: we have not got it back yet)."""
+        return self._idl.is_lock_contended
 
     def _wait_for_lock(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds

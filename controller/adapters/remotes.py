@@ -73,6 +73,12 @@ class Remotes:
         db = self.dbs.get(self.names[0])
         return bool(db and db.connected and db.has_lock)
 
+    @property
+    def lock_taken(self) -> bool:
+        """Whether another controller of our owner holds the first remote's lock."""
+        db = self.dbs.get(self.names[0])
+        return bool(db and db.connected and db.lock_contended)
+
     def connected(self) -> dict[str, bool]:
         return {name: name in self.dbs and self.dbs[name].connected for name in self.names}
 

@@ -39,6 +39,7 @@ _RATE_UNITS = {"": 1, "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 # OVS's linux-htb hands the kernel each rate as 32-bit bytes per second: above that it wraps.
 MAX_RATE_BPS = (2**32 - 1) * 8
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+LOCAL_OVSDB = "unix:/var/run/openvswitch/db.sock"    # the system's OVS on the controller's host
 OVSDB_REMOTE = re.compile(r"^(unix:.+|(tcp|ssl):[^:]+:\d+|(tcp|ssl):\[[0-9a-fA-F:.]+\]:\d+)$")
 _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$", re.IGNORECASE)
 Match = tuple[tuple[str, Any], ...]   # os-ken OFPMatch keyword arguments, sorted

@@ -71,6 +71,12 @@ def test_meter_counters_carry_the_meter_and_its_class(registry):
     assert registry.get_sample_value("ovsqos_meter_dropped_packets_total", labels) == 400
 
 
+def test_every_metric_the_controller_exports_is_listed_for_the_dashboards(registry):
+    from tests.dashboard_queries import EXPORTED_METRICS
+    families = {f.name + ("_total" if f.type == "counter" else ""): f.type for f in registry.collect()}
+    assert families == {n: k for n, k in EXPORTED_METRICS.items() if not n.startswith("ovsqos_study_")}
+
+
 def test_each_ovsdb_remote_is_connected_or_not(registry):
     assert registry.get_sample_value("ovsqos_ovsdb_connected", {"remote": "unix:/var/run/openvswitch/db.sock"}) == 1
     assert registry.get_sample_value("ovsqos_ovsdb_connected", {"remote": "tcp:127.0.0.2:6640"}) == 0

@@ -141,3 +141,12 @@ def test_the_launcher_holds_a_policed_class_to_its_min_share_of_the_bottleneck_o
     assert parse_policy(doc).traffic_class("udp").police == Police(1000, 100)   # 10 % of 10 Mbit/s
     doc = policy_document("police", 10_000_000, 25, police_bps=2_000_000)
     assert parse_policy(doc).traffic_class("udp").police == Police(2000, 200)
+
+
+def test_the_launcher_does_not_load_eventlet_which_warns_on_its_stderr():
+    import subprocess
+    import sys
+    code = ("import sys; import topo.studies, topo.studies.main, topo.harness.launch, topo.harness.dashboard_report; "
+            "print(sorted(m for m in ('eventlet', 'ovs', 'os_ken') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=".")
+    assert (done.stdout, done.stderr) == ("[]\n", "")

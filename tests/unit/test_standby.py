@@ -1,6 +1,7 @@
 """Active/standby (controller/qos_app.py): the controller without its owner's OVSDB lock is the switches'
 OpenFlow slave, changes nothing and refuses changes; when the lock comes to it, it becomes master, takes
 the saved policy and adopts what the active one programmed, without rolling it back."""
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -66,3 +67,16 @@ def test_the_standby_takes_over_when_the_lock_is_its_and_keeps_what_the_active_o
         flood(net, 2.5e6, 2.5e6)
         standby.poll()
     assert [d["action"] for d in standby.decisions] == ["rollback", "program"] and mode(net) == "reserve"
+
+
+def test_an_active_controller_whose_lock_another_took_stands_down(pair):
+    standby, net = pair.standby, pair.net
+    net.ovsdb.has_lock = True
+    standby.posted.append(qos_app.EventRemotes({"fake": True}, [], locked=True))
+    standby.settle()
+    standby.settings = dataclasses.replace(standby.settings, standby=True)
+    standby.posted.append(qos_app.EventRemotes({"fake": True}, [], locked=False, taken=True))
+    standby.settle()
+    net.s1.sent.clear()
+    standby.poll()
+    assert standby.role == "standby" and net.s1.role == net.s1.ofproto.OFPCR_ROLE_SLAVE and net.s1.sent == []

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 from topo.harness import capabilities
 from topo.harness.host import Busy, HostLock, RunRecord
+from topo.net import ovs_instance
 from vm.harness import vm_environment
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,7 +90,7 @@ def clean() -> int:
     except Busy as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    removed += record.close()
+    removed += record.close() + ovs_instance.stop_all()
     lock.release()
     print(f"removed: {', '.join(removed)}" if removed else "nothing was left behind")
     return 0

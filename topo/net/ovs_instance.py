@@ -201,6 +201,14 @@ def stop(rundir: Path) -> None:
     shutil.rmtree(rundir, ignore_errors=True)
 
 
+def stop_all() -> list[str]:
+    """Every instance a killed run left, stopped and removed; what was removed."""
+    left = sorted(BASE.glob("*")) if BASE.is_dir() else []
+    for rundir in left:
+        stop(rundir)
+    return [f"OVS instance {rundir.name}" for rundir in left]
+
+
 def _end(proc: subprocess.Popen | None) -> None:
     if proc is None:
         return

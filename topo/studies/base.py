@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from controller.adapters.ovsdb import DEFAULT_DB
-from controller.core.policy import PolicyError, load_document, parse_policy, parse_rate
+# Not from controller.adapters.ovsdb: python-ovs would import eventlet, which warns on the launcher's stderr.
+from controller.core.policy import LOCAL_OVSDB, PolicyError, load_document, parse_policy, parse_rate
 from topo.harness import fidelity
 from topo.harness.controller import ControllerClient, ControllerError, controller
 from topo.harness.launch import USAGE_ERROR, Host, LaunchError, launched, note
@@ -154,7 +154,7 @@ def _run_trials(study: Study, plan: Any, host: Host, args: argparse.Namespace, d
                 placed = {"s2": stack.enter_context(ovs_instance(record=host.record))}
             # With a second OVS the controller listens where its namespace reaches it, and reaches its OVSDB.
             client = stack.enter_context(controller(host.out / "controller.log", host.record,
-                                                    ovsdb=(DEFAULT_DB, *(i.remote for i in placed.values()))
+                                                    ovsdb=(LOCAL_OVSDB, *(i.remote for i in placed.values()))
                                                     if placed else (), openflow_host=CONTROLLER_ADDRESS if placed else None))
             offset = 0.0
             for k, trial in enumerate(trials):
