@@ -223,11 +223,20 @@ class QosController(App):
         return remotes
 
     def _watch_remotes(self) -> None:
-        """Connect the remotes not reached yet, with back-off; report every remote's state each second."""
+        """Report every remote's state, and the lock's, each second."""
+        while True:
+            self.send_event(self.name, EventRemotes(self.ovsdb.connected(), [], self.ovsdb.locked,
+                                                    self.ovsdb.lock_taken))
+            hub.sleep(1.0)
+
+    def _connect_remotes(self) -> None:
+        """Connect the remotes not reached yet, with back-off: apart from the reports, which a remote that
+        does not answer a connection for minutes must not hold up."""
         while True:
             new = self.ovsdb.connect_due()
-            self.send_event(self.name, EventRemotes(self.ovsdb.connected(), new, self.ovsdb.locked,
-                                                    self.ovsdb.lock_taken))
+            if new:
+                self.send_event(self.name, EventRemotes(self.ovsdb.connected(), new, self.ovsdb.locked,
+                                                        self.ovsdb.lock_taken))
             hub.sleep(1.0)
 
     def _later(self, seconds: float, event: EventBase) -> None:
@@ -270,7 +279,7 @@ class QosController(App):
         for worker in self.workers.values() if self.role == ROLE_ACTIVE else ():
             worker.sweep_orphans()   # rows of ours a dead run left on ports that are gone
         self._workers = [*(hub.spawn(w.run) for w in self.workers.values()), hub.spawn(self._watch_tc),
-                         hub.spawn(self._watch_remotes),
+                         hub.spawn(self._watch_remotes), hub.spawn(self._connect_remotes),
                          hub.spawn(serve, self._api_sock, make_app(self, self.settings.api_token)),
                          hub.spawn(serve, self._metrics_sock, make_wsgi_app(self.registry))]
         LOG.info("REST on %s:%d, metrics on %s:%d", *self.settings.api, *self.settings.metrics)
