@@ -184,6 +184,7 @@ class QosController(App):
             _fail(err, 1)
         self.mode, self.document, self.policy = mode, document, policy
         self.role = ROLE_ACTIVE if self.ovsdb.locked else ROLE_STANDBY
+        self.generation = self._claim() if self.role == ROLE_ACTIVE else 0   # our OpenFlow generation id as master
         self.switches: dict[int, Switch] = {}
         self.rates = RateTracker()
         self.multipart = Multipart()
@@ -494,7 +495,7 @@ class QosController(App):
         if first:
             LOG.info("switch %016x (%s, datapath %s, OVSDB %s) connected", dp_id, bridge.name,
                      bridge.datapath_type or "system", bridge.remote)
-            self._send(sw, openflow.role_request(sw.dp, master=self.role == ROLE_ACTIVE))
+            self._send(sw, self._role_request(sw))
             for msg in (openflow.meter_features_request(sw.dp), openflow.meter_config_request(sw.dp),
                         openflow.flow_stats_request(sw.dp)):   # what it can do and holds, before changing anything
                 self._send(sw, msg)
@@ -509,13 +510,14 @@ class QosController(App):
         there: what it programmed is adopted (SwitchState.adopt), not rolled back and put again."""
         LOG.warning("owner %s: the OVSDB lock is ours, the active controller is gone; taking over", self.settings.owner)
         self.role = self.snapshot.role = ROLE_ACTIVE
+        self.generation = self._claim()
         if self.settings.policy is None:
             self.mode, self.document, self.policy = self._initial_policy()
             self.snapshot.policy = self.policy.name if self.policy else None
         for dp_id, sw in self.switches.items():
             if sw.bridge is None:
                 continue
-            self._send(sw, openflow.role_request(sw.dp, master=True))
+            self._send(sw, self._role_request(sw))
             sw.flows = sw.meters = sw.state = None   # read again; a fresh state adopts what is there
             self._set_state(sw)
             for msg in (openflow.meter_config_request(sw.dp), openflow.flow_stats_request(sw.dp)):
@@ -534,7 +536,18 @@ class QosController(App):
                 hub.kill(sw.poller)
                 sw.poller = None
             if sw.bridge is not None:
-                self._send(sw, openflow.role_request(sw.dp, master=False))
+                self._send(sw, self._role_request(sw))
+
+    def _claim(self) -> int:
+        generation = self.ovsdb.generation_id(claim=True)
+        LOG.info("OpenFlow master with generation id %d", generation)
+        return generation
+
+    def _role_request(self, sw: Switch):
+        """Master with our generation id; slave with the active one's (a slave's must not be stale either)."""
+        if self.role == ROLE_ACTIVE:
+            return openflow.role_request(sw.dp, True, self.generation)
+        return openflow.role_request(sw.dp, False, self.ovsdb.generation_id(claim=False))
 
     def _set_state(self, sw: Switch) -> None:
         switch_policy = self.policy.switch(sw.dp.id) if self.policy and sw.bridge else None

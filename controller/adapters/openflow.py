@@ -2,7 +2,6 @@
 back into the core's types, in the same form, so that desired and actual compare directly."""
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from controller.core.flows import CLASSIFIED, COOKIE, COOKIE_MASK, FlowEntry
@@ -48,12 +47,10 @@ def actual_meters(ofp, body) -> dict[int, Police | None]:
     return meters
 
 
-def role_request(dp, master: bool):
-    """Master or slave. The generation id is the time in ms: a controller that takes over later always
-    claims a newer one (the two controllers' clocks must agree to well within a failover)."""
+def role_request(dp, master: bool, generation: int):
+    """Master or slave, with the owner's generation id (kept in OVSDB: controller/adapters/ovsdb.py)."""
     ofp = dp.ofproto
-    return dp.ofproto_parser.OFPRoleRequest(dp, ofp.OFPCR_ROLE_MASTER if master else ofp.OFPCR_ROLE_SLAVE,
-                                            time.time_ns() // 1_000_000)
+    return dp.ofproto_parser.OFPRoleRequest(dp, ofp.OFPCR_ROLE_MASTER if master else ofp.OFPCR_ROLE_SLAVE, generation)
 
 
 def meter_config_request(dp):

@@ -33,7 +33,8 @@ OWNER_KEY = "ovs-qos-controller"
 USERSPACE_DATAPATH = "netdev"
 # Only the columns we read: vswitchd rewrites every Interface's statistics every few seconds, and any
 # replicated change bumps the IDL's change number, which is what our read cache is keyed by.
-COLUMNS = {"Open_vSwitch": ["bridges", "next_cfg", "cur_cfg"],      # next/cur_cfg: waiting for vswitchd
+COLUMNS = {"Open_vSwitch": ["bridges", "next_cfg", "cur_cfg",       # next/cur_cfg: waiting for vswitchd
+                            "external_ids"],                          # the owner's OpenFlow generation id
            "Bridge": ["name", "datapath_id", "datapath_type", "ports"],
            "Port": ["name", "interfaces", "qos"],
            "Interface": ["name", "ofport"],
@@ -164,6 +165,23 @@ class Ovsdb:
                 ids = {OWNER_KEY: self.owner, "iface": iface, **(tags or {}), **(port_tags or {}).get(iface, {})}
                 txn.add(_ReplacePortQos(self._api, iface, spec, ids))
 
+    def generation_id(self) -> int:
+        """The OpenFlow generation id the owner's active controller last claimed (0: none yet)."""
+        row = next(iter(self._api.tables["Open_vSwitch"].rows.values()), None)
+        return _int(row.external_ids, self._generation_key) if row else 0
+
+    def next_generation_id(self) -> int:
+        """One more than the last, kept in OVSDB: a controller that becomes active claims mastership with a
+        newer id than any before it, whatever the hosts' clocks. The transaction carries our lock, so only
+        the lock's holder can make it."""
+        with self._api.transaction(check_error=True, log_errors=False) as txn:
+            found = txn.add(_NextGeneration(self._api, self._generation_key))
+        return found.result
+
+    @property
+    def _generation_key(self) -> str:
+        return f"{OWNER_KEY}-generation-{self.owner}"
+
     def remove_orphans(self) -> int:
         """Remove our QoS rows no port uses and our Queue rows no QoS uses; returns how many."""
         with self._api.transaction(check_error=True, log_errors=False) as txn:
@@ -240,6 +258,18 @@ class _ReplacePortQos(command.BaseCommand):
         qos.queues = queues
         qos.external_ids = {**self.ids, "mode": self.spec.mode}
         port.qos = [qos]
+
+
+class _NextGeneration(command.BaseCommand):
+    def __init__(self, api, key: str):
+        super().__init__(api)
+        self.key = key
+
+    def run_idl(self, txn):
+        row = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
+        row.verify("external_ids")
+        self.result = max(_int(row.external_ids, self.key), 0) + 1
+        row.setkey("external_ids", self.key, str(self.result))
 
 
 class _RemoveOrphans(command.BaseCommand):

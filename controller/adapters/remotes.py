@@ -79,6 +79,14 @@ class Remotes:
         db = self.dbs.get(self.names[0])
         return bool(db and db.connected and db.lock_contended)
 
+    def generation_id(self, claim: bool) -> int:
+        """The OpenFlow generation id, kept in the first remote: a new one when `claim`ing mastership (which
+        only the lock's holder, so a connected remote, does); 0 while the first remote is not reached."""
+        db = self.dbs.get(self.names[0])
+        if claim:
+            return db.next_generation_id()
+        return db.generation_id() if db else 0
+
     def connected(self) -> dict[str, bool]:
         return {name: name in self.dbs and self.dbs[name].connected for name in self.names}
 

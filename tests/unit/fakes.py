@@ -84,7 +84,7 @@ class FakeDatapath:
                     for (prio, match), e in self.table.items() if e.cookie & msg.cookie_mask == msg.cookie]
             self.replies.append(("flow", msg.xid, body))
         elif kind == "OFPRoleRequest":
-            self.role = msg.role
+            self.role, self.generation_id = msg.role, msg.generation_id
         elif kind == "OFPMeterMod":
             self._meter_mod(msg)
         elif kind == "OFPMeterFeaturesStatsRequest":
@@ -167,6 +167,14 @@ class FakeOvsdb:
         self.transactions = 0
         self.connected = True
         self.has_lock = True
+        self.generation_ids = 0
+
+    def generation_id(self) -> int:
+        return self.generation_ids
+
+    def next_generation_id(self) -> int:
+        self.generation_ids += 1
+        return self.generation_ids
 
     @property
     def generation(self) -> int:

@@ -39,6 +39,7 @@ def pair(tmp_path):
 def test_the_standby_is_a_slave_that_changes_nothing_and_refuses_changes(pair):
     standby, s1 = pair.standby, pair.net.s1
     assert standby.role == "standby" and s1.role == s1.ofproto.OFPCR_ROLE_SLAVE
+    assert s1.generation_id == 1                     # the active one's: a slave's must not be stale either
     standby.poll()
     assert [type(m).__name__ for m in s1.sent] == ["OFPRoleRequest", "OFPMeterFeaturesStatsRequest",
                                                    "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest"]
@@ -54,6 +55,7 @@ def test_the_standby_takes_over_when_the_lock_is_its_and_keeps_what_the_active_o
     standby.posted.append(qos_app.EventRemotes({"fake": True}, [], locked=True))
     standby.settle()
     assert standby.role == "active" and net.s1.role == net.s1.ofproto.OFPCR_ROLE_MASTER
+    assert net.s1.generation_id == 2 == net.ovsdb.generation_ids   # newer than the dead one's, kept in OVSDB
     assert standby.policy.name == "auto"             # the policy the active one saved
     net.app = standby
     for _ in range(3):                               # the flood goes on: nothing rolled back and put again
