@@ -787,7 +787,7 @@ class QosController(App):
         # The whole flow table now and then (and at once when the count or the classified flows differ
         # from what we hold): a flow changed in place is found within WHOLE_TABLE_POLLS polls.
         sw.table_polls = (sw.table_polls + 1) % WHOLE_TABLE_POLLS
-        meters = bool(sw.meters) or bool(sw.state and sw.state.meters())
+        meters = bool(sw.meters) or bool(sw.state and sw.state.meters)
         for msg in openflow.stats_requests(sw.dp, whole_table=sw.table_polls == 0, meters=meters):
             self._send(sw, msg)
         if now - sw.swept > TC_SWEEP_SECONDS:
@@ -830,8 +830,7 @@ class QosController(App):
         if actual == sw.flows:
             return
         if sw.flows is not None:
-            self._drift(sw, "flows", f"{len(actual.keys() ^ sw.flows.keys())} flows added or removed, "
-                                     f"{sum(actual[c] != sw.flows[c] for c in actual.keys() & sw.flows.keys())} changed")
+            self._drift(sw, "flows", _difference(actual, sw.flows, "flows"))
         sw.flows = actual
         self._reconcile(sw)
 
@@ -863,9 +862,7 @@ class QosController(App):
         if actual == sw.meters:
             return
         if sw.meters is not None:
-            self._drift(sw, "meters", f"{len(actual.keys() ^ sw.meters.keys())} meters added or removed, "
-                                      f"{sum(actual[m] != sw.meters[m] for m in actual.keys() & sw.meters.keys())} "
-                                      "changed")
+            self._drift(sw, "meters", _difference(actual, sw.meters, "meters"))
         sw.meters = actual
         self._reconcile(sw)
 
@@ -964,6 +961,12 @@ def _check_meters(policy: Policy, sw: Switch) -> None:
         raise PolicyError(f"classes.{policed}.police: switch {switch.name} (bridge {sw.bridge.name}) cannot police, "
                           f"{cannot}; remove police, or run the bridge on a datapath with meters (datapath_type "
                           "netdev, or the kernel's on Linux 4.18 or later)")
+
+
+def _difference(actual: dict, known: dict, what: str) -> str:
+    """How what a switch holds differs from what we thought it held, for the drift log."""
+    return (f"{len(actual.keys() ^ known.keys())} {what} added or removed, "
+            f"{sum(actual[k] != known[k] for k in actual.keys() & known.keys())} changed")
 
 
 def _mode(actual) -> str:

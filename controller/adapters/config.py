@@ -82,10 +82,11 @@ def settings(conf) -> Settings:
                           "token, or listen on 127.0.0.1")
     if api == (values["metrics_host"], values["metrics_port"]):
         raise ConfigError("[qos] metrics_port: the same address as the REST API; give each its own port")
+    remotes = _remotes(values["ovsdb"])
     return Settings(policy=Path(values["policy"]) if values["policy"] else None,
                     state_file=Path(values["state_file"]) if values["state_file"] else STATE_DIR / f"{owner}.json",
-                    ovsdb=_remotes(values["ovsdb"]), owner=owner, api=api, api_token=values["api_token"],
-                    metrics=(values["metrics_host"], values["metrics_port"]), ovsdb_ssl=_ovsdb_ssl(values),
+                    ovsdb=remotes, owner=owner, api=api, api_token=values["api_token"],
+                    metrics=(values["metrics_host"], values["metrics_port"]), ovsdb_ssl=_ovsdb_ssl(values, remotes),
                     standby=values["standby"],
                     openflow=_openflow(conf))
 
@@ -103,12 +104,12 @@ def _remotes(text: str) -> tuple[str, ...]:
     return remotes
 
 
-def _ovsdb_ssl(values: dict) -> tuple[Path, Path, Path] | None:
+def _ovsdb_ssl(values: dict, remotes: tuple[str, ...]) -> tuple[Path, Path, Path] | None:
     """The key, certificate and CA ssl: remotes need (one set for all: python-ovs keeps one): all three,
     readable, and only with such a remote."""
     names = ("ovsdb_private_key", "ovsdb_certificate", "ovsdb_ca_cert")
     given = [n for n in names if values[n]]
-    if not any(r.strip().startswith("ssl:") for r in values["ovsdb"].split(",")):
+    if not any(r.startswith("ssl:") for r in remotes):
         if given:
             raise ConfigError(f"[qos] {given[0]}: only for an ssl: ovsdb remote (ovsdb is {values['ovsdb']}); "
                               "remove it or use ssl:HOST:PORT")

@@ -101,7 +101,7 @@ def plan(state: SwitchState | None, flows: dict[int, ActualFlow], qos: dict[int,
                 changes[port] = None
         elif actual != want.ovsdb:
             changes[port] = want
-    return Plan(flow_changes(desired_flows, flows), meter_changes(state.meters(), meters), changes, desired_qos)
+    return Plan(flow_changes(desired_flows, flows), meter_changes(state.meters, meters), changes, desired_qos)
 
 
 @dataclass(frozen=True)

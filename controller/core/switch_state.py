@@ -9,7 +9,7 @@ from __future__ import annotations
 from controller.core.congestion import Decision, PortCongestion, PortSample, bitrate
 from controller.core.flows import FlowEntry, desired_flows, rule_index
 from controller.core.meters import desired_meters
-from controller.core.policy import Police, Policy, PortPolicy, SwitchPolicy
+from controller.core.policy import Policy, PortPolicy, SwitchPolicy
 from controller.core.queues import QosSpec, desired_qos
 from controller.core.stats import PortRates
 
@@ -20,6 +20,7 @@ class SwitchState:
         self.switch = switch
         self.userspace = userspace
         self.reserving = frozenset(p.port_no for p in switch.ports if p.queues == "reserve")
+        self.meters = desired_meters(policy, switch)   # meter id → its band: fixed for the policy
         self._detectors = {p.port_no: PortCongestion(policy.congestion) for p in switch.ports}
         self.adopted = previous is not None     # a new state looks once at what the ports have (adopt)
         if previous is not None:
@@ -49,9 +50,6 @@ class SwitchState:
     def flows(self, reserving: frozenset[int] | set[int]) -> tuple[FlowEntry, ...]:
         """The flows while the ports in `reserving` have their class queues in force."""
         return desired_flows(self.policy, self.switch, frozenset(reserving), mark_dscp=self.userspace)
-
-    def meters(self) -> dict[int, Police]:
-        return desired_meters(self.policy, self.switch)
 
     def qos(self, reserving: frozenset[int] | set[int]) -> dict[int, QosSpec]:
         """Each port's queues, class queues for the ports in `reserving`."""

@@ -5,8 +5,6 @@ import json
 import subprocess
 import time
 
-import pytest
-
 from controller.adapters.tc import Tc
 from controller.core.policy import parse_policy
 from tests.integration.conftest import NOTHING_LEFT, leftovers, requires_ovs

@@ -8,6 +8,8 @@ OVSDB or netlink, after Faucet's clib/fakeoftable.py.
   rebuilt when it changes, as OVS does), leaves and filters.
 - FakeController is the app with those collaborators, a fake clock, and an event loop the test
   turns with settle(): deliver replies, run the worker, dispatch events, until nothing moves.
+- study_net() is the study topology's s1 and s2 under it; up(), flood() and mode() are what the
+  app's tests do to it and read from it (tests/unit/conftest.py makes it the `net` fixture).
 """
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ from controller.adapters.ovsdb import BridgeInfo, OvsdbError
 from controller.adapters.remotes import Remotes
 from controller.adapters.tc import ClassCounters, Leaf
 from controller.adapters.worker import SWEEP, Worker
+from controller.core.flows import CLASSIFIED, COOKIE
 from controller.core.plan import ABSENT, FILTER_FAMILIES, htb_classid
+from controller.core.policy import load_document
 from controller.core.queues import OvsdbQos
 
 
@@ -266,14 +270,14 @@ class QueuedWorker(Worker):
 
 
 class FakeController(qos_app.QosController):
-    def __init__(self, ovsdb: FakeOvsdb, state_file: Path, policy: Path | None = None):
+    def __init__(self, ovsdb: FakeOvsdb, state_file: Path, policy: Path | None = None, tc: FakeTc | None = None):
         self._fake_ovsdb, self._state_file, self._policy_file = ovsdb, state_file, policy
         self.clock = 1000.0
         self.posted: collections.deque = collections.deque()
         self.answers: list = []
         self.later: list = []
         super().__init__()
-        self.tc = FakeTc(ovsdb)
+        self.tc = tc or FakeTc(ovsdb)
         self.worker = QueuedWorker(self.ovsdb.view("fake"), self.tc,
                                    lambda results: self.posted.append(qos_app.EventJobsDone(results)))
         self.workers = {"fake": self.worker}
@@ -306,6 +310,10 @@ class FakeController(qos_app.QosController):
 
     def reply_to_request(self, req, rep) -> None:
         self.answers.append(rep)
+
+    def another(self) -> FakeController:
+        """A second controller process on the same OVSDB, state file and devices: a restart, or a standby."""
+        return FakeController(self._fake_ovsdb, self._state_file, self._policy_file, self.tc)
 
     # --- what the test does ------------------------------------------------------------------------
     def connect(self, dp: FakeDatapath) -> None:
@@ -366,3 +374,46 @@ class FakeController(qos_app.QosController):
                        "meter": self._meter_stats, "meter_config": self._meter_config,
                        "meter_features": self._meter_features}[kind]
             handler(SimpleNamespace(msg=msg))
+
+
+# --- the study topology under the app ---------------------------------------------------------------
+
+S1 = {1: "s1-eth1", 2: "s1-eth2", 3: "s1-eth3"}
+S2 = {1: "s2-eth1", 3: "s2-eth3", 4: "s2-eth4"}
+CAPACITY = 5_000_000
+
+
+def study_net(tmp_path: Path) -> SimpleNamespace:
+    s1, s2 = FakeDatapath(1, S1), FakeDatapath(2, S2)
+    ovsdb = FakeOvsdb(s1, s2)
+    app = FakeController(ovsdb, tmp_path / "state.json")
+    return SimpleNamespace(app=app, ovsdb=ovsdb, s1=s1, s2=s2, tmp=tmp_path)
+
+
+def shipped(name: str) -> dict:
+    return load_document(f"policies/{name}.yaml")
+
+
+def up(net, policy="reserve"):
+    net.app.connect(net.s1)
+    net.app.connect(net.s2)
+    result, error = net.app.request("set_policy", shipped(policy))
+    assert error is None
+    return result
+
+
+def mode(net, iface="s1-eth1"):
+    qos = net.ovsdb.qos.get(iface)
+    return getattr(qos, "mode", qos)
+
+
+def flood(net, tcp_bps: float, udp_bps: float) -> None:
+    """A second of s1 port 1 sending at capacity: TCP's and UDP's class rules count what they steer."""
+    tx = net.s1.traffic[1]
+    tx.tx_bytes += CAPACITY // 8
+    tx.tx_packets += CAPACITY // 8 // 1500
+    for entry in net.s1.table.values():
+        if entry.cookie == COOKIE | CLASSIFIED | 3:
+            entry.bytes += int(udp_bps / 8)
+        if entry.cookie == COOKIE | CLASSIFIED | 4:
+            entry.bytes += int(tcp_bps / 8)

@@ -2,46 +2,14 @@
 drift, errors and restarts, with a fake switch, OVSDB and tc (tests/unit/fakes.py). What is asserted
 is what the switch and OVSDB end up holding, and what a client is told."""
 from collections import deque
-from types import SimpleNamespace
-
-import pytest
 
 from controller.core.errors import PolicyError
 from controller.core.flows import CLASSIFIED, COOKIE
 from controller.core.plan import FOREIGN
-from controller.core.policy import load_document
 from controller import qos_app
-from tests.unit.fakes import FakeController, FakeDatapath, FakeOvsdb
+from tests.unit.fakes import S1, FakeDatapath, flood, mode, shipped, up
 
-S1 = {1: "s1-eth1", 2: "s1-eth2", 3: "s1-eth3"}
-S2 = {1: "s2-eth1", 3: "s2-eth3", 4: "s2-eth4"}
-CAPACITY = 5_000_000
 MARKS = {(family, dscp, cls) for family in ("ipv4", "ipv6") for dscp, cls in ((1, "1:2"), (2, "1:3"))}
-
-
-def shipped(name: str) -> dict:
-    return load_document(f"policies/{name}.yaml")
-
-
-@pytest.fixture
-def net(tmp_path):
-    s1, s2 = FakeDatapath(1, S1), FakeDatapath(2, S2)
-    ovsdb = FakeOvsdb(s1, s2)
-    app = FakeController(ovsdb, tmp_path / "state.json")
-    return SimpleNamespace(app=app, ovsdb=ovsdb, s1=s1, s2=s2, tmp=tmp_path)
-
-
-def up(net, policy="reserve"):
-    net.app.connect(net.s1)
-    net.app.connect(net.s2)
-    result, error = net.app.request("set_policy", shipped(policy))
-    assert error is None
-    return result
-
-
-def mode(net, iface="s1-eth1"):
-    qos = net.ovsdb.qos.get(iface)
-    return getattr(qos, "mode", qos)
 
 
 # --- a policy put, confirmed --------------------------------------------------------------------
@@ -101,18 +69,6 @@ def test_clearing_takes_every_flow_and_queue_of_ours_off(net):
 
 # --- congestion ------------------------------------------------------------------------------------
 
-def flood(net, tcp_bps: float, udp_bps: float) -> None:
-    """A second of s1 port 1 sending at capacity: TCP's and UDP's class rules count what they steer."""
-    tx = net.s1.traffic[1]
-    tx.tx_bytes += CAPACITY // 8
-    tx.tx_packets += CAPACITY // 8 // 1500
-    for entry in net.s1.table.values():
-        if entry.cookie == COOKIE | CLASSIFIED | 3:
-            entry.bytes += int(udp_bps / 8)
-        if entry.cookie == COOKIE | CLASSIFIED | 4:
-            entry.bytes += int(tcp_bps / 8)
-
-
 def test_auto_programs_on_contention_steers_after_the_queues_and_rolls_back_steering_first(net):
     up(net, "auto")
     assert mode(net) == "fifo" and net.s1.steering() == set()
@@ -148,9 +104,7 @@ def test_a_restarted_controller_keeps_a_reserving_auto_port_reserving_until_it_i
         flood(net, 2.5e6, 2.5e6)
         net.app.poll()
     assert mode(net) == "reserve"
-    restarted = FakeController(net.ovsdb, tmp_path / "state.json")
-    restarted.tc = net.app.tc
-    restarted.worker._tc = net.app.tc
+    restarted = net.app.another()
     net.s1.sent.clear()
     restarted.connect(net.s1)
     restarted.connect(net.s2)
@@ -256,9 +210,7 @@ def test_an_ovsdb_refusal_is_shown_and_tried_again_once_a_poll(net):
 
 def test_a_restarted_controller_adopts_what_is_there_and_sends_no_change(net, tmp_path):
     up(net)
-    restarted = FakeController(net.ovsdb, tmp_path / "state.json")   # the saved policy, the same switches
-    restarted.tc = net.app.tc
-    restarted.worker._tc = net.app.tc
+    restarted = net.app.another()   # the saved policy, the same switches
     for dp in (net.s1, net.s2):
         dp.sent.clear()
         restarted.connect(dp)

@@ -3,22 +3,12 @@ meters.py), sent in the flows' batch in the order the switch needs, read back, r
 restart, refused where the switch has no meters, and its counters exported. The app runs against the fake
 switch of tests/unit/fakes.py, whose meter table behaves as OVS's does (a flow naming a missing meter is
 refused; deleting a meter deletes its flows)."""
-from types import SimpleNamespace
-
-import pytest
-
 from controller.core.meters import METER_BASE, MeterChanges, desired_meters, meter_changes, meter_id
-from controller.core.policy import Police, load_document, load_policy
+from controller.core.policy import Police, load_policy
 from controller.core.switch_state import SwitchState
-from tests.unit.fakes import FakeController, FakeDatapath, FakeOvsdb
+from tests.unit.fakes import shipped, up
 
-S1 = {1: "s1-eth1", 2: "s1-eth2", 3: "s1-eth3"}
-S2 = {1: "s2-eth1", 3: "s2-eth3", 4: "s2-eth4"}
 UDP_METER = METER_BASE | 2       # the udp class has queue 2
-
-
-def shipped(name: str) -> dict:
-    return load_document(f"policies/{name}.yaml")
 
 
 # --- the pure part ---------------------------------------------------------------------------------
@@ -49,29 +39,13 @@ def test_meter_changes_add_modify_and_delete_only_what_differs():
 
 # --- the app ------------------------------------------------------------------------------------------
 
-@pytest.fixture
-def net(tmp_path):
-    s1, s2 = FakeDatapath(1, S1), FakeDatapath(2, S2)
-    ovsdb = FakeOvsdb(s1, s2)
-    app = FakeController(ovsdb, tmp_path / "state.json")
-    return SimpleNamespace(app=app, ovsdb=ovsdb, s1=s1, s2=s2)
-
-
-def up(net, policy="police"):
-    net.app.connect(net.s1)
-    net.app.connect(net.s2)
-    result, error = net.app.request("set_policy", shipped(policy))
-    assert error is None
-    return result
-
-
 def band(dp, meter=UDP_METER) -> tuple[int, int]:
     (drop,) = dp.meters[meter].bands
     return drop.rate, drop.burst_size
 
 
 def test_police_puts_the_meter_before_the_flows_that_use_it(net):
-    assert up(net) == {"applied": "police", "changed": True, "in_sync": True}
+    assert up(net, "police") == {"applied": "police", "changed": True, "in_sync": True}
     assert band(net.s1) == (500, 50) and net.s2.meters == {}
     assert sum(UDP_METER in net.s1.meters_of(e) for e in net.s1.table.values()) == 1
     assert net.app.snapshot.openflow_errors == {}
@@ -79,7 +53,7 @@ def test_police_puts_the_meter_before_the_flows_that_use_it(net):
 
 
 def test_a_changed_rate_modifies_the_meter_in_place_and_keeps_its_flow(net):
-    up(net)
+    up(net, "police")
     doc = shipped("police")
     doc["classes"]["udp"]["police"] = {"rate": "1Mbit"}
     result, _ = net.app.request("set_policy", doc)
@@ -88,7 +62,7 @@ def test_a_changed_rate_modifies_the_meter_in_place_and_keeps_its_flow(net):
 
 
 def test_dropping_police_takes_the_meter_off_after_the_flows_stop_using_it(net):
-    up(net)
+    up(net, "police")
     flows = len(net.s1.table)
     result, _ = net.app.request("set_policy", shipped("reserve"))
     assert result["in_sync"] and net.s1.meters == {}
@@ -97,7 +71,7 @@ def test_dropping_police_takes_the_meter_off_after_the_flows_stop_using_it(net):
 
 
 def test_clearing_takes_our_meters_off_and_leaves_anothers(net):
-    up(net)
+    up(net, "police")
     other = net.s1.ofproto_parser.OFPMeterMod(net.s1, net.s1.ofproto.OFPMC_ADD, 0, 7, [])
     net.s1.meters[7] = other
     net.app.request("clear_policy")
@@ -105,7 +79,7 @@ def test_clearing_takes_our_meters_off_and_leaves_anothers(net):
 
 
 def test_a_meter_deleted_by_hand_is_back_with_its_flow_after_the_next_poll(net):
-    up(net)
+    up(net, "police")
     flows = len(net.s1.table)
     net.s1.send_msg(net.s1.ofproto_parser.OFPMeterMod(net.s1, net.s1.ofproto.OFPMC_DELETE, 0, UDP_METER, []))
     net.s1.replies.clear()
@@ -116,10 +90,8 @@ def test_a_meter_deleted_by_hand_is_back_with_its_flow_after_the_next_poll(net):
 
 
 def test_a_restarted_controller_adopts_the_meter_and_sends_nothing(net, tmp_path):
-    up(net)
-    restarted = FakeController(net.ovsdb, tmp_path / "state.json")
-    restarted.tc = net.app.tc
-    restarted.worker._tc = net.app.tc
+    up(net, "police")
+    restarted = net.app.another()
     net.s1.sent.clear()
     restarted.connect(net.s1)
     restarted.connect(net.s2)
@@ -159,7 +131,7 @@ def up_reserve_is_fine(net) -> bool:
 
 
 def test_meter_counters_reach_the_metrics_with_their_class(net):
-    up(net)
+    up(net, "police")
     net.s1.meter_traffic[UDP_METER] = (1000, 1_400_000, 600)
     net.app.poll()
     assert net.app.snapshot.meters[1] == {(UDP_METER, "udp"): (1000, 1_400_000, 600)}

@@ -8,29 +8,21 @@ import pytest
 
 from controller import qos_app
 from controller.adapters.rest import Busy
-from controller.core.policy import load_document
-from tests.unit.fakes import FakeController, FakeDatapath, FakeOvsdb
-from tests.unit.test_app import S1, S2, flood, mode
+from tests.unit.fakes import flood, mode, up
 
 
 @pytest.fixture
-def pair(tmp_path):
-    s1, s2 = FakeDatapath(1, S1), FakeDatapath(2, S2)
-    ovsdb = FakeOvsdb(s1, s2)
-    active = FakeController(ovsdb, tmp_path / "state.json")
-    for dp in (s1, s2):
-        active.connect(dp)
-    assert active.request("set_policy", load_document("policies/auto.yaml"))[1] is None
-    net = SimpleNamespace(app=active, ovsdb=ovsdb, s1=s1, s2=s2)
+def pair(net):
+    """The study's switches under an active controller that has programmed auto's reservation, and a
+    standby of the same owner connected to them."""
+    up(net, "auto")
     for _ in range(2):
         flood(net, 2.5e6, 2.5e6)
-        active.poll()
+        net.app.poll()
     assert mode(net) == "reserve"
-    ovsdb.has_lock = False                           # the active one holds the lock
-    standby = FakeController(ovsdb, tmp_path / "state.json")
-    standby.tc = active.tc
-    standby.worker._tc = active.tc
-    for dp in (s1, s2):
+    net.ovsdb.has_lock = False                       # the active one holds the lock
+    standby = net.app.another()
+    for dp in (net.s1, net.s2):
         dp.sent.clear()
         standby.connect(dp)
     return SimpleNamespace(net=net, standby=standby)

@@ -14,16 +14,8 @@ import io
 import json
 import math
 import re
-import shutil
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
-import time
-import urllib.parse
-import urllib.request
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
@@ -38,7 +30,7 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import is_color_like  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from topo.harness.prometheus import PrometheusError, ready  # noqa: E402
+from topo.harness.prometheus import PrometheusError, api, serving  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = REPO / "dashboards"
@@ -48,7 +40,6 @@ MAX_POINTS = 1000             # about what Grafana asks for per panel
 MAX_SERIES = 8                # lines, numbers or bands per figure; the rest are counted, not drawn
 NO_DATA = "no data in this run"
 UNITS = {"Mbits": "Mbit/s", "pps": "packets/s", "percent": "%", "none": ""}
-RESERVED_PORTS = {6653, 8080, 9090, 9101, 9102}   # the controller's, the study's and a user's Prometheus
 
 _VARIABLE_RE = re.compile(
     r"\$\{(?P<braced>\w+)(?::[^}]*)?\}"            # ${name} or ${name:format}
@@ -342,64 +333,10 @@ def _figure_html(fig: Figure) -> str:
 # ------------------------------------------------------------------ Prometheus on the run's data
 
 
-@contextmanager
-def serving(tsdb: Path) -> Iterator[str]:
-    """Debian's prometheus on a copy of `tsdb` (it writes to its data folder), on a spare loopback port and
-    scraping nothing; yields its URL. The process and the copy are gone when the block is left, however."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        raise PrometheusError("prometheus is not installed (scripts/setup.sh installs it)")
-    tmp = Path(tempfile.mkdtemp(prefix="ovsqos-report-"))
-    proc = None
-    try:
-        shutil.copytree(tsdb, tmp / "data",
-                        ignore=shutil.ignore_patterns("lock", "prometheus.log", "queries.active"))
-        (tmp / "prometheus.yml").write_text("scrape_configs: []\n")   # a live exporter must not add to the run
-        listen = f"127.0.0.1:{_spare_port()}"
-        url = f"http://{listen}"
-        with open(tmp / "prometheus.log", "w") as log:
-            proc = subprocess.Popen([binary, f"--config.file={tmp / 'prometheus.yml'}",
-                                     f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address={listen}"],
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while not ready(url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                last = (tmp / "prometheus.log").read_text().strip().splitlines()[-1:] or ["(no output)"]
-                raise PrometheusError(f"prometheus did not start on a copy of {tsdb}: {last[0]}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _spare_port() -> int:
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port not in RESERVED_PORTS:
-            return port
-
-
-def _api(url: str, path: str, **params) -> dict | list:
-    with urllib.request.urlopen(f"{url}{path}?{urllib.parse.urlencode(params)}", timeout=60) as resp:
-        body = json.load(resp)
-    if body.get("status") != "success":
-        raise PrometheusError(f"{path} {params} failed: {body.get('error')}")
-    return body["data"]
-
-
 def data_span(url: str, tsdb: Path) -> tuple[float, float] | None:
     """First and last sample times (s) in the run's data: the head's, as Prometheus reports them, and those of
     the blocks it has persisted (meta.json); None when it holds no sample."""
-    head = _api(url, "/api/v1/status/tsdb")["headStats"]
+    head = api(url, "/api/v1/status/tsdb")["headStats"]
     spans = [(head["minTime"], head["maxTime"])]
     metas = [json.loads(path.read_text()) for path in tsdb.glob("*/meta.json")]
     spans += [(meta["minTime"], meta["maxTime"]) for meta in metas]
@@ -428,7 +365,7 @@ def write_report(results: Path) -> Path:
             figures = []
             for panel in panels:
                 series = [s for expr, fmt in panel.targets
-                          for s in to_series(_api(url, "/api/v1/query_range", query=expr, start=start, end=end,
+                          for s in to_series(api(url, "/api/v1/query_range", query=expr, start=start, end=end,
                                                   step=step)["result"], fmt, start)]
                 figure = Figure(panel, render(panel, series, step, end - start), bool(series))
                 (out / panel.filename).write_bytes(figure.png)

@@ -1,4 +1,5 @@
-"""The Prometheus that records a study: the user's on 127.0.0.1:9090, or Debian's started here.
+"""The Prometheus that records a study (the user's on 127.0.0.1:9090, or Debian's started here), and
+one serving a copy of a past run's data (serving()), with the HTTP API calls both are asked.
 
 One started here keeps its TSDB under the results folder and stops with the run, so the
 series can be reopened later: prometheus --storage.tsdb.path=<results>/prometheus ...
@@ -9,18 +10,20 @@ import json
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.parse
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from topo.harness.host import RunRecord
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "prometheus" / "prometheus.yml"
 LISTEN = ("127.0.0.1", 9090)
+RESERVED_PORTS = {6653, 8080, 9090, 9101, 9102}   # the controller's, the study's and a user's Prometheus
 
 
 class PrometheusError(RuntimeError):
@@ -42,22 +45,55 @@ def prometheus(data_dir: Path, mode: str = "auto", record: RunRecord | None = No
     if _listening():
         yield url
         return
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with _running(CONFIG, data_dir, LISTEN, data_dir / "prometheus.log", 30,
+                  lambda: f"prometheus did not start; see {data_dir / 'prometheus.log'}", record=record,
+                  missing_hint="or pass --prometheus none", options=("--storage.tsdb.retention.time=3650d",)):
+        yield url
+
+
+@contextmanager
+def serving(tsdb: Path) -> Iterator[str]:
+    """Debian's prometheus on a copy of `tsdb` (it writes to its data folder), on a spare loopback port and
+    scraping nothing; yields its URL. The process and the copy are gone when the block is left, however."""
+    tmp = Path(tempfile.mkdtemp(prefix="ovsqos-report-"))
+    try:
+        shutil.copytree(tsdb, tmp / "data",
+                        ignore=shutil.ignore_patterns("lock", "prometheus.log", "queries.active"))
+        (tmp / "prometheus.yml").write_text("scrape_configs: []\n")   # a live exporter must not add to the run
+        log = tmp / "prometheus.log"
+
+        def failed() -> str:
+            last = log.read_text().strip().splitlines()[-1:] or ["(no output)"]
+            return f"prometheus did not start on a copy of {tsdb}: {last[0]}"
+
+        with _running(tmp / "prometheus.yml", tmp / "data", ("127.0.0.1", _spare_port()), log, 60, failed) as url:
+            yield url
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def _running(config: Path, data: Path, listen: tuple[str, int], log_path: Path, start_seconds: float,
+             failed: Callable[[], str], record: RunRecord | None = None, missing_hint: str = "",
+             options: tuple[str, ...] = ()) -> Iterator[str]:
+    """Debian's prometheus on `data`, listening on `listen`, until the block is left (however)."""
     binary = shutil.which("prometheus")
     if binary is None:
-        raise PrometheusError("prometheus is not installed (scripts/setup.sh installs it); "
-                              "or pass --prometheus none")
-    data_dir.mkdir(parents=True, exist_ok=True)
-    with open(data_dir / "prometheus.log", "w") as log:
-        proc = subprocess.Popen([binary, f"--config.file={CONFIG}", f"--storage.tsdb.path={data_dir}",
-                                 f"--web.listen-address={LISTEN[0]}:{LISTEN[1]}", "--storage.tsdb.retention.time=3650d"],
+        raise PrometheusError("prometheus is not installed (scripts/setup.sh installs it)"
+                              + (f"; {missing_hint}" if missing_hint else ""))
+    url = f"http://{listen[0]}:{listen[1]}"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={data}",
+                                 f"--web.listen-address={listen[0]}:{listen[1]}", *options],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     if record:
         record.process(proc.pid, "prometheus")
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + start_seconds
         while not ready(url):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise PrometheusError(f"prometheus did not start; see {data_dir / 'prometheus.log'}")
+                raise PrometheusError(failed())
             time.sleep(0.2)
         yield url
     finally:
@@ -69,13 +105,27 @@ def prometheus(data_dir: Path, mode: str = "auto", record: RunRecord | None = No
             proc.wait()
 
 
-def query_range(url: str, expr: str, start: float, end: float, step: float = 1.0) -> list[tuple[float, float]]:
-    params = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": step})
-    with urllib.request.urlopen(f"{url}/api/v1/query_range?{params}", timeout=10) as resp:
+def api(url: str, path: str, timeout: float = 60, **params) -> dict | list:
+    """One Prometheus HTTP API call's data."""
+    with urllib.request.urlopen(f"{url}{path}?{urllib.parse.urlencode(params)}", timeout=timeout) as resp:
         body = json.load(resp)
     if body.get("status") != "success":
-        raise PrometheusError(f"query {expr!r} failed: {body.get('error')}")
-    return [(float(t), float(v)) for series in body["data"]["result"] for t, v in series["values"]]
+        raise PrometheusError(f"{path} {params} failed: {body.get('error')}")
+    return body["data"]
+
+
+def query_range(url: str, expr: str, start: float, end: float, step: float = 1.0) -> list[tuple[float, float]]:
+    data = api(url, "/api/v1/query_range", timeout=10, query=expr, start=start, end=end, step=step)
+    return [(float(t), float(v)) for series in data["result"] for t, v in series["values"]]
+
+
+def _spare_port() -> int:
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in RESERVED_PORTS:
+            return port
 
 
 def _listening() -> bool:
