@@ -5,6 +5,16 @@ before it ends, so the main study's UDP steps follow each other without overlapp
 a test's closing exchange comes through a congested queue. Every flow has its own iperf3 server.
 Every process writes to a file under the trial's raw folder (topo/net/network.py says why), and
 the JSON is read once the process has exited.
+
+iperf3 (3.12, and upstream still) opens a UDP test with one datagram each way and no retransmission:
+the client sends its connect datagram, then sleeps in recv() on the UDP socket for up to 30 s
+(SO_RCVTIMEO in iperf_udp_connect) and fails with "unable to read from stream socket: Resource
+temporarily unavailable". A bottleneck's full FIFO drops that datagram now and then, and a UDP flow that
+starts beside TCP's slow start meets one. The runner sees a UDP client asleep in the kernel's datagram
+wait (the only blocking UDP recv an iperf3 sender makes) and, once it has slept longer than the
+bottleneck can hold a packet, starts it again against a fresh server on a port of its own (the first
+server is still tearing the failed test down, its listener closed for a moment), and says so in the
+flow's record.
 """
 from __future__ import annotations
 
@@ -19,6 +29,10 @@ from topo.net.network import Network
 
 SLACK_SECONDS = 30.0      # beyond an item's length: a closing exchange through a full queue
 POLL_SECONDS = 0.1
+LISTEN_SECONDS = 5.0      # for a new iperf3 server to listen
+DATAGRAM_WAIT = "__skb_wait_for_more_packets"   # /proc/PID/wchan of a process blocked in a datagram recv
+CONNECT_ATTEMPTS = 3      # of a UDP test whose connect datagram got no reply
+FRAME_BITS = 1514 * 8
 
 
 class TrafficError(RuntimeError):
@@ -65,6 +79,7 @@ class Ran:
     doc: dict[str, Any] | None = None   # a flow's iperf3 client JSON (server output included)
     text: str | None = None             # a ping's output
     error: str | None = None            # why a flow's test failed (iperf3's own message)
+    connect_restarts: int = 0           # times a UDP test was started again, its connect datagram lost
 
     def require(self) -> dict[str, Any]:
         """The flow's JSON, or TrafficError when its test failed."""
@@ -73,42 +88,60 @@ class Ran:
         return self.doc
 
 
-def run(net: Network, lanes: list[list[Item]], raw_dir: Path,
+def connect_seconds(bottleneck_bps: float, queue_packets: int) -> float:
+    """How long a UDP client may wait for iperf3's connect reply before the runner counts the datagram
+    lost: four times the longest a full queue of full-size frames takes to drain, at least a second."""
+    return max(1.0, 4 * queue_packets * FRAME_BITS / bottleneck_bps)
+
+
+@dataclass
+class _Running:
+    ran: Ran
+    proc: Any                           # None for a pause
+    deadline: float
+    asleep_since: float | None = None   # a UDP client in its connect wait, since when
+
+
+def run(net: Network, lanes: list[list[Item]], raw_dir: Path, connect_wait: float,
         tick: Callable[[str, float], None] = lambda label, elapsed: None,
         on_start: Callable[[Item], None] = lambda item: None) -> list[Ran]:
-    """Run every lane; returns what ran, in start order. `tick(label, elapsed)` about 10 times a second
-    with the label of the item started last; `on_start(item)` as each item starts."""
+    """Run every lane; returns what ran, in start order. `connect_wait`: seconds a UDP client may wait for
+    its connect reply (connect_seconds()). `tick(label, elapsed)` about 10 times a second with the label
+    of the item started last; `on_start(item)` as each item starts."""
     raw_dir.mkdir(parents=True, exist_ok=True)
     flows = [item for lane in lanes for item in lane if isinstance(item, Flow)]
-    ports = {flow.name: iperf.BASE_PORT + k for k, flow in enumerate(flows)}
+    servers = _Servers(net, raw_dir)
     for flow in flows:
-        net.popen(flow.dst, iperf.server_args(ports[flow.name]), raw_dir / f"{flow.name}.server.json")
-    time.sleep(0.5)   # the servers listen
+        servers.start(flow)
+    servers.wait_listening()
     t0 = time.time()
     cursors = [0] * len(lanes)
-    running: dict[int, tuple[Ran, Any, float]] = {}   # lane → (record, process or None, deadline)
+    running: dict[int, _Running] = {}
     done: list[Ran] = []
     label = ""
     while True:
         now = time.time()
         for k, lane in enumerate(lanes):
             if k in running:
-                ran, proc, deadline = running[k]
-                finished = proc.poll() is not None if proc else now >= ran.started + ran.item.seconds
+                state = running[k]
+                item = state.ran.item
+                finished = state.proc.poll() is not None if state.proc else now >= state.ran.started + item.seconds
                 if not finished:
-                    if now > deadline:
-                        raise TrafficError(f"{_describe(ran.item)} did not finish within "
-                                           f"{deadline - ran.started:g} s")
+                    if now > state.deadline:
+                        raise TrafficError(f"{_describe(item)} did not finish within "
+                                           f"{state.deadline - state.ran.started:g} s")
+                    if _connect_lost(state, now, connect_wait):
+                        _restart(net, state, servers, raw_dir)
                     continue
-                ran.ended = now
+                state.ran.ended = now
                 del running[k]
             if cursors[k] < len(lane):
                 item = lane[cursors[k]]
                 cursors[k] += 1
                 on_start(item)
-                proc = _start(net, item, raw_dir, ports)
+                proc = _start(net, item, raw_dir, servers.ports)
                 ran = Ran(item, time.time(), 0.0)
-                running[k] = (ran, proc, ran.started + item.seconds + SLACK_SECONDS)
+                running[k] = _Running(ran, proc, ran.started + item.seconds + SLACK_SECONDS)
                 done.append(ran)
                 label = item.label or label
         if not running:
@@ -121,6 +154,73 @@ def run(net: Network, lanes: list[list[Item]], raw_dir: Path,
         if stderr.stat().st_size == 0:
             stderr.unlink()
     return done
+
+
+class _Servers:
+    """An iperf3 server for each flow, on a port of its own; a restarted flow gets a new one."""
+
+    def __init__(self, net: Network, raw_dir: Path):
+        self._net, self._raw_dir = net, raw_dir
+        self.ports: dict[str, int] = {}
+        self._starting: list[tuple[Any, int]] = []
+        self._next = iperf.BASE_PORT
+
+    def start(self, flow: Flow) -> None:
+        port, self._next = self._next, self._next + 1
+        suffix = f".{port}" if flow.name in self.ports else ""
+        self.ports[flow.name] = port
+        proc = self._net.popen(flow.dst, iperf.server_args(port), self._raw_dir / f"{flow.name}.server{suffix}.json")
+        self._starting.append((proc, port))
+
+    def wait_listening(self) -> None:
+        deadline = time.monotonic() + LISTEN_SECONDS
+        for proc, port in self._starting:
+            while not _listening(proc.pid, port):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise TrafficError(f"the iperf3 server for port {port} did not start listening")
+                time.sleep(0.02)
+        self._starting.clear()
+
+
+def _restart(net: Network, state: _Running, servers: _Servers, raw_dir: Path) -> None:
+    """The UDP test again, from its client's start, against a server of its own."""
+    state.proc.terminate()
+    state.proc.wait()
+    item = state.ran.item
+    servers.start(item)
+    servers.wait_listening()
+    state.proc = _start(net, item, raw_dir, servers.ports)
+    state.ran.started, state.asleep_since = time.time(), None
+    state.ran.connect_restarts += 1
+    state.deadline = state.ran.started + item.seconds + SLACK_SECONDS
+
+
+def _listening(pid: int, port: int) -> bool:
+    """Whether `pid`'s network namespace has a TCP socket listening on `port`."""
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        if any(f[1].rsplit(":", 1)[1] == f"{port:04X}" and f[3] == "0A" for f in (line.split() for line in lines)):
+            return True
+    return False
+
+
+def _connect_lost(state: _Running, now: float, wait: float) -> bool:
+    """Whether a UDP client has slept in its connect wait longer than `wait` (and may start again)."""
+    item = state.ran.item
+    if not isinstance(item, Flow) or item.udp_mbps is None or state.ran.connect_restarts + 1 >= CONNECT_ATTEMPTS:
+        return False
+    try:
+        asleep = Path(f"/proc/{state.proc.pid}/wchan").read_text() == DATAGRAM_WAIT
+    except OSError:
+        asleep = False
+    if not asleep:
+        state.asleep_since = None
+        return False
+    state.asleep_since = state.asleep_since or now
+    return now - state.asleep_since > wait
 
 
 def _start(net: Network, item: Item, raw_dir: Path, ports: dict[str, int]):

@@ -204,7 +204,7 @@ def _one_discipline(discipline: str, plan: Plan, ctx: TrialContext) -> dict[str,
     lanes = [[Flow(f"{s}-{d}", s, d, seconds, congestion_control=plan.cc, label=discipline)] for s, d in pairs]
     lanes.append([Ping("ping", "snd1", "rcv1", seconds + 1, PING_INTERVAL)])
     with network_under(ctx, DumbbellTopo(n=PAIRS), plan.documents[discipline], pairs) as net:
-        ran, monitor = measure(ctx, net, lanes)
+        ran, monitor = measure(ctx, net, lanes, plan.setup)
     kind, seen = tc_kind(discipline, ctx.host.datapath), monitor.queues.get(QUEUED_CLASS, set())
     if seen != {kind}:
         raise StudyError(f"{BOTTLENECK}: the queue under {QUEUED_CLASS} was not {kind} throughout the run "

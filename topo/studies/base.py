@@ -229,10 +229,12 @@ def check_path(net: Network, src: str, dst: str) -> None:
 BOTTLENECK = "s1-eth1"   # every topology's bottleneck port in the direction of the data
 
 
-def measure(ctx: TrialContext, net: Network, lanes: list[list[traffic.Item]]) -> tuple[list[Ran], fidelity.Monitor]:
+def measure(ctx: TrialContext, net: Network, lanes: list[list[traffic.Item]],
+            setup: Settings) -> tuple[list[Ran], fidelity.Monitor]:
     """Run the traffic while the fidelity monitor samples the bottleneck; every flow's test must succeed."""
     with fidelity.Monitor(BOTTLENECK) as monitor:
-        ran = traffic.run(net, lanes, ctx.raw_dir, ctx.tick)
+        ran = traffic.run(net, lanes, ctx.raw_dir, traffic.connect_seconds(setup.bottleneck_bps, setup.queue_packets),
+                          ctx.tick)
     for flow in flows_of(ran):
         flow.require()
     return ran, monitor

@@ -104,7 +104,7 @@ def _one_algorithm(algorithm: str, plan: Plan, ctx: TrialContext) -> dict[str, A
     topo = StudyTopo(delay=plan.delay, loss=plan.loss)
     with network_under(ctx, topo, plan.document, [("h1", "h4")]) as net:
         ran, monitor = measure(ctx, net, [[Flow(f"h1-h4_{algorithm}", "h1", "h4", plan.setup.seconds,
-                                                congestion_control=algorithm, label=f"TCP {algorithm}")]])
+                                                congestion_control=algorithm, label=f"TCP {algorithm}")]], plan.setup)
     return {**sender_metrics(ran[0].doc),
             **trial_fidelity(monitor.samples, common_window(ran, plan.setup.seconds), plan.setup.bottleneck_bps, ran,
                              2 * delay_seconds(plan.delay), plan.setup.queue_packets, plan.loss)}

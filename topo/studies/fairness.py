@@ -144,7 +144,7 @@ def _skipped(plan: Plan, lacking: dict[str, str]) -> dict[str, str]:
 
 def _one_case(name: str, flows: list[Flow], plan: Plan, ctx: TrialContext) -> dict[str, Any]:
     with network_under(ctx, StudyTopo(), plan.document, [FIRST, SECOND]) as net:
-        ran, monitor = measure(ctx, net, [[flow] for flow in flows])
+        ran, monitor = measure(ctx, net, [[flow] for flow in flows], plan.setup)
     span = common_window(ran, plan.setup.seconds)
     return {**case_result(name, ran, span), **trial_fidelity(monitor.samples, span, plan.setup.bottleneck_bps, ran)}
 
@@ -155,7 +155,8 @@ def _flow_numbers(ran: Ran, span: tuple[float, float]) -> dict[str, Any]:
     if flow.udp_mbps is None:
         return {**numbers, "protocol": "tcp", "congestion_control": flow.congestion_control,
                 "retransmits": end["sum_sent"]["retransmits"]}
-    return {**numbers, "protocol": "udp", "offered_mbps": flow.udp_mbps, "lost_percent": end["sum"]["lost_percent"]}
+    return {**numbers, "protocol": "udp", "offered_mbps": flow.udp_mbps, "lost_percent": end["sum"]["lost_percent"],
+            "connect_restarts": ran.connect_restarts}
 
 
 def _label(flow: dict[str, Any]) -> str:

@@ -184,7 +184,8 @@ def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None
         started = time.time()
         planned = lanes(scenario)
         with Monitor(BOTTLENECK) as monitor:
-            ran = traffic.run(net, planned, ctx.raw_dir, ctx.tick, on_start)
+            wait = traffic.connect_seconds(scenario.bottleneck_bps, scenario.queue_packets)
+            ran = traffic.run(net, planned, ctx.raw_dir, wait, ctx.tick, on_start)
         tc = Tc()
         try:
             classes, leaves = tc.classes(BOTTLENECK), tc.leaves(BOTTLENECK)

@@ -65,7 +65,8 @@ def summarise_run(capacity_bps: int, settle: float, steps_mbps: tuple[float, ...
                "udp_lost_percent": udp_sum.get("lost_percent"),
                "tcp_mbps": _mbps(iperf.window_mean_bps(received, t0, *window)),
                "tcp_retransmits": retransmits,
-               "start_s": round(start - t0, 3), "end_s": round(end - t0, 3)}
+               "start_s": round(start - t0, 3), "end_s": round(end - t0, 3),
+               **({"udp_connect_restarts": ran.connect_restarts} if ran.connect_restarts else {})}
         if len(streams) > 1:
             flows = [_mbps(iperf.window_mean_bps(s, t0, *window)) or 0.0 for s in streams]
             row.update(tcp_flows_mbps=flows, tcp_jain_index=round(jain_index(flows), 3) if any(flows) else None)
