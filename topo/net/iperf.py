@@ -24,7 +24,8 @@ class Interval:
 
 
 def server_args(port: int) -> list[str]:
-    return ["iperf3", "-s", "-J", "-i", str(RECEIVER_SECONDS), "-p", str(port)]
+    """A server for one test (-1): it exits once it has written that test's JSON."""
+    return ["iperf3", "-s", "-1", "-J", "-i", str(RECEIVER_SECONDS), "-p", str(port)]
 
 
 def client_args(server_ip: str, port: int, seconds: float, udp_mbps: float | None = None,

@@ -19,6 +19,7 @@ flow's record.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from topo.net.network import Network
 SLACK_SECONDS = 30.0      # beyond an item's length: a closing exchange through a full queue
 POLL_SECONDS = 0.1
 LISTEN_SECONDS = 5.0      # for a new iperf3 server to listen
+EXIT_SECONDS = 2.0        # for the servers to exit once the runner is done
 DATAGRAM_WAIT = "__skb_wait_for_more_packets"   # /proc/PID/wchan of a process blocked in a datagram recv
 CONNECT_ATTEMPTS = 3      # of a UDP test whose connect datagram got no reply
 FRAME_BITS = 1514 * 8
@@ -109,11 +111,25 @@ def run(net: Network, lanes: list[list[Item]], raw_dir: Path, connect_wait: floa
     its connect reply (connect_seconds()). `tick(label, elapsed)` about 10 times a second with the label
     of the item started last; `on_start(item)` as each item starts."""
     raw_dir.mkdir(parents=True, exist_ok=True)
-    flows = [item for lane in lanes for item in lane if isinstance(item, Flow)]
     servers = _Servers(net, raw_dir)
-    for flow in flows:
-        servers.start(flow)
-    servers.wait_listening()
+    try:
+        for flow in (item for lane in lanes for item in lane if isinstance(item, Flow)):
+            servers.start(flow)
+        servers.wait_listening()
+        done = _drive(net, lanes, raw_dir, servers, connect_wait, tick, on_start)
+    finally:
+        servers.stop()
+    for ran in done:
+        _collect(ran, raw_dir)
+    for stderr in raw_dir.glob("*.stderr"):
+        if stderr.stat().st_size == 0:
+            stderr.unlink()
+    return done
+
+
+def _drive(net: Network, lanes: list[list[Item]], raw_dir: Path, servers: _Servers, connect_wait: float,
+           tick: Callable[[str, float], None], on_start: Callable[[Item], None]) -> list[Ran]:
+    """Start each lane's items in turn until every lane is done."""
     t0 = time.time()
     cursors = [0] * len(lanes)
     running: dict[int, _Running] = {}
@@ -148,11 +164,6 @@ def run(net: Network, lanes: list[list[Item]], raw_dir: Path, connect_wait: floa
             break
         tick(label, now - t0)
         time.sleep(POLL_SECONDS)
-    for ran in done:
-        _collect(ran, raw_dir)
-    for stderr in raw_dir.glob("*.stderr"):
-        if stderr.stat().st_size == 0:
-            stderr.unlink()
     return done
 
 
@@ -163,6 +174,7 @@ class _Servers:
         self._net, self._raw_dir = net, raw_dir
         self.ports: dict[str, int] = {}
         self._starting: list[tuple[Any, int]] = []
+        self._all: list[Any] = []
         self._next = iperf.BASE_PORT
 
     def start(self, flow: Flow) -> None:
@@ -171,6 +183,7 @@ class _Servers:
         self.ports[flow.name] = port
         proc = self._net.popen(flow.dst, iperf.server_args(port), self._raw_dir / f"{flow.name}.server{suffix}.json")
         self._starting.append((proc, port))
+        self._all.append(proc)
 
     def wait_listening(self) -> None:
         deadline = time.monotonic() + LISTEN_SECONDS
@@ -180,6 +193,16 @@ class _Servers:
                     raise TrafficError(f"the iperf3 server for port {port} did not start listening")
                 time.sleep(0.02)
         self._starting.clear()
+
+    def stop(self) -> None:
+        """Each server's own exit once its test is over (its JSON written), else a kill."""
+        deadline = time.monotonic() + EXIT_SECONDS
+        for proc in self._all:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def _restart(net: Network, state: _Running, servers: _Servers, raw_dir: Path) -> None:
