@@ -5,8 +5,8 @@ reservation not rolled back), and answers the next congestion episode itself."""
 import os
 import signal
 import subprocess
-import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from tests.integration.conftest import (NOTHING_LEFT, controller_config, leftovers, requires_ovs, start_controller,
                                         stop_controller)
@@ -34,14 +34,11 @@ def actions(client: ControllerClient) -> list[str]:
     return [d["action"] for d in client.status()["decisions"]]
 
 
-def udp(net, tmp_path, name: str, seconds: int) -> threading.Thread:
+def udp(pool: ThreadPoolExecutor, net, tmp_path, name: str, seconds: int) -> Future:
     """UDP at 8 Mbit/s h1 → h4 in the background, through the traffic runner: the FIFO that TCP fills may
     drop iperf3's one connect datagram, and the runner starts the test again."""
     flood = traffic.Flow(name, "h1", "h4", seconds, udp_mbps=8)
-    thread = threading.Thread(target=traffic.run, daemon=True,
-                              args=(net, [[flood]], tmp_path / name, traffic.connect_seconds(5_000_000, 25)))
-    thread.start()
-    return thread
+    return pool.submit(traffic.run, net, [[flood]], tmp_path / name, traffic.connect_seconds(5_000_000, 25))
 
 
 def test_the_standby_takes_over_a_flood_within_5_s_keeping_every_row_and_answers_the_next_episode(tmp_path):
@@ -60,7 +57,7 @@ def test_the_standby_takes_over_a_flood_within_5_s_keeping_every_row_and_answers
                 assert second.poll() is None and time.monotonic() < deadline, (tmp_path / "b.log").read_text()[-2000:]
                 time.sleep(0.2)
         assert active.status()["role"] == "active"
-        with network(StudyTopo(), "user") as net:
+        with network(StudyTopo(), "user") as net, ThreadPoolExecutor(2) as pool:
             for switch in ("s1", "s2"):
                 subprocess.run(["ovs-vsctl", "set-controller", switch, "tcp:127.0.0.1:6653", "tcp:127.0.0.1:6654"],
                                check=True)
@@ -71,7 +68,7 @@ def test_the_standby_takes_over_a_flood_within_5_s_keeping_every_row_and_answers
             time.sleep(0.3)
             net.popen("h1", ["iperf3", "-c", net.host("h4").IP(), "-p", "5300", "-t", "60"], tmp_path / "tcp.txt")
             time.sleep(2)
-            floods = [udp(net, tmp_path, "flood", 14)]
+            floods = [udp(pool, net, tmp_path, "flood", 14)]
             active.wait(lambda s: "program" in actions(active), 10, "the active one programming the reservation")
             rows = our_rows()
             assert len(rows) == 6, rows          # s1-eth1: a QoS and 3 queues (default, tcp, udp); s2-eth1: 1 and 1
@@ -83,11 +80,11 @@ def test_the_standby_takes_over_a_flood_within_5_s_keeping_every_row_and_answers
             assert our_rows() == rows            # the same rows: none lost, none doubled, none rebuilt
             assert actions(standby) == []        # adopted, not rolled back and programmed again
             standby.wait(lambda s: actions(standby) == ["rollback"], 30, "its rollback once the flood ended")
-            floods.append(udp(net, tmp_path, "again", 8))
+            floods.append(udp(pool, net, tmp_path, "again", 8))
             standby.wait(lambda s: actions(standby) == ["rollback", "program"], 15, "the next episode answered")
+            for flood in floods:                 # before the flows go: the tests' closing exchanges need them
+                flood.result(60)[0].require()
             standby.clear_policy()
-            for thread in floods:
-                thread.join(60)
     finally:
         stop_controller(second, clear=False)     # stop_controller clears through 8080, the first one's port
         stop_controller(first, clear=False)
