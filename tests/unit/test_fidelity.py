@@ -49,6 +49,16 @@ def test_retransmits_the_queue_does_not_explain_are_losses_outside_it():
                                       "outside the queue the policy controls"]
 
 
+def test_drops_in_the_second_before_the_window_explain_the_retransmits_that_spill_into_it():
+    # auto: the FIFO drops TCP until the controller programs the queues, just before the step's window
+    before = samples(seconds=1.0, udp_drops=40, classes=("1:1",))            # one FIFO, 40 drops a second
+    after = [Sample(s.t + 1.0, s.classes, s.datapath_wait_ns, s.cpu_pressure_us) for s in samples(udp_drops=200)[1:]]
+    spilled = assess(before + after, 1.5, 5.0, CAPACITY, TCP_CLASS, 2 * 20 + 10, FULL)
+    assert spilled["faithful"], spilled["fidelity_notes"]   # 20 drops in [0.5, 1.0]; none in the window
+    long_before = assess(before + after, 2.5, 5.0, CAPACITY, TCP_CLASS, 2 * 20 + 10, FULL)
+    assert not long_before["faithful"]                       # the same drops over a second earlier explain nothing
+
+
 def test_without_a_tcp_class_every_drop_may_be_tcps():
     # a single FIFO (policy none): UDP's drops and TCP's share the queue
     verdict = assess(samples(udp_drops=200, classes=("1:1",)), 0.0, 4.0, CAPACITY, None, 400, FULL)
