@@ -226,8 +226,7 @@ class QosController(App):
     def _watch_remotes(self) -> None:
         """Report every remote's state, and the lock's, each second."""
         while True:
-            self.send_event(self.name, EventRemotes(self.ovsdb.connected(), [], self.ovsdb.locked,
-                                                    self.ovsdb.lock_taken))
+            self._report_remotes([])
             hub.sleep(1.0)
 
     def _connect_remotes(self) -> None:
@@ -236,9 +235,11 @@ class QosController(App):
         while True:
             new = self.ovsdb.connect_due()
             if new:
-                self.send_event(self.name, EventRemotes(self.ovsdb.connected(), new, self.ovsdb.locked,
-                                                        self.ovsdb.lock_taken))
+                self._report_remotes(new)
             hub.sleep(1.0)
+
+    def _report_remotes(self, new: list[str]) -> None:
+        self.send_event(self.name, EventRemotes(self.ovsdb.connected(), new, self.ovsdb.locked, self.ovsdb.lock_taken))
 
     def _later(self, seconds: float, event: EventBase) -> None:
         hub.spawn_after(seconds, self.send_event, self.name, event)
@@ -539,7 +540,7 @@ class QosController(App):
                 self._send(sw, self._role_request(sw))
 
     def _claim(self) -> int:
-        generation = self.ovsdb.generation_id(claim=True)
+        generation = self.ovsdb.next_generation_id()
         LOG.info("OpenFlow master with generation id %d", generation)
         return generation
 
@@ -547,7 +548,7 @@ class QosController(App):
         """Master with our generation id; slave with the active one's (a slave's must not be stale either)."""
         if self.role == ROLE_ACTIVE:
             return openflow.role_request(sw.dp, True, self.generation)
-        return openflow.role_request(sw.dp, False, self.ovsdb.generation_id(claim=False))
+        return openflow.role_request(sw.dp, False, self.ovsdb.generation_id())
 
     def _set_state(self, sw: Switch) -> None:
         switch_policy = self.policy.switch(sw.dp.id) if self.policy and sw.bridge else None

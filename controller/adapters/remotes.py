@@ -70,22 +70,29 @@ class Remotes:
     @property
     def locked(self) -> bool:
         """Whether this controller holds its owner's lock on the first remote: the active one does."""
-        db = self.dbs.get(self.names[0])
+        db = self._first
         return bool(db and db.connected and db.has_lock)
 
     @property
     def lock_taken(self) -> bool:
         """Whether another controller of our owner holds the first remote's lock."""
-        db = self.dbs.get(self.names[0])
+        db = self._first
         return bool(db and db.connected and db.lock_contended)
 
-    def generation_id(self, claim: bool) -> int:
-        """The OpenFlow generation id, kept in the first remote: a new one when `claim`ing mastership (which
-        only the lock's holder, so a connected remote, does); 0 while the first remote is not reached."""
-        db = self.dbs.get(self.names[0])
-        if claim:
-            return db.next_generation_id()
-        return db.generation_id() if db else 0
+    def generation_id(self) -> int:
+        """The OpenFlow generation id the active controller claimed, kept in the first remote; 0 while that
+        remote is not reached."""
+        return self._first.generation_id() if self._first else 0
+
+    def next_generation_id(self) -> int:
+        """A new generation id, for claiming mastership: only the lock's holder does, so the first remote is
+        connected."""
+        return self._first.next_generation_id()
+
+    @property
+    def _first(self):
+        """The first remote's connection, which holds the lock and the generation id; None until reached."""
+        return self.dbs.get(self.names[0])
 
     def connected(self) -> dict[str, bool]:
         return {name: name in self.dbs and self.dbs[name].connected for name in self.names}

@@ -127,3 +127,22 @@ def stop_controller(proc, clear=True) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def userspace_bridge(vsctl, name: str, dp_id: int, controller: str, links: list[str], instance=None,
+                     ports: int = 2) -> None:
+    """A userspace bridge on the system's OVS (`vsctl`) or on `instance` (topo/net/ovs_instance.py), with
+    `ports` veth ports numbered from 1, pointed at `controller`. Each veth's outer end goes into `links`:
+    deleting it deletes its peer, wherever that is."""
+    args = []
+    for port in range(1, ports + 1):
+        link = f"{name}p{port}"
+        subprocess.run(["ip", "link", "add", link, "type", "veth", "peer", "name", link + "x"], check=True)
+        subprocess.run(["ip", "link", "set", link, "up"], check=True)
+        links.append(link + "x")
+        if instance:
+            instance.move(link)
+        args += ["--", "add-port", name, link, "--", "set", "interface", link, f"ofport_request={port}"]
+    vsctl("add-br", name, "--", "set", "bridge", name, "datapath_type=netdev", "protocols=OpenFlow13",
+          "fail_mode=secure", f"other_config:datapath-id={dp_id:016x}", *args)
+    vsctl("set-controller", name, controller)

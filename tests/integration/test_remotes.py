@@ -9,29 +9,13 @@ import urllib.request
 
 from controller.adapters.ovsdb import DEFAULT_DB
 from tests.integration.conftest import (NOTHING_LEFT, REPO, controller_config, leftovers, requires_ovs,
-                                        start_controller, stop_controller)
+                                        start_controller, stop_controller, userspace_bridge)
 from topo.harness.controller import ControllerClient
 from topo.net.ovs_instance import BASE, CONTROLLER_ADDRESS, ovs_instance
 
 pytestmark = requires_ovs
 NEAR, FAR = 0xA11, 0xB11
-
-
-def bridge(vsctl, name: str, dp_id: int, links: list[str], instance=None) -> None:
-    """A userspace bridge with two veth ports (OpenFlow 1 and 2) on the system's OVS or on `instance`,
-    pointed at the controller where both reach it."""
-    ports = []
-    for port in (1, 2):
-        link = f"{name}p{port}"
-        subprocess.run(["ip", "link", "add", link, "type", "veth", "peer", "name", link + "x"], check=True)
-        subprocess.run(["ip", "link", "set", link, "up"], check=True)
-        links.append(link + "x")                       # deleting it deletes its peer, wherever that is
-        if instance:
-            instance.move(link)
-        ports += ["--", "add-port", name, link, "--", "set", "interface", link, f"ofport_request={port}"]
-    vsctl("add-br", name, "--", "set", "bridge", name, "datapath_type=netdev", "protocols=OpenFlow13",
-          "fail_mode=secure", f"other_config:datapath-id={dp_id:016x}", *ports)
-    vsctl("set-controller", name, f"tcp:{CONTROLLER_ADDRESS}:6653")
+CONTROLLER = f"tcp:{CONTROLLER_ADDRESS}:6653"    # where switches of both OVSes reach it
 
 
 def policy(name: str, capacity: str) -> dict:
@@ -55,8 +39,8 @@ def test_the_second_ovs_down_for_10_s_stalls_nothing_of_the_first_and_is_put_rig
     links: list[str] = []
     with ovs_instance() as far:
         try:
-            bridge(system_vsctl, "rmnear", NEAR, links)
-            bridge(far.vsctl, "rmfar", FAR, links, far)
+            userspace_bridge(system_vsctl, "rmnear", NEAR, CONTROLLER, links)
+            userspace_bridge(far.vsctl, "rmfar", FAR, CONTROLLER, links, far)
             config = controller_config(tmp_path / "qos.conf", default={"ofp_listen_host": CONTROLLER_ADDRESS},
                                        ovsdb=f"{DEFAULT_DB},{far.remote}")
             proc = start_controller(config, tmp_path / "controller.log")

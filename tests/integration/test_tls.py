@@ -10,7 +10,7 @@ import pytest
 
 from controller.core.flows import COOKIE
 from tests.integration.conftest import (NOTHING_LEFT, controller_config, leftovers, requires_ovs, start_controller,
-                                        stop_controller)
+                                        stop_controller, userspace_bridge)
 from topo.harness.controller import ControllerClient
 from topo.net.ovs_instance import CONTROLLER_ADDRESS, Pki, ovs_instance
 
@@ -45,17 +45,10 @@ def policy() -> dict:
 
 
 def test_a_switch_of_another_ovs_is_reached_over_tls_and_its_queues_over_ssl(tmp_path, pki):
-    links = [f"tls0p{p}" for p in (1, 2)]
+    links: list[str] = []
     with ovs_instance(pki=pki.switch) as far:
         try:
-            for link in links:
-                subprocess.run(["ip", "link", "add", link, "type", "veth", "peer", "name", link + "x"], check=True)
-                far.move(link)
-            far.vsctl("add-br", "tls0", "--", "set", "bridge", "tls0", "datapath_type=netdev", "protocols=OpenFlow13",
-                      "fail_mode=secure", f"other_config:datapath-id={DP_ID:016x}",
-                      *(a for p, link in enumerate(links, 1) for a in ("--", "add-port", "tls0", link, "--", "set",
-                                                                      "interface", link, f"ofport_request={p}")))
-            far.vsctl("set-controller", "tls0", f"ssl:{CONTROLLER_ADDRESS}:6653")
+            userspace_bridge(far.vsctl, "tls0", DP_ID, f"ssl:{CONTROLLER_ADDRESS}:6653", links, far)
             proc = start_controller(tls_config(tmp_path / "qos.conf", pki, far.remote), tmp_path / "controller.log")
             try:
                 client = ControllerClient()
@@ -77,7 +70,7 @@ def test_a_switch_of_another_ovs_is_reached_over_tls_and_its_queues_over_ssl(tmp
             assert "connected" in log and "Traceback" not in log, log[-2000:]
         finally:
             for link in links:
-                subprocess.run(["ip", "link", "del", link + "x"], capture_output=True)
+                subprocess.run(["ip", "link", "del", link], capture_output=True)
     assert leftovers() == NOTHING_LEFT
     assert not Path("/run/ovs-qos-instances/ovs2").exists()
 
@@ -86,9 +79,7 @@ def test_a_switch_without_a_certificate_from_the_switch_ca_is_refused(tmp_path, 
     # The controller's own certificate is not signed by the switch CA: a switch presenting it is refused.
     impostor = Pki(pki.controller.private_key, pki.controller.certificate, pki.switch.ca_cert)
     with ovs_instance(pki=impostor) as far:
-        far.vsctl("add-br", "tls1", "--", "set", "bridge", "tls1", "datapath_type=netdev", "protocols=OpenFlow13",
-                  "fail_mode=secure", f"other_config:datapath-id={DP_ID + 1:016x}")
-        far.vsctl("set-controller", "tls1", f"ssl:{CONTROLLER_ADDRESS}:6653")
+        userspace_bridge(far.vsctl, "tls1", DP_ID + 1, f"ssl:{CONTROLLER_ADDRESS}:6653", [], far, ports=0)
         proc = start_controller(tls_config(tmp_path / "qos.conf", pki, far.remote), tmp_path / "controller.log")
         try:
             time.sleep(5)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -13,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from topo.harness.host import RunRecord
+from topo.harness.host import RunRecord, end
 
 REPO = Path(__file__).resolve().parents[2]
 OPENFLOW = ("127.0.0.1", 6653)
@@ -114,12 +113,7 @@ def controller(log_path: Path, record: RunRecord | None = None, config: Path = R
             client.clear_policy()          # a controller leaves its flows and queues on exit; take them off
         except ControllerError:
             pass                           # it died: the run record's sweep removes what is left
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end(proc, 20)
 
 
 def _answers(client: ControllerClient) -> bool:

@@ -102,6 +102,19 @@ def _holder(path: Path) -> str:
            "wait for it to finish, or stop it"
 
 
+def end(proc: subprocess.Popen | None, seconds: float) -> None:
+    """A child of this launcher stopped (None: none was started): SIGTERM, then SIGKILL if it has not exited
+    within `seconds`."""
+    if proc is None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def remove_leftovers(path: Path) -> list[str]:
     """Remove what the dead run recorded at `path` lists; returns one phrase per thing removed."""
     try:

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from topo.harness.host import RunRecord
+from topo.harness.host import RunRecord, end
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "prometheus" / "prometheus.yml"
@@ -97,12 +97,7 @@ def _running(config: Path, data: Path, listen: tuple[str, int], log_path: Path, 
             time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end(proc, 20)
 
 
 def api(url: str, path: str, timeout: float = 60, **params) -> dict | list:

@@ -25,7 +25,7 @@ from typing import Iterator
 from mininet.node import OVSSwitch
 from mininet.util import errRun
 
-from topo.harness.host import RunRecord
+from topo.harness.host import RunRecord, end
 
 SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
 CONTROLLER_ADDRESS = "169.254.72.1"    # this side of the management veth: where the controller listens
@@ -68,7 +68,7 @@ class OvsInstance:
 
     @property
     def netns(self) -> str:
-        return f"ovsqos-{self.name}"
+        return _netns(self.name)
 
     def move(self, iface: str) -> None:
         """A device of this namespace into the instance's, up, to be a port of one of its bridges."""
@@ -99,7 +99,7 @@ class OvsInstance:
 
     def stop_ovsdb(self) -> None:
         """Its ovsdb-server gone, as a host's would be; the database file stays."""
-        _end(self.ovsdb_server)
+        end(self.ovsdb_server, 10)
         self.ovsdb_server = None
 
     def start_vswitchd(self) -> None:
@@ -127,7 +127,7 @@ def ovs_instance(name: str = "ovs2", address: str = "127.0.0.2", port: int = 664
     rundir.mkdir(parents=True)
     instance = OvsInstance(name, rundir, address, port, pki, record)
     try:
-        ns, here, there = instance.netns, f"{name}-m0", f"{name}-m1"
+        ns, here, there = instance.netns, *_management_veth(name)
         for args in (["netns", "add", ns], ["-n", ns, "link", "set", "lo", "up"],
                      ["link", "add", here, "type", "veth", "peer", "name", there, "netns", ns],
                      ["addr", "add", f"{CONTROLLER_ADDRESS}/30", "dev", here], ["link", "set", here, "up"],
@@ -142,8 +142,8 @@ def ovs_instance(name: str = "ovs2", address: str = "127.0.0.2", port: int = 664
         yield instance
     finally:
         stop(rundir)
-        _end(instance.vswitchd)
-        _end(instance.ovsdb_server)
+        end(instance.vswitchd, 10)
+        end(instance.ovsdb_server, 10)
 
 
 def switch_on(instance: OvsInstance) -> type[OVSSwitch]:
@@ -196,8 +196,8 @@ def stop(rundir: Path) -> None:
             os.kill(int((rundir / pidfile).read_text()), signal.SIGTERM)
         except (OSError, ValueError):
             pass
-    subprocess.run(["ip", "link", "del", f"{rundir.name}-m0"], capture_output=True)
-    subprocess.run(["ip", "netns", "del", f"ovsqos-{rundir.name}"], capture_output=True)   # its devices go with it
+    subprocess.run(["ip", "link", "del", _management_veth(rundir.name)[0]], capture_output=True)
+    subprocess.run(["ip", "netns", "del", _netns(rundir.name)], capture_output=True)   # its devices go with it
     shutil.rmtree(rundir, ignore_errors=True)
 
 
@@ -209,15 +209,13 @@ def stop_all() -> list[str]:
     return [f"OVS instance {rundir.name}" for rundir in left]
 
 
-def _end(proc: subprocess.Popen | None) -> None:
-    if proc is None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+def _netns(name: str) -> str:
+    return f"ovsqos-{name}"
+
+
+def _management_veth(name: str) -> tuple[str, str]:
+    """The management veth's ends: in this namespace, and in the instance's."""
+    return f"{name}-m0", f"{name}-m1"
 
 
 def _wait(ready, what: str, rundir: Path) -> None:
