@@ -1,25 +1,50 @@
-"""One import point for the controller framework: os-ken, or Ryu where only Ryu is installed.
+"""One import point for the controller framework: the one running the app, os-ken or Ryu.
 
-The two share an API; only the package and the base-class names differ. CONF is the framework's
-own configuration object, the one osken-manager (or ryu-manager) parses: options registered
-on oslo.config's global CONF instead are silently never read.
+The two share an API; only the package and the base-class names differ. The manager that loads the
+app (osken-manager or ryu-manager) has imported its own framework first, so that is the one used when
+both are installed: events, the app base class and CONF must all be the running manager's, or the app
+would register with a second, idle framework. CONF is the framework's own configuration object, the
+one its manager parses: options registered on oslo.config's global CONF instead are never read.
+Imported on its own (tests, tools), os-ken is preferred.
 """
-try:
-    from os_ken.base.app_manager import OSKenApp as App
-    from os_ken.cfg import CONF
-    from os_ken.controller import ofp_event
-    from os_ken.controller.event import EventBase, EventReplyBase, EventRequestBase
-    from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
-    from os_ken.lib import hub
-    from os_ken.ofproto import ofproto_v1_3
-except ImportError:  # pragma: no cover - only where Ryu replaces os-ken
-    from ryu.base.app_manager import RyuApp as App
-    from ryu.cfg import CONF
-    from ryu.controller import ofp_event
-    from ryu.controller.event import EventBase, EventReplyBase, EventRequestBase
-    from ryu.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
-    from ryu.lib import hub
-    from ryu.ofproto import ofproto_v1_3
+import importlib
+import sys
+from types import ModuleType
 
-__all__ = ["App", "CONF", "CONFIG_DISPATCHER", "DEAD_DISPATCHER", "EventBase", "EventReplyBase",
-           "EventRequestBase", "MAIN_DISPATCHER", "hub", "ofp_event", "ofproto_v1_3", "set_ev_cls"]
+
+def _framework() -> str:
+    if "ryu.base.app_manager" in sys.modules and "os_ken.base.app_manager" not in sys.modules:
+        return "ryu"
+    try:
+        importlib.import_module("os_ken")
+    except ImportError:
+        return "ryu"
+    return "os_ken"
+
+
+FRAMEWORK = _framework()
+
+
+def _load(name: str) -> ModuleType:
+    return importlib.import_module(f"{FRAMEWORK}.{name}")
+
+
+App = getattr(_load("base.app_manager"), "OSKenApp" if FRAMEWORK == "os_ken" else "RyuApp")
+CONF = _load("cfg").CONF
+ofp_event = _load("controller.ofp_event")
+_event, _handler = _load("controller.event"), _load("controller.handler")
+EventBase, EventReplyBase, EventRequestBase = _event.EventBase, _event.EventReplyBase, _event.EventRequestBase
+CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER = (_handler.CONFIG_DISPATCHER, _handler.DEAD_DISPATCHER,
+                                                       _handler.MAIN_DISPATCHER)
+set_ev_cls = _handler.set_ev_cls
+hub = _load("lib.hub")
+ofproto_v1_3 = _load("ofproto.ofproto_v1_3")
+
+
+def openflow_controller() -> ModuleType:
+    """The framework's OpenFlow connection module (its Datapath and connection factory)."""
+    return _load("controller.controller")
+
+
+__all__ = ["App", "CONF", "CONFIG_DISPATCHER", "DEAD_DISPATCHER", "EventBase", "EventReplyBase", "EventRequestBase",
+           "FRAMEWORK", "MAIN_DISPATCHER", "hub", "ofp_event", "ofproto_v1_3", "openflow_controller", "set_ev_cls"]

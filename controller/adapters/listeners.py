@@ -1,15 +1,33 @@
-"""The controller's TCP listeners, which never share a port with another process.
+"""The controller's TCP listeners: never shared with another process, and not held by idle or
+hostile peers.
 
 eventlet's listen() sets SO_REUSEPORT, so a second controller used to bind 6653, 8080 and 9101
 beside the first one, and the kernel split connections between them. Our HTTP servers bind
 without it, and the OpenFlow port (which os-ken opens itself) is tried first the same way.
+
+HTTP: a connection idle for IDLE_SECONDS is closed, and beyond MAX_CONNECTIONS at once a new one is
+answered 503 and closed, so idle or slow clients cannot hold the API (eventlet's default pool stops
+accepting once 1024 connections are open, however idle). OpenFlow: a peer that sends what os-ken
+cannot parse is logged in one line and dropped; the switches are served on.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
+import logging
+import resource
 import socket
 
+import eventlet
 import eventlet.wsgi
+
+from controller.compat import openflow_controller
+
+LOG = logging.getLogger(__name__)
+IDLE_SECONDS = 5.0
+MAX_CONNECTIONS = 2000
+_REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: 48\r\n\r\n{\"error\": \"too many connections; try again\"}\n")
 
 
 class PortInUse(OSError):
@@ -38,6 +56,59 @@ def check_free(addr: tuple[str, int]) -> None:
 
 
 def serve(sock: socket.socket, app) -> None:
-    """Serve a WSGI app on a listening socket, each request in its own greenthread (osken-manager has
+    """Serve a WSGI app on a listening socket, each connection in its own greenthread (the manager has
     monkey-patched `socket`, so the socket is already green)."""
-    eventlet.wsgi.server(sock, app, log_output=False)
+    eventlet.wsgi.server(sock, app, log_output=False, custom_pool=_BoundedPool(MAX_CONNECTIONS),
+                         keepalive=IDLE_SECONDS, socket_timeout=IDLE_SECONDS)
+
+
+class _BoundedPool(eventlet.GreenPool):
+    """Beyond `limit` connections at once, a new one gets a 503 and is closed, instead of waiting (and
+    keeping every later one waiting) for a free greenthread."""
+
+    def __init__(self, limit: int):
+        super().__init__(limit + 64)   # refusals are greenthreads too, for an instant
+        self.limit, self.serving = limit, 0
+
+    def spawn(self, function, connection):
+        if self.serving >= self.limit:
+            return super().spawn(_refuse, connection)
+        self.serving += 1
+        thread = super().spawn(function, connection)
+        thread.link(self._done)
+        return thread
+
+    def _done(self, _thread) -> None:
+        self.serving -= 1
+
+
+def _refuse(connection) -> None:
+    with contextlib.suppress(OSError):
+        connection[1].sendall(_REFUSED)
+
+
+def raise_file_limit() -> None:
+    """Let the process hold as many sockets as the hard limit allows: MAX_CONNECTIONS HTTP clients and
+    every switch must fit (a soft limit of 1024 is common)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard == resource.RLIM_INFINITY else min(hard, 65536)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+def guard_openflow() -> None:
+    """A peer that sends what os-ken cannot parse (another protocol, a version it does not know, a
+    message cut short) ends its own connection with one line in the log, not a traceback. os-ken starts
+    each OpenFlow connection through this module-level factory, which it looks up when it listens."""
+    module = openflow_controller()
+
+    def factory(sock, address) -> None:
+        with contextlib.closing(module.Datapath(sock, address)) as datapath:
+            try:
+                datapath.serve()
+            except Exception as err:   # noqa: BLE001 - whatever the peer sent, it is only that peer's end
+                dp_id = f"datapath {datapath.id:016x}" if datapath.id is not None else "a peer"
+                LOG.warning("OpenFlow: %s at %s:%s sent what cannot be read (%s: %s); connection closed", dp_id,
+                            address[0], address[1], type(err).__name__, err)
+
+    module.datapath_connection_factory = factory

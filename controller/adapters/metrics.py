@@ -5,47 +5,19 @@ Counters come from the switches, so they are exposed as they were last read
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from controller.core.stats import ALL_ONES, MeterCounters, PortCounters, QueueCounters
+from controller.core.stats import ALL_ONES
+from controller.core.telemetry import Snapshot
 
 PORT_COUNTERS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets",
                  "rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
 QUEUE_COUNTERS = ("tx_bytes", "tx_packets", "tx_errors")
 METER_COUNTERS = {"packets": "Packets that reached the meter", "bytes": "Bytes that reached the meter",
                   "dropped_packets": "Packets the meter's drop band dropped"}
-
-
-@dataclass
-class Snapshot:
-    """What the controller knows now; keys are (dp_id, port_no[, queue_id]), queues per switch."""
-    ports: dict[tuple[int, int], PortCounters] = field(default_factory=dict)
-    queues: dict[int, dict[tuple[int, int], QueueCounters]] = field(default_factory=dict)   # dp → (port, queue)
-    meters: dict[int, dict[tuple[int, str], MeterCounters]] = field(default_factory=dict)   # dp → (meter, class)
-    capacity_bps: dict[tuple[int, int], int] = field(default_factory=dict)
-    congested: dict[tuple[int, int], bool] = field(default_factory=dict)
-    programmed: dict[tuple[int, int], bool] = field(default_factory=dict)
-    events: dict[tuple[int, int, str], int] = field(default_factory=dict)
-    policy: str | None = None
-    role: str = "active"                                                        # or "standby"
-    load_error: bool = False
-    openflow_errors: dict[tuple[int, str], int] = field(default_factory=dict)   # (dp, "type/code") → count
-    drift_repairs: dict[str, int] = field(default_factory=dict)                 # flows, qos, tc → count
-    poll_duration: dict[int, float] = field(default_factory=dict)               # dp → seconds, last cycle
-    polls: dict[int, int] = field(default_factory=dict)                         # dp → polls answered
-    poll_lag: dict[int, float] = field(default_factory=dict)                    # dp → seconds late, last cycle
-    in_sync: dict[int, bool] = field(default_factory=dict)                      # dp → all confirmed
-    ovsdb_connected: dict[str, bool] = field(default_factory=dict)              # OVSDB remote → connected
-
-    def forget(self, dp_id: int) -> None:
-        for table in (self.ports, self.queues, self.meters, self.capacity_bps, self.congested, self.programmed,
-                      self.poll_duration, self.poll_lag, self.in_sync, self.polls):
-            for key in [k for k in table if (k[0] if isinstance(k, tuple) else k) == dp_id]:
-                del table[key]
 
 
 def _dp(dp_id: int) -> str:

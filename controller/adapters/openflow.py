@@ -1,116 +1,113 @@
-"""OpenFlow 1.3 messages built from the core's flow and meter changes, and the switch's replies read
-back into the core's types, in the same form, so that desired and actual compare directly."""
+"""OpenFlow 1.3 both ways: the core's messages (controller/core/actions.py) built as os-ken messages,
+and the switch's replies read back into the core's events (controller/core/events.py), in the core's
+own types, so that desired and actual compare directly."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
+from controller.core import actions as act
+from controller.core import events as ev
 from controller.core.flows import CLASSIFIED, COOKIE, COOKIE_MASK, FlowEntry
-from controller.core.meters import MeterChanges, is_ours
-from controller.core.plan import ActualFlow, FlowChanges
+from controller.core.meters import is_ours
+from controller.core.plan import ActualFlow
 from controller.core.policy import Police
+from controller.core.stats import FlowCounters, MeterCounters, PortCounters, QueueCounters
 
 ALL_COOKIE_BITS = 0xFFFF_FFFF_FFFF_FFFF
+METER_FLAGS = ("OFPMF_KBPS", "OFPMF_BURST", "OFPMF_STATS")
+ROLES = {"master": "OFPCR_ROLE_MASTER", "slave": "OFPCR_ROLE_SLAVE", "equal": "OFPCR_ROLE_EQUAL",
+         "nochange": "OFPCR_ROLE_NOCHANGE"}
+NO_GENERATION = 0xFFFF_FFFF_FFFF_FFFF   # a role reply's generation id when the bridge never had one
 _CODE_PREFIX = {"OFPET_BAD_REQUEST": "OFPBRC_", "OFPET_BAD_ACTION": "OFPBAC_", "OFPET_BAD_INSTRUCTION": "OFPBIC_",
                 "OFPET_BAD_MATCH": "OFPBMC_", "OFPET_FLOW_MOD_FAILED": "OFPFMFC_",
                 "OFPET_METER_MOD_FAILED": "OFPMMFC_", "OFPET_ROLE_REQUEST_FAILED": "OFPRRFC_",
                 "OFPET_QUEUE_OP_FAILED": "OFPQOFC_", "OFPET_SWITCH_CONFIG_FAILED": "OFPSCFC_"}
 
 
-def batch(dp, flows: FlowChanges, meters: MeterChanges) -> list:
-    """Meters the flows will use, the flow changes, then the meters no flow uses any more."""
-    ofp = dp.ofproto
-    return [*(_meter_mod(dp, ofp.OFPMC_ADD, m, band) for m, band in meters.add),
-            *(_meter_mod(dp, ofp.OFPMC_MODIFY, m, band) for m, band in meters.modify),
-            *flow_mods(dp, flows),
-            *(_meter_mod(dp, ofp.OFPMC_DELETE, m, None) for m in meters.delete)]
+# --- the core's messages, built -------------------------------------------------------------------------
 
-
-METER_FLAGS = ("OFPMF_KBPS", "OFPMF_BURST", "OFPMF_STATS")
-
-
-def _meter_mod(dp, command: int, meter: int, band: Police | None):
+def message(dp, m: act.Message):
+    """The os-ken message for one of the core's, with the core's xid."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    bands = [parser.OFPMeterBandDrop(rate=band.rate_kbps, burst_size=band.burst_kbits)] if band else []
-    flags = sum(getattr(ofp, f) for f in METER_FLAGS) if band else 0
-    return parser.OFPMeterMod(dp, command=command, flags=flags, meter_id=meter, bands=bands)
+    if isinstance(m, act.AddFlow | act.ModifyFlow):
+        e = m.entry
+        msg = parser.OFPFlowMod(dp, cookie=e.cookie, priority=e.priority,
+                                command=ofp.OFPFC_ADD if isinstance(m, act.AddFlow) else ofp.OFPFC_MODIFY_STRICT,
+                                match=parser.OFPMatch(**dict(e.match)), instructions=_instructions(dp, e))
+    elif isinstance(m, act.DeleteFlow):
+        msg = parser.OFPFlowMod(dp, cookie=m.cookie, cookie_mask=ALL_COOKIE_BITS, table_id=ofp.OFPTT_ALL,
+                                command=ofp.OFPFC_DELETE, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
+    elif isinstance(m, act.MeterMod):
+        command = {"add": ofp.OFPMC_ADD, "modify": ofp.OFPMC_MODIFY, "delete": ofp.OFPMC_DELETE}[m.command]
+        bands = [parser.OFPMeterBandDrop(rate=m.band.rate_kbps, burst_size=m.band.burst_kbits)] if m.band else []
+        flags = sum(getattr(ofp, f) for f in METER_FLAGS) if m.band else 0
+        msg = parser.OFPMeterMod(dp, command=command, flags=flags, meter_id=m.meter, bands=bands)
+    elif isinstance(m, act.Barrier):
+        msg = parser.OFPBarrierRequest(dp)
+    elif isinstance(m, act.StatsRequest):
+        msg = _stats_request(dp, m)
+    elif isinstance(m, act.RoleRequest):
+        msg = parser.OFPRoleRequest(dp, getattr(ofp, ROLES[m.role]), m.generation)
+    elif isinstance(m, act.Echo):
+        msg = parser.OFPEchoRequest(dp)
+    else:
+        raise TypeError(f"not an OpenFlow message of the core: {m!r}")
+    msg.xid = m.xid
+    return msg
 
 
-def actual_meters(ofp, body) -> dict[int, Police | None]:
-    """Meter config stats as our meters → their band; None for a meter we would not write so."""
-    flags = sum(getattr(ofp, f) for f in METER_FLAGS)
-    meters = {}
-    for config in body:
-        if is_ours(config.meter_id):
-            bands = config.bands
-            ours = config.flags == flags and len(bands) == 1 and type(bands[0]).__name__ == "OFPMeterBandDrop"
-            meters[config.meter_id] = Police(bands[0].rate, bands[0].burst_size) if ours else None
-    return meters
-
-
-def role_request(dp, master: bool, generation: int):
-    """Master or slave, with the owner's generation id (kept in OVSDB: controller/adapters/ovsdb.py)."""
-    ofp = dp.ofproto
-    return dp.ofproto_parser.OFPRoleRequest(dp, ofp.OFPCR_ROLE_MASTER if master else ofp.OFPCR_ROLE_SLAVE, generation)
-
-
-def meter_config_request(dp):
+def _stats_request(dp, m: act.StatsRequest):
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    return parser.OFPMeterConfigStatsRequest(dp, 0, ofp.OFPM_ALL)
+    port = ofp.OFPP_ANY if m.port is None else m.port
+    if m.kind in (act.FLOWS, act.CLASSIFIED_FLOWS):
+        # Our flows only (by the cookie's high bits), from every table; or only the classified ones.
+        cookie, mask = (COOKIE, COOKIE_MASK) if m.kind == act.FLOWS else (COOKIE | CLASSIFIED, COOKIE_MASK | CLASSIFIED)
+        return parser.OFPFlowStatsRequest(dp, 0, ofp.OFPTT_ALL, port, ofp.OFPG_ANY, cookie, mask, parser.OFPMatch())
+    if m.kind == act.FLOW_COUNT:
+        return parser.OFPAggregateStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, COOKIE, COOKIE_MASK,
+                                               parser.OFPMatch())
+    if m.kind == act.METER_CONFIG:
+        return parser.OFPMeterConfigStatsRequest(dp, 0, ofp.OFPM_ALL)
+    if m.kind == act.METER_STATS:
+        return parser.OFPMeterStatsRequest(dp, 0, ofp.OFPM_ALL)
+    if m.kind == act.METER_FEATURES:
+        return parser.OFPMeterFeaturesStatsRequest(dp, 0)
+    if m.kind == act.QUEUES:
+        return parser.OFPQueueStatsRequest(dp, 0, port, ofp.OFPQ_ALL)
+    if m.kind == act.PORTS:
+        return parser.OFPPortStatsRequest(dp, 0, port)
+    raise ValueError(f"no such statistics: {m.kind}")
 
 
-def meter_features_request(dp):
-    return dp.ofproto_parser.OFPMeterFeaturesStatsRequest(dp, 0)
-
-
-def meters_missing(ofp, features) -> str | None:
-    """Why a switch cannot police (its meter features), or None when it can."""
-    if features is None or features.max_meter == 0:
-        return "the switch has no OpenFlow meters"
-    if not features.band_types & (1 << ofp.OFPMBT_DROP):
-        return "the switch's meters have no drop band"
-    if not features.capabilities & ofp.OFPMF_KBPS:
-        return "the switch's meters cannot count kbit/s"
-    return None
-
-
-def flow_mods(dp, changes: FlowChanges) -> list:
-    """Deletions first (by cookie, exactly), then modifications (actions only, counters kept), then additions."""
+def _instructions(dp, entry: FlowEntry) -> list:
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    msgs = [parser.OFPFlowMod(dp, cookie=cookie, cookie_mask=ALL_COOKIE_BITS, table_id=ofp.OFPTT_ALL,
-                              command=ofp.OFPFC_DELETE, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
-            for cookie in changes.delete]
-    for command, entries in ((ofp.OFPFC_MODIFY_STRICT, changes.modify), (ofp.OFPFC_ADD, changes.add)):
-        msgs += [parser.OFPFlowMod(dp, cookie=e.cookie, priority=e.priority, command=command,
-                                   match=parser.OFPMatch(**dict(e.match)), instructions=_instructions(dp, e))
-                 for e in entries]
-    return msgs
+    actions, meters = [], []
+    for action in entry.actions:
+        if action[0] == "meter":
+            meters.append(parser.OFPInstructionMeter(action[1], ofp.OFPIT_METER))
+        elif action[0] == "output":
+            actions.append(parser.OFPActionOutput(action[1], ofp.OFPCML_NO_BUFFER))
+        elif action[0] == "set_queue":
+            actions.append(parser.OFPActionSetQueue(action[1]))
+        else:
+            actions.append(parser.OFPActionSetField(**{action[1]: action[2]}))
+    return [*meters, parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
 
 
-def flow_stats_request(dp, classified_only: bool = False):
-    """Our flows only (by the cookie's high bits), from every table; or only the classified ones."""
-    ofp, parser = dp.ofproto, dp.ofproto_parser
-    cookie, mask = (COOKIE | CLASSIFIED, COOKIE_MASK | CLASSIFIED) if classified_only else (COOKIE, COOKIE_MASK)
-    return parser.OFPFlowStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, cookie, mask, parser.OFPMatch())
+# --- the switch's replies, read ------------------------------------------------------------------------
+
+def reply(conn: int, msg) -> Any:
+    """The core's event for a whole reply (multipart parts joined by the caller, msg.body whole)."""
+    reader = _READERS.get(type(msg).__name__)
+    return reader(conn, msg) if reader else None
 
 
-def flow_count_request(dp):
-    """How many flows of ours the switch holds: one small reply instead of every flow."""
-    ofp, parser = dp.ofproto, dp.ofproto_parser
-    return parser.OFPAggregateStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, COOKIE, COOKIE_MASK,
-                                           parser.OFPMatch())
-
-
-def stats_requests(dp, whole_table: bool, meters: bool) -> list:
-    """One poll: our flows (class rates, and what the switch holds), meters when `meters`, then queues
-    and ports. Unless `whole_table`, only the classified flows and the count of ours (parsing a
-    1000-flow table every second was a third of the controller's CPU), and the meters' counters, not
-    their configuration."""
-    ofp, parser = dp.ofproto, dp.ofproto_parser
-    flows = [flow_stats_request(dp)] if whole_table else [flow_stats_request(dp, True), flow_count_request(dp)]
-    if meters:
-        flows.append(meter_config_request(dp) if whole_table else parser.OFPMeterStatsRequest(dp, 0, ofp.OFPM_ALL))
-    return [*flows, parser.OFPQueueStatsRequest(dp, 0, ofp.OFPP_ANY, ofp.OFPQ_ALL),
-            parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY)]
+def _flows(conn: int, msg) -> ev.FlowStatsReply:
+    flows, counters = {}, {}
+    for stat in msg.body:
+        cookie, flow = actual_flow(stat)
+        flows[cookie], counters[cookie] = flow, FlowCounters(stat.byte_count, stat.packet_count)
+    return ev.FlowStatsReply(conn, msg.xid, flows, counters)
 
 
 def actual_flow(stat) -> tuple[int, ActualFlow]:
@@ -132,6 +129,62 @@ def actual_flow(stat) -> tuple[int, ActualFlow]:
     return stat.cookie, ActualFlow(stat.priority, tuple(sorted(stat.match.items())), tuple(actions))
 
 
+def _meter_config(conn: int, msg) -> ev.MeterConfigReply:
+    """Our meters → their band; None for a meter we would not write so."""
+    ofp = msg.datapath.ofproto
+    flags = sum(getattr(ofp, f) for f in METER_FLAGS)
+    meters: dict[int, Police | None] = {}
+    for config in msg.body:
+        if is_ours(config.meter_id):
+            bands = config.bands
+            ours = config.flags == flags and len(bands) == 1 and type(bands[0]).__name__ == "OFPMeterBandDrop"
+            meters[config.meter_id] = Police(bands[0].rate, bands[0].burst_size) if ours else None
+    return ev.MeterConfigReply(conn, msg.xid, meters)
+
+
+def _meter_stats(conn: int, msg) -> ev.MeterStatsReply:
+    return ev.MeterStatsReply(conn, msg.xid, {
+        stat.meter_id: MeterCounters(stat.packet_in_count, stat.byte_in_count,
+                                     sum(band.packet_band_count for band in stat.band_stats))
+        for stat in msg.body if is_ours(stat.meter_id)})
+
+
+def meters_missing(ofp, features) -> str | None:
+    """Why a switch cannot police (its meter features), or None when it can."""
+    if features is None or features.max_meter == 0:
+        return "the switch has no OpenFlow meters"
+    if not features.band_types & (1 << ofp.OFPMBT_DROP):
+        return "the switch's meters have no drop band"
+    if not features.capabilities & ofp.OFPMF_KBPS:
+        return "the switch's meters cannot count kbit/s"
+    return None
+
+
+def _meter_features(conn: int, msg) -> ev.MeterFeaturesReply:
+    return ev.MeterFeaturesReply(conn, msg.xid, meters_missing(msg.datapath.ofproto, msg.body[0] if msg.body else None))
+
+
+def _queues(conn: int, msg) -> ev.QueueStatsReply:
+    return ev.QueueStatsReply(conn, msg.xid, {(s.port_no, s.queue_id): QueueCounters(s.tx_bytes, s.tx_packets, s.tx_errors)
+                                              for s in msg.body})
+
+
+def _ports(conn: int, msg) -> ev.PortStatsReply:
+    return ev.PortStatsReply(conn, msg.xid, {
+        s.port_no: PortCounters(s.rx_bytes, s.tx_bytes, s.rx_packets, s.tx_packets, s.rx_dropped, s.tx_dropped,
+                                s.rx_errors, s.tx_errors) for s in msg.body})
+
+
+def _role(conn: int, msg) -> ev.RoleReply:
+    ofp = msg.datapath.ofproto
+    role = next((name for name, const in ROLES.items() if getattr(ofp, const) == msg.role), str(msg.role))
+    return ev.RoleReply(conn, msg.xid, role, None if msg.generation_id == NO_GENERATION else msg.generation_id)
+
+
+def _error(conn: int, msg) -> ev.ErrorReply:
+    return ev.ErrorReply(conn, msg.xid, describe_error(msg.datapath.ofproto, msg.type, msg.code))
+
+
 def describe_error(ofp, err_type: int, code: int) -> str:
     """'OFPET_BAD_MATCH/OFPBMC_BAD_FIELD' for an error message's type and code."""
     type_name = next((n for n in dir(ofp) if n.startswith("OFPET_") and getattr(ofp, n) == err_type), str(err_type))
@@ -140,16 +193,18 @@ def describe_error(ofp, err_type: int, code: int) -> str:
     return f"{type_name}/{code_name}"
 
 
-def _instructions(dp, entry: FlowEntry) -> list:
-    ofp, parser = dp.ofproto, dp.ofproto_parser
-    actions, meters = [], []
-    for action in entry.actions:
-        if action[0] == "meter":
-            meters.append(parser.OFPInstructionMeter(action[1], ofp.OFPIT_METER))
-        elif action[0] == "output":
-            actions.append(parser.OFPActionOutput(action[1], ofp.OFPCML_NO_BUFFER))
-        elif action[0] == "set_queue":
-            actions.append(parser.OFPActionSetQueue(action[1]))
-        else:
-            actions.append(parser.OFPActionSetField(**{action[1]: action[2]}))
-    return [*meters, parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+_READERS: dict[str, Callable[[int, Any], Any]] = {
+    "OFPFlowStatsReply": _flows,
+    "OFPAggregateStatsReply": lambda conn, msg: ev.FlowCountReply(conn, msg.xid, msg.body.flow_count),
+    "OFPMeterConfigStatsReply": _meter_config,
+    "OFPMeterStatsReply": _meter_stats,
+    "OFPMeterFeaturesStatsReply": _meter_features,
+    "OFPQueueStatsReply": _queues,
+    "OFPPortStatsReply": _ports,
+    "OFPBarrierReply": lambda conn, msg: ev.BarrierReply(conn, msg.xid),
+    "OFPErrorMsg": _error,
+    "OFPRoleReply": _role,
+    "OFPEchoReply": lambda conn, msg: ev.EchoReply(conn, msg.xid),
+}
+MULTIPART = ("OFPFlowStatsReply", "OFPMeterConfigStatsReply", "OFPMeterStatsReply", "OFPQueueStatsReply",
+             "OFPPortStatsReply")

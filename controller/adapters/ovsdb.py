@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from ovs.stream import Stream
 from ovsdbapp.backend.ovs_idl import command, connection, idlutils
 from ovsdbapp.schema.open_vswitch import impl_idl
 
+from controller.core.bridges import BridgeInfo
 from controller.core.plan import ABSENT, FOREIGN
 from controller.core.policy import LOCAL_OVSDB
 from controller.core.queues import OvsdbQos, QosSpec, QueueSpec
@@ -30,7 +30,6 @@ from controller.core.queues import OvsdbQos, QosSpec, QueueSpec
 LOG = logging.getLogger(__name__)
 DEFAULT_DB = LOCAL_OVSDB
 OWNER_KEY = "ovs-qos-controller"
-USERSPACE_DATAPATH = "netdev"
 # Only the columns we read: vswitchd rewrites every Interface's statistics every few seconds, and any
 # replicated change bumps the IDL's change number, which is what our read cache is keyed by.
 COLUMNS = {"Open_vSwitch": ["bridges", "next_cfg", "cur_cfg",       # next/cur_cfg: waiting for vswitchd
@@ -47,18 +46,6 @@ class OvsdbError(RuntimeError):
 
 class LockHeld(OvsdbError):
     """Another controller of the same owner holds the OVSDB lock."""
-
-
-@dataclass(frozen=True)
-class BridgeInfo:
-    name: str
-    datapath_type: str          # "netdev" (userspace) or "system"/"" (kernel)
-    ports: dict[int, str]       # OpenFlow port number → interface name
-    remote: str = ""            # the OVSDB it is in (controller/adapters/remotes.py fills it in)
-
-    @property
-    def userspace(self) -> bool:
-        return self.datapath_type == USERSPACE_DATAPATH
 
 
 class Ovsdb:
@@ -170,12 +157,13 @@ class Ovsdb:
         row = next(iter(self._api.tables["Open_vSwitch"].rows.values()), None)
         return _int(row.external_ids, self._generation_key) if row else 0
 
-    def next_generation_id(self) -> int:
-        """One more than the last, kept in OVSDB: a controller that becomes active claims mastership with a
-        newer id than any before it, whatever the hosts' clocks. The transaction carries our lock, so only
-        the lock's holder can make it."""
+    def next_generation_id(self, above: int | None = None) -> int:
+        """One more than the last this owner claimed, and than `above` (a switch's, which another owner may
+        have set), kept in OVSDB: a controller that becomes active claims mastership with a newer id than
+        any before it, whatever the hosts' clocks. The transaction carries our lock, so only the lock's
+        holder can make it (OvsdbError otherwise)."""
         with self._api.transaction(check_error=True, log_errors=False) as txn:
-            found = txn.add(_NextGeneration(self._api, self._generation_key))
+            found = txn.add(_NextGeneration(self._api, self._generation_key, above or 0))
         return found.result
 
     @property
@@ -261,14 +249,14 @@ class _ReplacePortQos(command.BaseCommand):
 
 
 class _NextGeneration(command.BaseCommand):
-    def __init__(self, api, key: str):
+    def __init__(self, api, key: str, above: int):
         super().__init__(api)
-        self.key = key
+        self.key, self.above = key, above
 
     def run_idl(self, txn):
         row = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
         row.verify("external_ids")
-        self.result = max(_int(row.external_ids, self.key), 0) + 1
+        self.result = (max(_int(row.external_ids, self.key), self.above, 0) + 1) % 2**64
         row.setkey("external_ids", self.key, str(self.result))
 
 

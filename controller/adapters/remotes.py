@@ -1,8 +1,10 @@
 """Every OVSDB the controller manages switches through (the `ovsdb` option's remotes), each connected,
-and reconnected, on its own, so that one host down never stalls the others.
+and reconnected, on its own, so that one host down never stalls the others; what the core reads of them
+(controller/core/controller.py's OvsdbView).
 
-A remote not reached yet is tried again with back-off (1 s doubling to 30 s) by connect_due(), which
-the app runs in a greenthread of its own. Once connected, python-ovs reconnects by itself; while it is
+Each remote is connected by a greenthread of its own (controller/qos_app.py), from the start: one that
+does not answer (refused, unreachable, no schema, a bad certificate) is tried again with back-off (1 s
+doubling to 30 s), and delays nothing else. Once connected, python-ovs reconnects by itself; while it is
 down, its last replica still answers reads, and changes for its ports fail at once, to be tried again.
 A connecting datapath is matched to the remote whose Bridge table holds its datapath_id (or to the one
 its policy pins). tc is reachable only for the ports of a unix: remote: the OVS of the controller's own
@@ -13,10 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from typing import Any, Callable
 
-from controller.adapters.ovsdb import BridgeInfo, LockHeld, OvsdbError
+from controller.adapters.ovsdb import LockHeld, OvsdbError
+from controller.core.bridges import BridgeInfo
 from controller.core.plan import ABSENT
 
 LOG = logging.getLogger(__name__)
@@ -29,43 +31,25 @@ class Remotes:
         self._connect = connect
         self.dbs: dict[str, Any] = {}
         self.errors: dict[str, str] = {}                      # why a remote is not connected
-        self._retry = {name: (0.0, FIRST_RETRY) for name in names}   # name → (next try, back-off)
+        self._backoff = dict.fromkeys(names, FIRST_RETRY)
 
-    def connect_due(self, now: float | None = None) -> list[str]:
-        """Try each remote not yet connected whose time has come; the ones connected now. Another
-        controller of our owner holding a remote's lock is an error like any other here: it is retried."""
-        now = time.monotonic() if now is None else now
-        connected = []
-        for name in self.names:
-            at, backoff = self._retry[name]
-            if name in self.dbs or now < at:
-                continue
-            try:
-                self.dbs[name] = self._connect(name)
-            except (OvsdbError, RuntimeError, OSError) as err:
-                if self.errors.get(name) != str(err):
-                    LOG.error("OVSDB %s: %s; trying again, every %g s at most", name, err, MAX_RETRY)
-                self.errors[name] = str(err)
-                self._retry[name] = (now + backoff, min(2 * backoff, MAX_RETRY))
-                continue
-            self.errors.pop(name, None)
-            LOG.info("OVSDB %s connected", name)
-            connected.append(name)
-        return connected
-
-    def connect_all_once(self) -> None:
-        """At start: a remote whose lock another controller of our owner holds stops this one (LockHeld);
-        any other failure is retried later."""
-        for name in self.names:
-            try:
-                self.dbs[name] = self._connect(name)
-            except LockHeld:
-                self.close()
-                raise
-            except (OvsdbError, RuntimeError, OSError) as err:
-                self.errors[name] = str(err)
-                self._retry[name] = (time.monotonic() + FIRST_RETRY, 2 * FIRST_RETRY)
-                LOG.error("OVSDB %s: %s; trying again", name, err)
+    def connect(self, name: str) -> float | None:
+        """Try `name` once: None once it is connected, else how long to wait before trying again. Another
+        controller of our owner holding the lock (LockHeld) is not retried: it is raised."""
+        try:
+            self.dbs[name] = self._connect(name)
+        except LockHeld:
+            raise
+        except Exception as err:   # noqa: BLE001 - ovsdbapp's schema fetch raises a bare Exception
+            message = " ".join(str(err).split()) or type(err).__name__
+            if self.errors.get(name) != message:
+                LOG.error("OVSDB %s: %s; trying again, every %g s at most", name, message, MAX_RETRY)
+            self.errors[name] = message
+            wait, self._backoff[name] = self._backoff[name], min(2 * self._backoff[name], MAX_RETRY)
+            return wait
+        self.errors.pop(name, None)
+        LOG.info("OVSDB %s connected", name)
+        return None
 
     @property
     def locked(self) -> bool:
@@ -84,10 +68,17 @@ class Remotes:
         remote is not reached."""
         return self._first.generation_id() if self._first else 0
 
-    def next_generation_id(self) -> int:
-        """A new generation id, for claiming mastership: only the lock's holder does, so the first remote is
-        connected."""
-        return self._first.next_generation_id()
+    def claim_generation(self, above: int | None) -> int | None:
+        """A new generation id, newer than `above` too, for claiming mastership; None when this controller
+        cannot (the first remote is not reached, or its lock is not ours: OVSDB refuses the transaction)."""
+        db = self._first
+        if db is None or not db.connected:
+            return None
+        try:
+            return db.next_generation_id(above)
+        except (OvsdbError, RuntimeError) as err:
+            LOG.warning("OVSDB %s: cannot claim a generation id: %s", self.names[0], err)
+            return None
 
     @property
     def _first(self):
@@ -96,6 +87,10 @@ class Remotes:
 
     def connected(self) -> dict[str, bool]:
         return {name: name in self.dbs and self.dbs[name].connected for name in self.names}
+
+    def remotes(self) -> dict[str, dict[str, Any]]:
+        return {name: {"connected": up, **({"error": self.errors[name]} if name in self.errors else {})}
+                for name, up in self.connected().items()}
 
     @property
     def generation(self) -> tuple[int, ...]:

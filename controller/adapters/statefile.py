@@ -1,7 +1,10 @@
 """The policy in force, kept on disk so a restarted controller carries on with it instead of
 starting bare (and, with secure fail-mode switches, dropping traffic until someone puts it again).
 
-Written whole or not at all (temporary file, fsync, rename), whenever a policy is put or cleared.
+Written whole or not at all (temporary file, fsync, rename), whenever a policy is put or cleared, as
+{"policy": <document or null>, "saved": <unix time>}. A file that is not exactly that (empty, cut
+short, binary, or JSON of another shape) is refused with one line: the controller then starts without
+a policy and leaves the switches as they are, never clearing them on a misreading.
 """
 from __future__ import annotations
 
@@ -11,32 +14,40 @@ import time
 from pathlib import Path
 from typing import Any
 
+from controller.core.controller import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
 from controller.core.document import load_json
-
-ABSENT = "absent"      # never saved: the controller starts without a policy and leaves switches alone
-CLEARED = "cleared"    # the last word was DELETE /qos/v1/policy: nothing of ours belongs on the switches
-POLICY = "policy"
+from controller.core.errors import PolicyError
 
 
-def read(path: Path) -> tuple[str, Any]:
-    """(ABSENT, None), (CLEARED, None) or (POLICY, document); a PolicyError names a damaged file."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return ABSENT, None
-    except OSError as err:
-        raise OSError(f"{path}: cannot read the saved policy ({err.strerror})") from None
-    saved = load_json(data, str(path))
-    document = saved.get("policy") if isinstance(saved, dict) else None
-    return (CLEARED, None) if document is None else (POLICY, document)
+class StateFile:
+    def __init__(self, path: Path):
+        self.path = path
 
+    def read(self) -> tuple[str, Any]:
+        """(SAVED_ABSENT, None), (SAVED_CLEARED, None) or (SAVED_POLICY, document); a PolicyError names
+        a damaged file, an OSError one that cannot be read."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return SAVED_ABSENT, None
+        except OSError as err:
+            raise OSError(f"{self.path}: cannot read the saved policy ({err.strerror})") from None
+        saved = load_json(data, str(self.path))
+        if not isinstance(saved, dict) or "policy" not in saved or not isinstance(saved["policy"], (dict, type(None))):
+            raise PolicyError(f"{self.path}: not a saved policy (expected {{\"policy\": {{...}} or null, \"saved\": "
+                              "TIME}); remove the file, or put the policy again")
+        document = saved["policy"]
+        return (SAVED_CLEARED, None) if document is None else (SAVED_POLICY, document)
 
-def write(path: Path, document: Any) -> None:
-    """Save `document` (None: the policy was cleared)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as out:
-        json.dump({"policy": document, "saved": time.time()}, out)
-        out.flush()
-        os.fsync(out.fileno())
-    tmp.replace(path)
+    def write(self, document: Any) -> None:
+        """Save `document` (None: the policy was cleared)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "w") as out:
+                json.dump({"policy": document, "saved": time.time()}, out)
+                out.flush()
+                os.fsync(out.fileno())
+            tmp.replace(self.path)
+        finally:
+            tmp.unlink(missing_ok=True)

@@ -9,39 +9,16 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 from controller.adapters.ovsdb import OvsdbError
 from controller.adapters.tc import Tc
 from controller.core.plan import spec_classes, tc_changes
-from controller.core.queues import QosSpec
+from controller.core.jobs import Job, JobResult
 from controller.compat import hub
 
 LOG = logging.getLogger(__name__)
 CLASS_WAIT_SECONDS = 3.0   # ovsdbapp returns once vswitchd applied the change; the classes follow at once
-
-
-@dataclass(frozen=True)
-class Job:
-    dp_id: int
-    connection: int             # which connection of the switch asked: a reconnected switch ignores the old one's
-    port_no: int
-    iface: str
-    userspace: bool
-    spec: QosSpec | None        # the queues the port must have; None: ours off the port
-    qos: bool                   # OVSDB must change; False: only check the port's tc
-    rebuild: bool = False       # take the QoS off first, so that OVS builds its qdisc anew
-    tags: tuple[tuple[str, str], ...] = ()   # external_ids beside the owner tag (policy, dp_id)
-
-
-@dataclass
-class Result:
-    job: Job
-    error: str | None = None
-    tc: list[str] = field(default_factory=list)   # what was changed on the device
-    ifindex: int | None = None
-    missing: bool = False                         # a check found the QoS's HTB classes gone from the device
 
 
 SWEEP = "sweep"   # in the queue: remove our QoS rows that no port uses any more
@@ -50,8 +27,11 @@ SWEEP = "sweep"   # in the queue: remove our QoS rows that no port uses any more
 class Worker:
     """One OVSDB remote's work; `tc` None when its ports are devices of another machine."""
 
-    def __init__(self, ovsdb, tc: Tc | None, done: Callable[[list[Result]], None]):
-        self._ovsdb, self._tc, self._done = ovsdb, tc, done
+    def __init__(self, ovsdb, tc: Tc | None, done: Callable[[list[JobResult]], None],
+                 may_write: Callable[[], bool] = lambda: True):
+        """`may_write`: whether this controller holds its owner's lock now. OVSDB fences our transactions by
+        the lock itself; tc has no such guard, so a controller that lost the lock while it hung writes none."""
+        self._ovsdb, self._tc, self._done, self._may_write = ovsdb, tc, done, may_write
         self._queue = hub.Queue()
 
     def submit(self, jobs: list[Job]) -> None:
@@ -70,13 +50,16 @@ class Worker:
                 results = self.execute(batch)
             except Exception as err:   # noqa: BLE001 - a dead worker would stop every repair silently
                 LOG.exception("OVSDB/tc batch failed")
-                results = [Result(job, f"internal error: {err}") for job in batch]
+                results = [JobResult(job, f"internal error: {err}") for job in batch]
             self._done(results)
 
-    def execute(self, batch: list) -> list[Result]:
+    def execute(self, batch: list) -> list[JobResult]:
         sweep = SWEEP in batch
         batch = [job for job in batch if job != SWEEP]
-        results = {id(job): Result(job) for job in batch}
+        if not self._may_write():
+            return [JobResult(job, "this controller does not hold its owner's OVSDB lock; it changes nothing")
+                    for job in batch]
+        results = {id(job): JobResult(job) for job in batch}
         changes = [job for job in batch if job.qos]
         for job in changes:
             if job.userspace and self._tc:
@@ -98,7 +81,7 @@ class Worker:
                 self._ensure_tc(job, result)
         return list(results.values())
 
-    def _apply(self, jobs: list[Job], results: dict[int, Result]) -> None:
+    def _apply(self, jobs: list[Job], results: dict[int, JobResult]) -> None:
         port_tags = {job.iface: dict(job.tags) for job in jobs}
         try:
             rebuilt = {job.iface: None for job in jobs if job.rebuild}
@@ -114,7 +97,7 @@ class Worker:
             for job in jobs:
                 self._apply([job], results)
 
-    def _ensure_tc(self, job: Job, result: Result) -> None:
+    def _ensure_tc(self, job: Job, result: JobResult) -> None:
         if self._tc is None:
             if job.userspace and job.spec.marks:   # its classes would get nothing: all would land in queue 0
                 result.error = (f"{job.iface}: a userspace-datapath bridge on another host steers classes by tc "
@@ -154,7 +137,7 @@ class Worker:
         result.ifindex = self._tc_call(result, self._tc.ifindex, job.iface)
 
     @staticmethod
-    def _tc_call(result: Result, method, *args):
+    def _tc_call(result: JobResult, method, *args):
         """The call's value (True for one that returns nothing), or None with the error recorded."""
         try:
             value = method(*args)

@@ -5,6 +5,7 @@ bridge. Pure: the caller runs OVSDB_READ (select-only, so read-only) and hands i
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from controller.core.policy import MAX_PORT, Policy, PolicyError, SwitchPolicy
@@ -13,6 +14,20 @@ OVSDB_READ = ["Open_vSwitch", *({"op": "select", "table": table, "where": [], "c
                                 for table, columns in (("Bridge", ["datapath_id", "ports"]),
                                                        ("Port", ["_uuid", "interfaces"]),
                                                        ("Interface", ["_uuid", "ofport"])))]
+
+USERSPACE_DATAPATH = "netdev"
+
+
+@dataclass(frozen=True)
+class BridgeInfo:
+    name: str
+    datapath_type: str          # "netdev" (userspace) or "system"/"" (kernel)
+    ports: dict[int, str]       # OpenFlow port number → interface name
+    remote: str = ""            # the OVSDB it is in (controller/adapters/remotes.py fills it in)
+
+    @property
+    def userspace(self) -> bool:
+        return self.datapath_type == USERSPACE_DATAPATH
 
 
 def check_bridges(policy: Policy, bridges: dict[int, set[int]]) -> None:

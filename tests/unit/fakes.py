@@ -1,39 +1,50 @@
-"""Fakes that let unit tests drive the real controller app (controller/qos_app.py) without a switch,
+"""Fakes that let unit tests drive the real core (controller/core/controller.py) through the real
+OpenFlow adapter (controller/adapters/openflow.py) and the real OVSDB/tc worker, without a switch,
 OVSDB or netlink, after Faucet's clib/fakeoftable.py.
 
-- FakeDatapath is an OpenFlow 1.3 switch: a flow table and a meter table that apply the app's real
-  os-ken FlowMods and MeterMods, and replies (barriers, errors, flow/meter/queue/port statistics)
-  queued until the test delivers them.
-- FakeOvsdb holds each port's QoS as OvsdbQos; FakeTc holds each device's classes (from that QoS,
-  rebuilt when it changes, as OVS does), leaves and filters.
-- FakeController is the app with those collaborators, a fake clock, and an event loop the test
-  turns with settle(): deliver replies, run the worker, dispatch events, until nothing moves.
+- FakeSwitch is an OpenFlow 1.3 switch as OVS behaves: a flow table and a meter table that apply
+  the real os-ken FlowMods and MeterMods, a generation id per bridge and a role per connection
+  (a new connection is an equal; a master demotes the others; a slave's writes are refused), and
+  real os-ken replies (barriers, errors, role, echo, flow/meter/queue/port statistics) queued until
+  the test lets them through. FakeConnection is one controller's connection to it.
+- FakeOvsdb holds each port's QoS as OvsdbQos and the owner's lock and generation counter; FakeTc
+  holds each device's classes (from that QoS, rebuilt when it changes, as OVS does), leaves and filters.
+- Harness is one controller process: the core, a worker run in turn, the clock and the timers the core
+  set. Its loop hands every action out (OpenFlow messages to the switches, jobs to the worker, answers
+  to the test) and every reply back in, through the adapter's own translation, until nothing moves.
 - study_net() is the study topology's s1 and s2 under it; up(), flood() and mode() are what the
   app's tests do to it and read from it (tests/unit/conftest.py makes it the `net` fixture).
 """
 from __future__ import annotations
 
 import collections
+import heapq
 import itertools
+import random
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from controller import qos_app
-from controller.adapters.config import Settings
-from controller.adapters.ovsdb import BridgeInfo, OvsdbError
+from controller.adapters import openflow
+from controller.adapters.ovsdb import OvsdbError
 from controller.adapters.remotes import Remotes
+from controller.adapters.statefile import StateFile
 from controller.adapters.tc import ClassCounters, Leaf
 from controller.adapters.worker import SWEEP, Worker
+from controller.core import actions as act
+from controller.core import events as ev
+from controller.core.bridges import BridgeInfo
+from controller.core.controller import Controller
 from controller.core.flows import CLASSIFIED, COOKIE
 from controller.core.plan import ABSENT, FILTER_FAMILIES, htb_classid
 from controller.core.policy import load_document
 from controller.core.queues import OvsdbQos
+
+ROLE = {ofp.OFPCR_ROLE_MASTER: "master", ofp.OFPCR_ROLE_SLAVE: "slave", ofp.OFPCR_ROLE_EQUAL: "equal"}
+WRITES = ("OFPFlowMod", "OFPMeterMod")
 
 
 @dataclass
@@ -51,79 +62,115 @@ class PortTraffic:
     tx_dropped: int = 0
 
 
-class FakeDatapath:
+class FakeSwitch:
     ofproto = ofp
     ofproto_parser = parser
 
     def __init__(self, dp_id: int, ports: dict[int, str], userspace: bool = True):
         self.id = dp_id
         self.bridge = BridgeInfo(f"br{dp_id}", "netdev" if userspace else "system", dict(ports))
-        self.ports = {p: SimpleNamespace(port_no=p) for p in ports} | {ofp.OFPP_LOCAL: SimpleNamespace()}
+        self.ports = frozenset(ports)
         self.table: dict[tuple, Entry] = {}          # (priority, match items) → entry
         self.traffic: dict[int, PortTraffic] = {p: PortTraffic() for p in ports}
         self.queues: dict[tuple[int, int], tuple[int, int, int]] = {}   # (port, queue) → bytes, packets, drops
-        self.replies: collections.deque = collections.deque()
-        self.sent: list = []
+        self.replies: collections.deque = collections.deque()         # (connection, reply), not yet delivered
+        self.sent: list = []                         # every message any controller sent it
         self.meters: dict[int, Any] = {}            # meter id → the OFPMeterMod that made it
         self.meter_traffic: dict[int, tuple[int, int, int]] = {}   # meter id → packets, bytes, dropped
         self.max_meter = 1000                       # meter features: 0 is a switch without meters
         self.refuse_cookies: set[int] = set()       # flow mods with these cookies get an error back
-        self.port_stats_parts = 1                   # split port statistics over this many replies
-        self._xids = itertools.count(1)
+        self.generation: int | None = None          # the bridge's master election id, as OVS keeps it
+        self.role = None                            # the role the last role request set
+        self.generation_id = None                   # ... and its generation id
+        self.connections: list[FakeConnection] = []
 
-    def set_xid(self, msg) -> int:
-        msg.xid = next(self._xids)
-        return msg.xid
+    def send_msg(self, msg) -> None:
+        """A change by hand (ovs-ofctl): a connection of its own, whose replies nobody reads."""
+        self.process(None, msg)
 
-    def send_msg(self, msg) -> bool:
+    def process(self, conn: FakeConnection | None, msg) -> None:
         self.sent.append(msg)
         kind = type(msg).__name__
-        if kind == "OFPFlowMod":
-            self._flow_mod(msg)
-        elif kind == "OFPBarrierRequest":
-            self.replies.append(("barrier", msg.xid, None))
-        elif kind == "OFPFlowStatsRequest":
-            body = [SimpleNamespace(cookie=e.cookie, priority=prio, match=parser.OFPMatch(**dict(match)),
-                                    instructions=e.instructions, byte_count=e.bytes, packet_count=e.packets)
-                    for (prio, match), e in self.table.items() if e.cookie & msg.cookie_mask == msg.cookie]
-            self.replies.append(("flow", msg.xid, body))
-        elif kind == "OFPRoleRequest":
-            self.role, self.generation_id = msg.role, msg.generation_id
+        if kind in WRITES and conn is not None and conn.role == "slave":
+            self.error(conn, msg.xid, ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE)
+        elif kind == "OFPFlowMod":
+            self._flow_mod(conn, msg)
         elif kind == "OFPMeterMod":
-            self._meter_mod(msg)
-        elif kind == "OFPMeterFeaturesStatsRequest":
+            self._meter_mod(conn, msg)
+        elif kind == "OFPRoleRequest":
+            self._role(conn, msg)
+        elif kind == "OFPBarrierRequest":
+            self.reply(conn, parser.OFPBarrierReply(conn), msg.xid)
+        elif kind == "OFPEchoRequest":
+            if conn.answers_echo:
+                self.reply(conn, parser.OFPEchoReply(conn), msg.xid)
+        else:
+            self.reply(conn, self._stats(conn, msg), msg.xid)
+
+    def reply(self, conn: FakeConnection | None, msg, xid: int) -> None:
+        msg.xid = xid
+        if conn is not None:
+            self.replies.append((conn, msg))
+
+    def error(self, conn: FakeConnection, xid: int, err_type: int, code: int) -> None:
+        self.reply(conn, parser.OFPErrorMsg(conn, type_=err_type, code=code, data=b""), xid)
+
+    def _role(self, conn: FakeConnection, msg) -> None:
+        if msg.role != ofp.OFPCR_ROLE_NOCHANGE:
+            if msg.role != ofp.OFPCR_ROLE_EQUAL:
+                if self.generation is not None and (msg.generation_id - self.generation) % 2**64 >= 2**63:
+                    self.error(conn, msg.xid, ofp.OFPET_ROLE_REQUEST_FAILED, ofp.OFPRRFC_STALE)
+                    return
+                self.generation = msg.generation_id
+            conn.role = ROLE[msg.role]
+            if conn.role == "master":
+                for other in self.connections:
+                    if other is not conn and other.role == "master":
+                        other.role = "slave"
+            self.role, self.generation_id = msg.role, msg.generation_id
+        role = {v: k for k, v in ROLE.items()}[conn.role]
+        generation = openflow.NO_GENERATION if self.generation is None else self.generation
+        self.reply(conn, parser.OFPRoleReply(conn, role, generation), msg.xid)
+
+    def _stats(self, conn: FakeConnection, msg):
+        kind = type(msg).__name__
+        if kind == "OFPFlowStatsRequest":
+            return parser.OFPFlowStatsReply(conn, body=[
+                parser.OFPFlowStats(0, 0, 0, prio, 0, 0, 0, e.cookie, e.packets, e.bytes,
+                                    parser.OFPMatch(**dict(match)), e.instructions)
+                for (prio, match), e in self.table.items() if e.cookie & msg.cookie_mask == msg.cookie
+                and (msg.out_port == ofp.OFPP_ANY or msg.out_port in outputs(e))], flags=0)
+        if kind == "OFPAggregateStatsRequest":
+            count = sum(e.cookie & msg.cookie_mask == msg.cookie for e in self.table.values())
+            return parser.OFPAggregateStatsReply(conn, body=parser.OFPAggregateStats(0, 0, count), flags=0)
+        if kind == "OFPMeterFeaturesStatsRequest":
             features = parser.OFPMeterFeaturesStats(self.max_meter, 1 << ofp.OFPMBT_DROP if self.max_meter else 0,
                                                     ofp.OFPMF_KBPS | ofp.OFPMF_BURST | ofp.OFPMF_STATS, 8, 0)
-            self.replies.append(("meter_features", msg.xid, [features]))
-        elif kind == "OFPMeterConfigStatsRequest":
-            body = [parser.OFPMeterConfigStats(m.flags, meter, m.bands) for meter, m in sorted(self.meters.items())]
-            self.replies.append(("meter_config", msg.xid, body))
-        elif kind == "OFPMeterStatsRequest":
-            body = [SimpleNamespace(meter_id=meter, packet_in_count=n, byte_in_count=b,
-                                    band_stats=[SimpleNamespace(packet_band_count=d)])
-                    for meter, (n, b, d) in ((m, self.meter_traffic.get(m, (0, 0, 0))) for m in sorted(self.meters))]
-            self.replies.append(("meter", msg.xid, body))
-        elif kind == "OFPAggregateStatsRequest":
-            count = sum(e.cookie & msg.cookie_mask == msg.cookie for e in self.table.values())
-            self.replies.append(("count", msg.xid, SimpleNamespace(flow_count=count)))
-        elif kind == "OFPQueueStatsRequest":
-            body = [SimpleNamespace(port_no=p, queue_id=q, tx_bytes=b, tx_packets=n, tx_errors=d)
-                    for (p, q), (b, n, d) in self.queues.items()]
-            self.replies.append(("queue", msg.xid, body))
-        elif kind == "OFPPortStatsRequest":
-            body = [SimpleNamespace(port_no=p, rx_bytes=0, tx_bytes=t.tx_bytes, rx_packets=0, tx_packets=t.tx_packets,
-                                    rx_dropped=0, tx_dropped=t.tx_dropped, rx_errors=0, tx_errors=0)
-                    for p, t in self.traffic.items()]
-            size = -(-len(body) // self.port_stats_parts)
-            for k in range(0, len(body), size):
-                self.replies.append(("port", msg.xid, body[k:k + size]))
-        return True
+            return parser.OFPMeterFeaturesStatsReply(conn, body=[features], flags=0)
+        if kind == "OFPMeterConfigStatsRequest":
+            return parser.OFPMeterConfigStatsReply(conn, body=[
+                parser.OFPMeterConfigStats(m.flags, meter, m.bands) for meter, m in sorted(self.meters.items())],
+                flags=0)
+        if kind == "OFPMeterStatsRequest":
+            return parser.OFPMeterStatsReply(conn, body=[
+                parser.OFPMeterStats(meter, 0, n, b, 0, 0, [parser.OFPMeterBandStats(d, 0)])
+                for meter, (n, b, d) in ((m, self.meter_traffic.get(m, (0, 0, 0))) for m in sorted(self.meters))],
+                flags=0)
+        if kind == "OFPQueueStatsRequest":
+            return parser.OFPQueueStatsReply(conn, body=[
+                parser.OFPQueueStats(p, q, b, n, d, 0, 0) for (p, q), (b, n, d) in self.queues.items()
+                if msg.port_no in (ofp.OFPP_ANY, p)], flags=0)
+        if kind == "OFPPortStatsRequest":
+            return parser.OFPPortStatsReply(conn, body=[
+                parser.OFPPortStats(p, 0, t.tx_packets, 0, t.tx_bytes, 0, t.tx_dropped, 0, 0, 0, 0, 0, 0, 0, 0)
+                for p, t in self.traffic.items() if msg.port_no in (ofp.OFPP_ANY, p)], flags=0)
+        raise AssertionError(f"the fake switch does not know {kind}")
 
-    def _meter_mod(self, msg) -> None:
+    def _meter_mod(self, conn: FakeConnection, msg) -> None:
         exists = msg.meter_id in self.meters
         if msg.command == ofp.OFPMC_ADD and exists or msg.command == ofp.OFPMC_MODIFY and not exists:
             code = ofp.OFPMMFC_METER_EXISTS if exists else ofp.OFPMMFC_UNKNOWN_METER
-            self.replies.append(("error", msg.xid, (ofp.OFPET_METER_MOD_FAILED, code)))
+            self.error(conn, msg.xid, ofp.OFPET_METER_MOD_FAILED, code)
         elif msg.command == ofp.OFPMC_DELETE:
             self.meters.pop(msg.meter_id, None)
             for key in [k for k, e in self.table.items() if msg.meter_id in self.meters_of(e)]:
@@ -135,12 +182,12 @@ class FakeDatapath:
     def meters_of(entry: Entry) -> set[int]:
         return {i.meter_id for i in entry.instructions if type(i).__name__ == "OFPInstructionMeter"}
 
-    def _flow_mod(self, msg) -> None:
+    def _flow_mod(self, conn: FakeConnection, msg) -> None:
         if msg.cookie in self.refuse_cookies:
-            self.replies.append(("error", msg.xid, (ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_PORT)))
+            self.error(conn, msg.xid, ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_PORT)
             return
         if msg.command != ofp.OFPFC_DELETE and not self.meters_of(Entry(0, msg.instructions)) <= self.meters.keys():
-            self.replies.append(("error", msg.xid, (ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_INVALID_METER)))
+            self.error(conn, msg.xid, ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_INVALID_METER)
             return
         key = (msg.priority, tuple(sorted(msg.match.items())))
         if msg.command == ofp.OFPFC_ADD:
@@ -163,22 +210,48 @@ class FakeDatapath:
         return [m for m in self.sent if type(m).__name__ == "OFPMeterMod"]
 
 
+def outputs(entry: Entry) -> set[int]:
+    return {a.port for i in entry.instructions for a in getattr(i, "actions", ()) if type(a).__name__ == "OFPActionOutput"}
+
+
+class FakeConnection:
+    """One controller's OpenFlow connection to a FakeSwitch: what os-ken's Datapath is to the adapter."""
+    ofproto = ofp
+    ofproto_parser = parser
+
+    def __init__(self, switch: FakeSwitch):
+        self.switch, self.id = switch, switch.id
+        self.role = "equal"              # OpenFlow: every new connection starts as an equal
+        self.answers_echo = True
+        switch.connections.append(self)
+
+    def send_msg(self, msg) -> None:
+        self.switch.process(self, msg)
+
+
 class FakeOvsdb:
-    def __init__(self, *datapaths: FakeDatapath):
-        self.bridges = {dp.id: dp.bridge for dp in datapaths}
+    """One OVSDB: the QoS of each port, the owner's generation counter, and its lock, held by one session
+    (one controller process's connection) at a time, as ovsdb-server keeps it."""
+
+    def __init__(self, *switches: FakeSwitch):
+        self.bridges = {sw.id: sw.bridge for sw in switches}
         self.qos: dict[str, Any] = {}                 # iface → OvsdbQos, or FOREIGN
         self.refuse: set[str] = set()
         self.transactions = 0
         self.connected = True
-        self.has_lock = True
+        self.holder: FakeSession | None = None        # the session holding the owner's lock
         self.generation_ids = 0
+
+    def session(self) -> FakeSession:
+        """A controller's connection; the first to come takes the lock, as ovsdb-server grants it."""
+        session = FakeSession(self)
+        if self.holder is None:
+            self.holder = session
+        return session
 
     def generation_id(self) -> int:
         return self.generation_ids
 
-    def next_generation_id(self) -> int:
-        self.generation_ids += 1
-        return self.generation_ids
 
     @property
     def generation(self) -> int:
@@ -211,6 +284,30 @@ class FakeOvsdb:
         pass
 
 
+class FakeSession:
+    """One controller's connection to the FakeOvsdb: what it reads, and the lock as it sees it."""
+
+    def __init__(self, db: FakeOvsdb):
+        self.db = db
+
+    def __getattr__(self, name: str):
+        return getattr(self.db, name)
+
+    @property
+    def has_lock(self) -> bool:
+        return self.db.holder is self
+
+    @property
+    def lock_contended(self) -> bool:
+        return self.db.holder not in (None, self)
+
+    def next_generation_id(self, above: int | None = None) -> int:
+        if not self.has_lock:   # OVSDB refuses a transaction that asserts a lock the session does not hold
+            raise OvsdbError("ovsdb error: not owner")
+        self.db.generation_ids = max(self.db.generation_ids, above or 0) + 1
+        return self.db.generation_ids
+
+
 class FakeTc:
     """Each device's HTB classes follow its QoS in the fake OVSDB; a QoS change rebuilds them (and drops
     leaves and filters), as OVS does."""
@@ -219,6 +316,7 @@ class FakeTc:
         self.ovsdb = ovsdb
         self.leaves_: dict[str, dict[str, Leaf]] = {}
         self.filters_: dict[str, set] = {}
+        self.writes = 0
         self._built: dict[str, Any] = {}
 
     def _sync(self, iface: str) -> None:
@@ -244,89 +342,134 @@ class FakeTc:
 
     def replace_leaf(self, iface: str, cls: str, leaf: tuple[str, ...]) -> None:
         self._sync(iface)
+        self.writes += 1
         limit = int(leaf[leaf.index("limit") + 1]) if "limit" in leaf else None
         self.leaves_[iface][cls] = Leaf(leaf[0], limit)
 
     def replace_filters(self, iface: str, marks) -> None:
         self._sync(iface)
+        self.writes += 1
         self.filters_[iface] = {(family, dscp, htb_classid(q)) for family in FILTER_FAMILIES for dscp, q in marks}
 
     def ifindex(self, iface: str) -> int:
         return 1000 + sum(map(ord, iface))
 
 
-class QueuedWorker(Worker):
-    """The real worker, run when the test's event loop gets to it instead of in a greenthread."""
+class Harness:
+    """One controller process on fake switches: the real core, the real worker, a clock and timers."""
+    _conns = itertools.count(1)     # connection numbers, unique across every harness of a test
 
-    def __init__(self, *args):
-        super().__init__(*args)
-        self.pending: list = []
-
-    def submit(self, jobs) -> None:
-        self.pending.extend(jobs)
-
-    def sweep_orphans(self) -> None:
-        self.pending.append(SWEEP)
-
-
-class FakeController(qos_app.QosController):
-    def __init__(self, ovsdb: FakeOvsdb, state_file: Path, policy: Path | None = None, tc: FakeTc | None = None):
-        self._fake_ovsdb, self._state_file, self._policy_file = ovsdb, state_file, policy
-        self.clock = 1000.0
-        self.posted: collections.deque = collections.deque()
-        self.answers: list = []
-        self.later: list = []
-        super().__init__()
+    def __init__(self, ovsdb: FakeOvsdb, state_file: Path, policy: Path | None = None, tc: FakeTc | None = None,
+                 clock: float = 1000.0):
+        self.fake_ovsdb, self.state_file, self.policy_file = ovsdb, state_file, policy
+        self.clock = clock
+        self.session = ovsdb.session()
+        self.remotes = Remotes(("fake",), lambda name: self.session)
+        self.remotes.connect("fake")
+        self.core = Controller(self.remotes, StateFile(state_file), owner="test",
+                               policy_file=str(policy) if policy else None, active=self.remotes.locked,
+                               wall=lambda: self.clock, rng=random.Random(7))
         self.tc = tc or FakeTc(ovsdb)
-        self.worker = QueuedWorker(self.ovsdb.view("fake"), self.tc,
-                                   lambda results: self.posted.append(qos_app.EventJobsDone(results)))
-        self.workers = {"fake": self.worker}
-        self.datapaths: dict[int, FakeDatapath] = {}
-        self.handlers = {qos_app.EventJobsDone: self._jobs_done, qos_app.EventTcChanged: self._tc_changed,
-                         qos_app.EventPollDue: self._poll_due, qos_app.EventRefresh: self._refresh_due,
-                         qos_app.EventRequest: self._request, qos_app.EventConfirmDue: self._confirm_due,
-                         qos_app.EventRemotes: self._remotes}
+        self.worker = Worker(self.remotes.view("fake"), self.tc, lambda results: None, lambda: self.remotes.locked)
+        self.pending_jobs: list = []
+        self.timers: list = []
+        self._seq = itertools.count()
+        self.answers: list[act.Answer] = []
+        self.conns: dict[int, FakeConnection] = {}        # connection number → connection
+        self.closed: list[int] = []
 
-    def _settings(self) -> Settings:
-        return Settings(policy=self._policy_file, state_file=self._state_file, ovsdb=("fake",), owner="test",
-                        api=("127.0.0.1", 0), api_token="", metrics=("127.0.0.1", 0))
+    # What tests read of the controller.
+    def __getattr__(self, name: str):
+        return getattr(self.core, name)
 
-    def _open(self):
-        remotes = Remotes(("fake",), lambda name: self._fake_ovsdb)
-        remotes.connect_all_once()
-        return remotes
+    def another(self) -> Harness:
+        """A second controller process on the same OVSDB, state file and devices: a restart (once this one
+        has gone, `exit()`), or a standby (while this one holds the lock)."""
+        return Harness(self.fake_ovsdb, self.state_file, self.policy_file, self.tc, self.clock)
 
-    def _later(self, seconds: float, event) -> None:
-        self.later.append(event)
+    def exit(self) -> None:
+        """The process ends: its OVSDB session, and with it the lock, goes."""
+        if self.fake_ovsdb.holder is self.session:
+            self.fake_ovsdb.holder = None
 
-    def _start_poller(self, dp_id: int):
-        return None
-
-    def _now(self) -> float:
-        return self.clock
-
-    def send_event(self, name, ev) -> None:
-        self.posted.append(ev)
-
-    def reply_to_request(self, req, rep) -> None:
-        self.answers.append(rep)
-
-    def another(self) -> FakeController:
-        """A second controller process on the same OVSDB, state file and devices: a restart, or a standby."""
-        return FakeController(self._fake_ovsdb, self._state_file, self._policy_file, self.tc)
-
-    # --- what the test does ------------------------------------------------------------------------
-    def connect(self, dp: FakeDatapath) -> None:
-        self.datapaths[dp.id] = dp
-        self._state_change(SimpleNamespace(datapath=dp, state=MAIN_DISPATCHER))
+    def remotes_changed(self) -> None:
+        """The once-a-second report of the OVSDB remotes and the lock, as the app sends it."""
+        self.handle(ev.RemotesChanged(self.remotes.connected(), (), self.remotes.locked, self.remotes.lock_taken))
         self.settle()
 
-    def disconnect(self, dp: FakeDatapath) -> None:
-        self._state_change(SimpleNamespace(datapath=dp, state=DEAD_DISPATCHER))
+    # --- the loop -------------------------------------------------------------------------------------
+    def handle(self, event: Any) -> None:
+        for action in self.core.handle(event, self.clock):
+            if isinstance(action, act.Send):
+                conn = self.conns.get(action.conn)
+                for message in action.messages if conn else ():
+                    conn.send_msg(openflow.message(conn, message))
+            elif isinstance(action, act.Submit):
+                self.pending_jobs += [*action.jobs, *([SWEEP] if action.sweep else [])]
+            elif isinstance(action, act.Answer):
+                self.answers.append(action)
+            elif isinstance(action, act.Later):
+                heapq.heappush(self.timers, (self.clock + action.seconds, next(self._seq), action.event))
+            elif isinstance(action, act.Close):
+                self.closed.append(action.conn)
+                self.conns.pop(action.conn, None)
+
+    def settle(self) -> None:
+        """Deliver replies and run the worker until nothing moves."""
+        while True:
+            if self.pending_jobs:
+                batch, self.pending_jobs = self.pending_jobs, []
+                self.handle(ev.JobsDone(tuple(self.worker.execute(batch))))
+                continue
+            delivered = False
+            for switch in {c.switch for c in self.conns.values()}:
+                for i, (conn, msg) in enumerate(switch.replies):
+                    number = next((n for n, c in self.conns.items() if c is conn), None)
+                    if number is None:
+                        continue        # for another controller's connection
+                    del switch.replies[i]
+                    self.handle(openflow.reply(number, msg))
+                    delivered = True
+                    break
+            if not delivered:
+                return
+
+    def advance(self, seconds: float) -> None:
+        """Time passes: every timer due by then fires at its time."""
+        until = self.clock + seconds
+        self.settle()
+        while self.timers and self.timers[0][0] <= until:
+            due, _, event = heapq.heappop(self.timers)
+            self.clock = max(self.clock, due)
+            self.handle(event)
+            self.settle()
+        self.clock = until
+        self.settle()
+
+    def poll(self, seconds: float = 1.0) -> None:
+        """A poll interval passes: every switch is polled once, its replies delivered."""
+        self.advance(seconds)
+
+    # --- what the test does -------------------------------------------------------------------------
+    def connect(self, switch: FakeSwitch, claims: int | None = None) -> int:
+        """A new connection to `switch` (claiming its datapath id, or `claims`); its number."""
+        number = next(self._conns)
+        self.conns[number] = FakeConnection(switch)
+        self.handle(ev.SwitchUp(number, switch.id if claims is None else claims, switch.ports))
+        self.settle()
+        return number
+
+    def conn_of(self, switch: FakeSwitch) -> int:
+        return next(n for n, c in self.conns.items() if c.switch is switch)
+
+    def disconnect(self, switch: FakeSwitch, number: int | None = None) -> None:
+        number = self.conn_of(switch) if number is None else number
+        self.conns.pop(number, None)
+        self.handle(ev.SwitchDown(number))
         self.settle()
 
     def request(self, op: str, arg: Any = None):
-        """A REST request as the app answers it: (result, error)."""
+        """A REST request as the core answers it: (result, error)."""
         self.begin(op, arg)
         self.settle()
         (answer,) = self.answers
@@ -334,46 +477,8 @@ class FakeController(qos_app.QosController):
 
     def begin(self, op: str, arg: Any = None) -> None:
         """A REST request handled, nothing else yet: what it sent is still unanswered."""
-        req = qos_app.EventRequest(op, arg)
-        req.src = "rest"
         self.answers.clear()
-        self._request(req)
-
-    def poll(self, seconds: float = 1.0) -> None:
-        """Time passes, then every switch is polled, its replies delivered."""
-        self.clock += seconds
-        for dp_id in list(self.datapaths):
-            self.posted.append(qos_app.EventPollDue(dp_id, self.clock))
-        self.settle()
-
-    def settle(self) -> None:
-        while True:
-            if self.posted:
-                event = self.posted.popleft()
-                self.handlers[type(event)](event)
-            elif self.worker.pending:
-                batch, self.worker.pending = self.worker.pending, []
-                self.posted.append(qos_app.EventJobsDone(self.worker.execute(batch)))
-            elif any(dp.replies for dp in self.datapaths.values()):
-                dp = next(dp for dp in self.datapaths.values() if dp.replies)
-                self._deliver(dp, *dp.replies.popleft())
-            else:
-                return
-
-    def _deliver(self, dp: FakeDatapath, kind: str, xid: int, body) -> None:
-        if kind == "barrier":
-            self._barrier(SimpleNamespace(msg=SimpleNamespace(datapath=dp, xid=xid)))
-        elif kind == "error":
-            self._error(SimpleNamespace(msg=SimpleNamespace(datapath=dp, xid=xid, type=body[0], code=body[1])))
-        elif kind == "count":
-            self._flow_count(SimpleNamespace(msg=SimpleNamespace(datapath=dp, xid=xid, body=body)))
-        else:
-            more = kind == "port" and any(r[0] == "port" and r[1] == xid for r in dp.replies)
-            msg = SimpleNamespace(datapath=dp, xid=xid, body=body, flags=ofp.OFPMPF_REPLY_MORE if more else 0)
-            handler = {"flow": self._flow_stats, "queue": self._queue_stats, "port": self._port_stats,
-                       "meter": self._meter_stats, "meter_config": self._meter_config,
-                       "meter_features": self._meter_features}[kind]
-            handler(SimpleNamespace(msg=msg))
+        self.handle(ev.Request(op, arg, "rest"))
 
 
 # --- the study topology under the app ---------------------------------------------------------------
@@ -383,11 +488,19 @@ S2 = {1: "s2-eth1", 3: "s2-eth3", 4: "s2-eth4"}
 CAPACITY = 5_000_000
 
 
-def study_net(tmp_path: Path) -> SimpleNamespace:
-    s1, s2 = FakeDatapath(1, S1), FakeDatapath(2, S2)
+@dataclass
+class Net:
+    app: Harness
+    ovsdb: FakeOvsdb
+    s1: FakeSwitch
+    s2: FakeSwitch
+    tmp: Path
+
+
+def study_net(tmp_path: Path) -> Net:
+    s1, s2 = FakeSwitch(1, S1), FakeSwitch(2, S2)
     ovsdb = FakeOvsdb(s1, s2)
-    app = FakeController(ovsdb, tmp_path / "state.json")
-    return SimpleNamespace(app=app, ovsdb=ovsdb, s1=s1, s2=s2, tmp=tmp_path)
+    return Net(Harness(ovsdb, tmp_path / "state.json"), ovsdb, s1, s2, tmp_path)
 
 
 def shipped(name: str) -> dict:

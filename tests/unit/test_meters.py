@@ -91,6 +91,7 @@ def test_a_meter_deleted_by_hand_is_back_with_its_flow_after_the_next_poll(net):
 
 def test_a_restarted_controller_adopts_the_meter_and_sends_nothing(net, tmp_path):
     up(net, "police")
+    net.app.exit()
     restarted = net.app.another()
     net.s1.sent.clear()
     restarted.connect(net.s1)

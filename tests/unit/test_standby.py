@@ -1,14 +1,16 @@
-"""Active/standby (controller/qos_app.py): the controller without its owner's OVSDB lock is the switches'
-OpenFlow slave, changes nothing and refuses changes; when the lock comes to it, it becomes master, takes
-the saved policy and adopts what the active one programmed, without rolling it back."""
-import dataclasses
+"""Active/standby and fencing (controller/core/controller.py, switch.py): the controller without its
+owner's OVSDB lock is the switches' OpenFlow slave, changes nothing and refuses changes; when the lock
+comes to it, it becomes master with a newer generation id and adopts what the active one programmed.
+A controller writes to a switch only once the switch has confirmed it as master on that connection:
+not with a role request refused, not when deposed while it hung, not on a fresh connection."""
 from types import SimpleNamespace
 
 import pytest
 
-from controller import qos_app
-from controller.adapters.rest import Busy
-from tests.unit.fakes import flood, mode, up
+from controller.core.controller import Standby
+from tests.unit.fakes import FakeSwitch, flood, mode, up
+
+MASTER, SLAVE = FakeSwitch.ofproto.OFPCR_ROLE_MASTER, FakeSwitch.ofproto.OFPCR_ROLE_SLAVE
 
 
 @pytest.fixture
@@ -20,40 +22,43 @@ def pair(net):
         flood(net, 2.5e6, 2.5e6)
         net.app.poll()
     assert mode(net) == "reserve"
-    net.ovsdb.has_lock = False                       # the active one holds the lock
-    standby = net.app.another()
+    standby = net.app.another()                      # the active one holds the lock
     for dp in (net.s1, net.s2):
         dp.sent.clear()
         standby.connect(dp)
-    return SimpleNamespace(net=net, standby=standby)
+    return SimpleNamespace(net=net, active=net.app, standby=standby)
+
+
+def writes(switch) -> list:
+    return [type(m).__name__ for m in switch.sent if type(m).__name__ in ("OFPFlowMod", "OFPMeterMod")]
 
 
 def test_the_standby_is_a_slave_that_changes_nothing_and_refuses_changes(pair):
     standby, s1 = pair.standby, pair.net.s1
-    assert standby.role == "standby" and s1.role == s1.ofproto.OFPCR_ROLE_SLAVE
+    assert standby.role == "standby" and s1.role == SLAVE
     assert s1.generation_id == 1                     # the active one's: a slave's must not be stale either
     standby.poll()
-    assert [type(m).__name__ for m in s1.sent] == ["OFPRoleRequest", "OFPMeterFeaturesStatsRequest",
-                                                   "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest"]
+    assert {type(m).__name__ for m in s1.sent} == {"OFPRoleRequest", "OFPMeterFeaturesStatsRequest",
+                                                   "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest"}
     _, error = standby.request("clear_policy")
-    assert isinstance(error, Busy) and "standby" in str(error)
+    assert isinstance(error, Standby) and "standby" in str(error)
     status, _ = standby.request("status")
     assert status["role"] == "standby" and standby.snapshot.role == "standby"
 
 
 def test_the_standby_takes_over_when_the_lock_is_its_and_keeps_what_the_active_one_programmed(pair):
     standby, net = pair.standby, pair.net
-    pair.net.ovsdb.has_lock = True                   # the active one died: its lock is released to us
-    standby.posted.append(qos_app.EventRemotes({"fake": True}, [], locked=True))
-    standby.settle()
-    assert standby.role == "active" and net.s1.role == net.s1.ofproto.OFPCR_ROLE_MASTER
+    pair.active.exit()                               # the active one died: its lock is released to us
+    pair.net.ovsdb.holder = standby.session
+    standby.remotes_changed()
+    assert standby.role == "active" and net.s1.role == MASTER
     assert net.s1.generation_id == 2 == net.ovsdb.generation_ids   # newer than the dead one's, kept in OVSDB
     assert standby.policy.name == "auto"             # the policy the active one saved
     net.app = standby
     for _ in range(3):                               # the flood goes on: nothing rolled back and put again
         flood(net, 2.5e6, 2.5e6)
         standby.poll()
-    assert mode(net) == "reserve" and net.s1.flow_mods() == [] and not standby.decisions
+    assert mode(net) == "reserve" and writes(net.s1) == [] and not standby.decisions
     for _ in range(6):                               # calm: its own rollback, then a new episode is answered
         standby.poll()
     assert mode(net) == "fifo"
@@ -65,12 +70,85 @@ def test_the_standby_takes_over_when_the_lock_is_its_and_keeps_what_the_active_o
 
 def test_an_active_controller_whose_lock_another_took_stands_down(pair):
     standby, net = pair.standby, pair.net
-    net.ovsdb.has_lock = True
-    standby.posted.append(qos_app.EventRemotes({"fake": True}, [], locked=True))
-    standby.settle()
-    standby.settings = dataclasses.replace(standby.settings, standby=True)
-    standby.posted.append(qos_app.EventRemotes({"fake": True}, [], locked=False, taken=True))
-    standby.settle()
+    net.ovsdb.holder = standby.session               # the lock went to the standby (the active one was cut off)
+    pair.active.remotes_changed()
     net.s1.sent.clear()
-    standby.poll()
-    assert standby.role == "standby" and net.s1.role == net.s1.ofproto.OFPCR_ROLE_SLAVE and net.s1.sent == []
+    pair.active.poll()
+    assert pair.active.role == "standby" and net.s1.role == SLAVE and writes(net.s1) == []
+
+
+def test_a_deposed_active_that_resumes_writes_nothing_anywhere(pair):
+    """The active one hangs (SIGSTOP); the standby takes the lock and the switches; the old one resumes
+    with a flood's worth of work queued, as if it were still active."""
+    active, standby, net = pair.active, pair.standby, pair.net
+    net.ovsdb.holder = standby.session               # OVSDB gave the lock away while the active one hung
+    standby.remotes_changed()
+    assert standby.role == "active" and net.s1.generation == 2
+    net.s1.sent.clear()
+    net.s2.sent.clear()
+    table = {key: list(entry.instructions) for key, entry in net.s1.table.items()}
+    for _ in range(8):                               # calm: the old active would roll back, if it could write
+        active.poll()
+    # It could not know it was deposed (OpenFlow 1.3 tells a demoted master nothing) until the switch
+    # refused its first batch; it learnt the new generation id, failed to claim a newer one (OVSDB: not
+    # the lock's owner), stood down, and tried nothing more. Nothing of it took effect.
+    assert writes(net.s1) == ["OFPFlowMod", "OFPFlowMod"] and writes(net.s2) == []
+    assert active.role == "standby" and net.s1.generation == 2
+    assert {key: list(entry.instructions) for key, entry in net.s1.table.items()} == table
+    assert mode(net) == "reserve" and net.s1.steering()   # the new active's reservation stands
+
+
+def test_a_fresh_connection_is_an_equal_and_gets_no_write_before_the_switch_says_master(net):
+    """An equal may write to OVS; a controller must not, until the switch has confirmed it as master."""
+    up(net)
+    net.app.exit()
+    deposed = net.app.another()                      # no lock: what a controller cut off from OVSDB is
+    net.ovsdb.holder = net.app.another().session     # ... while another one holds it
+    deposed.core.role = "active"                     # and which has not heard yet
+    net.s1.table.clear()                             # something to repair, if it wrongly could
+    net.s1.sent.clear()
+    deposed.connect(net.s1)
+    deposed.poll()
+    assert writes(net.s1) == [] and net.s1.table == {}
+
+
+def test_a_role_request_refused_as_stale_is_claimed_again_above_the_switchs_generation(net):
+    """Another owner used the bridge before: it holds a generation id beyond this owner's counter."""
+    net.s1.generation = 57
+    up(net)
+    assert net.s1.role == MASTER and net.s1.generation_id == 58 == net.ovsdb.generation_ids
+    assert net.s2.generation_id == 58                # every switch follows the newest claim
+    assert len(net.s1.table) == 4 and mode(net) == "reserve"
+
+
+def test_a_stale_refusal_after_the_claim_is_claimed_again_and_written_after(net):
+    up(net)
+    net.s1.table.clear()
+    net.s1.generation = 1000                         # another controller mastered it meanwhile, and left
+    net.app.disconnect(net.s1)
+    net.app.connect(net.s1)                          # our claim (1) is stale: learn 1000, claim 1001
+    net.app.poll()
+    assert net.s1.generation_id == 1001 and len(net.s1.table) == 4
+
+
+def test_a_connection_claiming_a_live_switchs_datapath_id_does_not_displace_it(net):
+    up(net)
+    impostor = FakeSwitch(99, {7: "x"})              # says it is datapath 1, and answers nothing useful
+    rival = net.app.connect(impostor, claims=1)
+    net.app.advance(1.0)                             # s1 answers the echo: the impostor is closed
+    assert rival in net.app.closed and net.app.switches[1].conn == net.app.conn_of(net.s1)
+    net.app.disconnect(impostor, rival)              # its departure does not forget the switch
+    net.s1.table.clear()
+    net.app.poll()
+    assert len(net.s1.table) == 4 and "0000000000000001" in net.app.request("status")[0]["switches"]
+    _, error = net.app.request("clear_policy")
+    assert error is None and net.s1.table == {} and mode(net) is None
+
+
+def test_a_reconnected_switch_whose_old_connection_is_dead_is_taken_once_the_echo_goes_unanswered(net):
+    up(net)
+    old = net.app.conn_of(net.s1)
+    net.app.conns[old].answers_echo = False          # the old connection is half dead
+    new = net.app.connect(net.s1)                    # the same bridge, a new connection
+    net.app.advance(4.0)
+    assert old in net.app.closed and net.app.switches[1].conn == new

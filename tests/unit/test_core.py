@@ -1,13 +1,15 @@
-"""The real controller app (controller/qos_app.py) driven through connect, policy changes, congestion,
-drift, errors and restarts, with a fake switch, OVSDB and tc (tests/unit/fakes.py). What is asserted
-is what the switch and OVSDB end up holding, and what a client is told."""
+"""The core (controller/core/controller.py, switch.py) driven through connect, policy changes,
+congestion, drift, errors and restarts, with fake switches, OVSDB and tc (tests/unit/fakes.py) behind the
+real OpenFlow adapter and worker. What is asserted is what the switch and OVSDB end up holding, and what
+a client is told."""
 from collections import deque
 
+from controller.core import events as ev
+from controller.core.controller import CONFIRM_SECONDS, NOT_CONNECTED
 from controller.core.errors import PolicyError
 from controller.core.flows import CLASSIFIED, COOKIE
 from controller.core.plan import FOREIGN
-from controller import qos_app
-from tests.unit.fakes import S1, FakeDatapath, flood, mode, shipped, up
+from tests.unit.fakes import flood, mode, shipped, up
 
 MARKS = {(family, dscp, cls) for family in ("ipv4", "ipv6") for dscp, cls in ((1, "1:2"), (2, "1:3"))}
 
@@ -27,16 +29,32 @@ def test_a_policy_is_answered_once_switches_flows_queues_and_filters_hold_it(net
     assert net.s1.role == net.s1.ofproto.OFPCR_ROLE_MASTER
 
 
+def steering_sent_while(net, record):
+    """Record OVSDB's mode of s1-eth1 each time a flow mod that steers (set_queue) reaches s1, and the
+    steering flows s1 holds each time OVSDB's QoS of s1-eth1 changes."""
+    process, apply = net.s1.process, net.ovsdb.apply
+
+    def watched_process(conn, msg):
+        if type(msg).__name__ == "OFPFlowMod" and any(type(a).__name__ == "OFPActionSetQueue"
+                                                      for i in msg.instructions for a in getattr(i, "actions", ())):
+            record.append(("steer", mode(net)))
+        process(conn, msg)
+
+    def watched_apply(changes, *args, **kwargs):
+        if "s1-eth1" in changes:
+            record.append(("queues", len(net.s1.steering())))
+        apply(changes, *args, **kwargs)
+    net.s1.process, net.ovsdb.apply = watched_process, watched_apply
+
+
 def test_flows_steer_into_queues_only_once_ovsdb_holds_them(net):
     up(net, "none")
+    record = []
+    steering_sent_while(net, record)
     net.app.request("set_policy", shipped("reserve"))
-    mods = [m for m in net.s1.flow_mods()]
-    steered_at = next(i for i, m in enumerate(net.s1.sent) if type(m).__name__ == "OFPFlowMod"
-                      and m.command == net.s1.ofproto.OFPFC_MODIFY_STRICT)
-    assert mods and steered_at and mode(net) == "reserve"
-    # the steering changes were sent after the reserve queues were in OVSDB: a second batch, not the first
-    batches = [i for i, m in enumerate(net.s1.sent) if type(m).__name__ == "OFPBarrierRequest"]
-    assert steered_at > batches[0]
+    assert record[0] == ("queues", 0)                                   # the queues first, nothing steered yet
+    assert [r for r in record if r[0] == "steer"] == [("steer", "reserve")] * 2   # then the steering, on them
+    assert mode(net) == "reserve" and len(net.s1.steering()) == 2
 
 
 def test_the_same_policy_put_again_changes_nothing(net):
@@ -56,7 +74,7 @@ def test_a_bad_policy_changes_nothing_and_names_the_field(net):
     missing = shipped("reserve")
     missing["switches"]["s1"]["ports"] = {9: {"capacity": "5Mbit"}}
     _, error = net.app.request("set_policy", missing)
-    assert str(error).startswith("switches.s1.ports.9: bridge br1 has no OpenFlow port 9")
+    assert str(error).startswith("switches.s1.ports.9: bridge 0000000000000001 of switch s1 has no OpenFlow port 9")
     assert net.app.policy.name == "reserve" and mode(net) == "reserve"
 
 
@@ -72,18 +90,20 @@ def test_clearing_takes_every_flow_and_queue_of_ours_off(net):
 def test_auto_programs_on_contention_steers_after_the_queues_and_rolls_back_steering_first(net):
     up(net, "auto")
     assert mode(net) == "fifo" and net.s1.steering() == set()
+    record = []
+    steering_sent_while(net, record)
     for _ in range(2):
         flood(net, tcp_bps=2.5e6, udp_bps=2.5e6)   # TCP well short of its 4 Mbit/s reservation
         net.app.poll()
     assert mode(net) == "reserve" and net.s1.steering() == {COOKIE | CLASSIFIED | 3, COOKIE | CLASSIFIED | 4}
     assert [d["action"] for d in net.app.decisions] == ["program"]
+    assert record == [("queues", 0), ("steer", "reserve"), ("steer", "reserve")]
+    record.clear()
     for _ in range(6):                              # calm: the port idles for the hold time
         net.app.poll()
     assert [d["action"] for d in net.app.decisions] == ["program", "rollback"]
     assert mode(net) == "fifo" and net.s1.steering() == set()
-    sent = [type(m).__name__ for m in net.s1.sent]
-    last_steering_change = max(i for i, m in enumerate(net.s1.sent) if type(m).__name__ == "OFPFlowMod")
-    assert "OFPBarrierRequest" in sent[last_steering_change:]
+    assert record == [("queues", 0)]                # the steering was off before the queues went
 
 
 def test_putting_the_same_auto_policy_again_keeps_a_reserving_port_reserving(net):
@@ -104,6 +124,7 @@ def test_a_restarted_controller_keeps_a_reserving_auto_port_reserving_until_it_i
         flood(net, 2.5e6, 2.5e6)
         net.app.poll()
     assert mode(net) == "reserve"
+    net.app.exit()
     restarted = net.app.another()
     net.s1.sent.clear()
     restarted.connect(net.s1)
@@ -169,7 +190,7 @@ def test_a_qos_cleared_in_ovsdb_is_back_after_the_next_poll(net):
 def test_filters_changed_on_the_device_are_fixed_when_netlink_says_so(net):
     up(net)
     net.app.tc.filters_["s1-eth1"] = set()
-    net.app.posted.append(qos_app.EventTcChanged({net.app.tc.ifindex("s1-eth1")}))
+    net.app.handle(ev.TcChanged(frozenset({net.app.tc.ifindex("s1-eth1")})))
     net.app.settle()
     assert net.app.tc.filters("s1-eth1") == MARKS
     assert net.app.snapshot.drift_repairs == {"tc": 1}
@@ -210,33 +231,15 @@ def test_an_ovsdb_refusal_is_shown_and_tried_again_once_a_poll(net):
 
 def test_a_restarted_controller_adopts_what_is_there_and_sends_no_change(net, tmp_path):
     up(net)
+    net.app.exit()
     restarted = net.app.another()   # the saved policy, the same switches
     for dp in (net.s1, net.s2):
         dp.sent.clear()
         restarted.connect(dp)
     assert restarted.policy.name == "reserve"
-    assert [type(m).__name__ for m in net.s1.sent] == ["OFPRoleRequest", "OFPMeterFeaturesStatsRequest",
-                                                      "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest"]   # reads only
+    assert {type(m).__name__ for m in net.s1.sent} == {"OFPRoleRequest", "OFPMeterFeaturesStatsRequest",
+                                                      "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest"}   # reads only
     assert restarted.request("status")[0]["switches"]["0000000000000001"]["in_sync"] is True
-
-
-def test_a_reconnected_switch_ignores_the_old_connections_late_death(net):
-    up(net)
-    old = net.s1
-    again = FakeDatapath(1, S1)
-    again.table = old.table
-    net.app.connect(again)
-    net.app.disconnect(old)
-    assert 1 in net.app.switches and net.app.switches[1].dp is again
-
-
-def test_multipart_port_statistics_are_read_whole(net):
-    up(net, "auto")
-    net.s1.port_stats_parts = 3                          # one port per reply
-    for _ in range(2):
-        flood(net, 2.5e6, 2.5e6)
-        net.app.poll()
-    assert mode(net) == "reserve"
 
 
 def test_a_change_is_answered_when_the_switch_it_waited_for_leaves(net):
@@ -248,8 +251,9 @@ def test_a_change_is_answered_when_the_switch_it_waited_for_leaves(net):
     net.s2.replies.clear()
     net.app.disconnect(net.s1)
     net.app.disconnect(net.s2)
-    (answer,) = net.app.answers
-    assert answer.error is None and answer.result["in_sync"]
+    (answer,) = net.app.answers                  # answered at once, not when its time runs out
+    assert answer.error is None and answer.result["in_sync"] is False
+    assert answer.result["not_in_sync"] == {"0000000000000001": NOT_CONNECTED, "0000000000000002": NOT_CONNECTED}
 
 
 def test_a_change_that_never_settles_is_answered_when_its_time_is_up(net):
@@ -258,9 +262,7 @@ def test_a_change_that_never_settles_is_answered_when_its_time_is_up(net):
     net.s1.replies.clear()                       # s1 never answers the barrier of its new flows
     net.app.settle()
     assert net.app.answers == []
-    net.app.posted.extend(e for e in net.app.later if isinstance(e, qos_app.EventConfirmDue))
-    net.app.clock += qos_app.CONFIRM_SECONDS + 1
-    net.app.settle()
+    net.app.advance(CONFIRM_SECONDS + 1)
     (answer,) = net.app.answers
     assert not answer.result["in_sync"] and list(answer.result["not_in_sync"]) == ["0000000000000001"]
 
@@ -279,7 +281,7 @@ def test_a_switch_pinned_to_a_remote_the_controller_lacks_is_refused_by_name(net
 
 def test_status_shows_each_remote_and_the_remote_of_each_switch(net):
     up(net)
-    net.app.posted.append(qos_app.EventRemotes({"fake": True}, []))
+    net.app.handle(ev.RemotesChanged({"fake": True}))
     net.app.settle()
     status, _ = net.app.request("status")
     assert status["ovsdb"] == {"fake": {"connected": True}}

@@ -1,0 +1,122 @@
+"""What the core asks the app to do: OpenFlow messages to send (described here, built by
+controller/adapters/openflow.py), connections to close, OVSDB/tc jobs, REST answers, timers.
+
+Every OpenFlow message carries the xid the core chose, so that a reply or an error is matched to what
+asked for it by the core itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+from controller.core.flows import FlowEntry
+from controller.core.jobs import Job
+from controller.core.policy import Police
+
+
+# --- OpenFlow messages -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AddFlow:
+    xid: int
+    entry: FlowEntry
+
+
+@dataclass(frozen=True)
+class ModifyFlow:
+    """Same priority and match, other actions; the flow's counters are kept."""
+    xid: int
+    entry: FlowEntry
+
+
+@dataclass(frozen=True)
+class DeleteFlow:
+    """Our flow with exactly this cookie, from every table."""
+    xid: int
+    cookie: int
+
+
+@dataclass(frozen=True)
+class MeterMod:
+    xid: int
+    command: str                 # add, modify or delete
+    meter: int
+    band: Police | None = None
+
+
+@dataclass(frozen=True)
+class Barrier:
+    xid: int
+
+
+# Statistics a poll or a check asks for.
+FLOWS = "flows"                  # every flow of ours
+CLASSIFIED_FLOWS = "classified flows"   # the flows of traffic classes only (their counters are the class rates)
+FLOW_COUNT = "flow count"        # how many flows of ours (an aggregate request)
+METER_CONFIG = "meter config"
+METER_STATS = "meter stats"
+METER_FEATURES = "meter features"
+QUEUES = "queues"
+PORTS = "ports"
+
+
+@dataclass(frozen=True)
+class StatsRequest:
+    xid: int
+    kind: str                    # one of the kinds above
+    port: int | None = None      # queues and ports: this port only; classified flows: those output to it
+
+
+@dataclass(frozen=True)
+class RoleRequest:
+    xid: int
+    role: str                    # master, slave, or nochange (to learn the bridge's generation id)
+    generation: int = 0
+
+
+@dataclass(frozen=True)
+class Echo:
+    xid: int
+
+
+Message = Union[AddFlow, ModifyFlow, DeleteFlow, MeterMod, Barrier, StatsRequest, RoleRequest, Echo]
+WRITES = (AddFlow, ModifyFlow, DeleteFlow, MeterMod)
+
+
+# --- actions -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Send:
+    conn: int
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True)
+class Close:
+    """Drop a connection (one that claimed a datapath id it is not)."""
+    conn: int
+
+
+@dataclass(frozen=True)
+class Submit:
+    """Jobs for the worker of an OVSDB remote; `sweep` also removes our rows no port uses any more."""
+    remote: str
+    jobs: tuple[Job, ...] = ()
+    sweep: bool = False
+
+
+@dataclass(frozen=True)
+class Answer:
+    token: Any
+    result: Any = None
+    error: Exception | None = None
+
+
+@dataclass(frozen=True)
+class Later:
+    """Hand `event` back to the core after `seconds`."""
+    seconds: float
+    event: Any
+
+
+Action = Union[Send, Close, Submit, Answer, Later]

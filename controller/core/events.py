@@ -1,0 +1,175 @@
+"""What the core is told (controller/core/controller.py handles each): a switch connection's life, the
+switch's OpenFlow replies read into the core's own types, timers it asked for, REST requests, and what
+the OVSDB/tc worker and netlink report. The app (controller/qos_app.py) only translates os-ken's events
+into these; a test builds them directly.
+
+A switch connection is a number of the app's (`conn`), not a datapath id: two connections may claim
+one datapath id, and only one of them is the switch (controller/core/controller.py decides which).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from controller.core.jobs import JobResult
+from controller.core.plan import ActualFlow
+from controller.core.policy import Police
+from controller.core.stats import FlowCounters, MeterCounters, PortCounters, QueueCounters
+
+
+# --- connections -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SwitchUp:
+    """A connection finished the OpenFlow handshake claiming `dp_id`, with these OpenFlow ports."""
+    conn: int
+    dp_id: int
+    ports: frozenset[int]
+
+
+@dataclass(frozen=True)
+class SwitchDown:
+    conn: int
+
+
+@dataclass(frozen=True)
+class PortsChanged:
+    """The switch announced a port added, changed or removed; `ports` is its set now."""
+    conn: int
+    ports: frozenset[int]
+
+
+# --- OpenFlow replies (multipart replies joined whole by the app) -----------------------------------
+
+@dataclass(frozen=True)
+class FlowStatsReply:
+    conn: int
+    xid: int
+    flows: dict[int, ActualFlow]            # cookie → the flow, ours only
+    counters: dict[int, FlowCounters]       # cookie → its counters
+
+
+@dataclass(frozen=True)
+class FlowCountReply:
+    conn: int
+    xid: int
+    count: int
+
+
+@dataclass(frozen=True)
+class MeterConfigReply:
+    conn: int
+    xid: int
+    meters: dict[int, Police | None]        # ours → its band (None: not one we would write)
+
+
+@dataclass(frozen=True)
+class MeterStatsReply:
+    conn: int
+    xid: int
+    counters: dict[int, MeterCounters]      # ours only
+
+
+@dataclass(frozen=True)
+class MeterFeaturesReply:
+    conn: int
+    xid: int
+    cannot_police: str | None               # why the switch cannot police, or None when it can
+
+
+@dataclass(frozen=True)
+class QueueStatsReply:
+    conn: int
+    xid: int
+    queues: dict[tuple[int, int], QueueCounters]   # (port, queue) → counters
+
+
+@dataclass(frozen=True)
+class PortStatsReply:
+    conn: int
+    xid: int
+    ports: dict[int, PortCounters]
+
+
+@dataclass(frozen=True)
+class BarrierReply:
+    conn: int
+    xid: int
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    conn: int
+    xid: int
+    what: str                               # "OFPET_…/OFP…C_…"
+
+
+@dataclass(frozen=True)
+class RoleReply:
+    conn: int
+    xid: int
+    role: str                               # "master", "slave" or "equal"
+    generation: int | None                  # the bridge's generation id; None while none was ever set
+
+
+@dataclass(frozen=True)
+class EchoReply:
+    conn: int
+    xid: int
+
+
+# --- timers the core set (actions.Later) ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PollDue:
+    conn: int
+    due: float                              # when it was meant to run (its lag is measured against it)
+    fast: bool = False                      # a fast poll of the ports near their capacity
+
+
+@dataclass(frozen=True)
+class BridgeDue:
+    """Read the switch's bridge from OVSDB again (its ports are numbered a moment after they appear)."""
+    conn: int
+    tries: int
+
+
+@dataclass(frozen=True)
+class ClaimDue:
+    """Whether a connection that claims a live switch's datapath id is the switch: its time is up."""
+    conn: int
+
+
+@dataclass(frozen=True)
+class ConfirmDue:
+    """A change's time to be answered has come, whether every switch is in sync or not."""
+
+
+# --- the rest of the controller ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Request:
+    """A REST request; `token` is the app's handle for the answer (actions.Answer)."""
+    op: str                                 # policy, set_policy, clear_policy, status
+    arg: Any
+    token: Any
+
+
+@dataclass(frozen=True)
+class JobsDone:
+    results: tuple[JobResult, ...]
+
+
+@dataclass(frozen=True)
+class TcChanged:
+    """Netlink announced tc changes on these devices (ifindex); None: announcements were lost."""
+    devices: frozenset[int] | None
+
+
+@dataclass(frozen=True)
+class RemotesChanged:
+    """The OVSDB remotes' states, those connected just now, and the owner's lock."""
+    connected: dict[str, bool]
+    new: tuple[str, ...] = ()
+    locked: bool = True                     # this controller holds the lock (it is active)
+    taken: bool = False                     # another controller of the owner holds it
