@@ -99,7 +99,8 @@ class QosController(App):
         guard_openflow()      # before os-ken starts listening
         settings = self.settings
         self.ovsdb = Remotes(settings.ovsdb, lambda name: Ovsdb(name, owner=settings.owner, timeout=10.0,
-                                                              ssl=settings.ovsdb_ssl, standby=settings.standby))
+                                                              ssl=settings.ovsdb_ssl, standby=settings.standby),
+                             settings.standby)
         self._first_tried, self._held = False, None
         self._threads = [hub.spawn(self._connect_remote, name) for name in settings.ovsdb]
         deadline = time.monotonic() + FIRST_REMOTE_WAIT

@@ -39,6 +39,7 @@ OPTIONS = [
     cfg.IntOpt("metrics_port", default=9101),
 ]
 STATE_DIR = Path("/var/lib/ovs-qos-controller")
+MIN_TOKEN = 16
 _OWNER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -80,6 +81,9 @@ def settings(conf) -> Settings:
     if not values["api_token"] and not _loopback(api[0]):
         raise ConfigError(f"[qos] api_token: required because api_host {api[0]} is not loopback; set a long random "
                           "token, or listen on 127.0.0.1")
+    if values["api_token"] and (len(values["api_token"]) < MIN_TOKEN or not values["api_token"].isprintable()):
+        raise ConfigError(f"[qos] api_token: too short to resist guessing; use at least {MIN_TOKEN} printable "
+                          "characters, e.g. the output of: openssl rand -hex 16")
     if api == (values["metrics_host"], values["metrics_port"]):
         raise ConfigError("[qos] metrics_port: the same address as the REST API; give each its own port")
     remotes = _remotes(values["ovsdb"])

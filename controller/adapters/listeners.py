@@ -21,7 +21,7 @@ import socket
 import eventlet
 import eventlet.wsgi
 
-from controller.compat import openflow_controller
+from controller.compat import FRAMEWORK, openflow_controller
 
 LOG = logging.getLogger(__name__)
 IDLE_SECONDS = 5.0
@@ -112,3 +112,14 @@ def guard_openflow() -> None:
                             address[0], address[1], type(err).__name__, err)
 
     module.datapath_connection_factory = factory
+    logging.getLogger(f"{FRAMEWORK}.ofproto.ofproto_parser").addFilter(_one_line)
+
+
+def _one_line(record: logging.LogRecord) -> bool:
+    """os-ken's parser logs a message it cannot parse (and then ignores) with a traceback and a hex dump of
+    it: one line is enough."""
+    if record.exc_info and str(record.msg).startswith("Encountered an error while parsing"):
+        record.msg = "OpenFlow: a message a switch sent cannot be parsed (version 0x%02x, type %d, length %d); ignored"
+        record.args = tuple(record.args[:3]) if isinstance(record.args, tuple) else ()
+        record.exc_info, record.exc_text = None, None
+    return True

@@ -26,9 +26,13 @@ FIRST_RETRY, MAX_RETRY = 1.0, 30.0
 
 
 class Remotes:
-    def __init__(self, names: tuple[str, ...], connect: Callable[[str], Any]):
-        self.names = names
+    def __init__(self, names: tuple[str, ...], connect: Callable[[str], Any], standby: bool = False):
+        """`standby`: this controller has a standby (or is one), so only the holder of the first remote's
+        lock is active. Without one, a controller that started is the only one of its owner (a second is
+        refused by each remote's lock), and is active whichever remotes answer."""
+        self.names, self.standby = names, standby
         self._connect = connect
+        self._claimed = 0
         self.dbs: dict[str, Any] = {}
         self.errors: dict[str, str] = {}                      # why a remote is not connected
         self._backoff = dict.fromkeys(names, FIRST_RETRY)
@@ -53,9 +57,10 @@ class Remotes:
 
     @property
     def locked(self) -> bool:
-        """Whether this controller holds its owner's lock on the first remote: the active one does."""
+        """Whether this controller is the active one: it holds its owner's lock on the first remote, or
+        it has no standby."""
         db = self._first
-        return bool(db and db.connected and db.has_lock)
+        return bool(db and db.connected and db.has_lock) or not self.standby
 
     @property
     def lock_taken(self) -> bool:
@@ -73,9 +78,14 @@ class Remotes:
         cannot (the first remote is not reached, or its lock is not ours: OVSDB refuses the transaction)."""
         db = self._first
         if db is None or not db.connected:
-            return None
+            if self.standby:
+                return None
+            # No standby to fence off: an id of our own, newer than the switch's, until the remote answers.
+            self._claimed = max(self._claimed, above or 0) + 1
+            return self._claimed
         try:
-            return db.next_generation_id(above)
+            self._claimed = db.next_generation_id(max(above or 0, self._claimed))
+            return self._claimed
         except (OvsdbError, RuntimeError) as err:
             LOG.warning("OVSDB %s: cannot claim a generation id: %s", self.names[0], err)
             return None

@@ -18,8 +18,9 @@ from typing import Any, Callable, Protocol
 
 from webob import Request, Response
 
+from controller.core.controller import Standby
 from controller.core.document import MAX_BYTES, load_json
-from controller.core.errors import PolicyError
+from controller.core.errors import PolicyError, StorageError
 
 LOG = logging.getLogger(__name__)
 
@@ -59,8 +60,11 @@ def make_app(controller: Controller, token: str = "") -> Callable:
                 code, body = handler(req)
             except PolicyError as err:
                 code, body = 400, {"error": str(err)}
-            except Busy as err:
+            except (Busy, Standby) as err:
                 code, body = 503, {"error": str(err)}
+            except StorageError as err:
+                LOG.error("%s %s: %s", req.method, req.path, err)
+                code, body = 500, {"error": str(err)}
             except Exception:   # noqa: BLE001 - the client gets no traceback; the log does
                 LOG.exception("%s %s failed", req.method, req.path)
                 code, body = 500, {"error": "internal error, see the controller's log"}

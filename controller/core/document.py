@@ -28,7 +28,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=True)
             if key in seen:
                 mark = key_node.start_mark
-                raise PolicyError(f"line {mark.line + 1}: key {key!r} appears twice in one mapping; keep one")
+                raise PolicyError(f"line {mark.line + 1}: key {_shown(key)} appears twice in one mapping; keep one")
             seen.add(key)
         return super().construct_mapping(node, deep)
 
@@ -50,7 +50,11 @@ def load_yaml(data: bytes | str, where: str) -> Any:
     except RecursionError:
         raise PolicyError(f"{where}: nested deeper than {MAX_DEPTH} levels; a policy is not that deep") from None
     except yaml.YAMLError as err:
-        raise PolicyError(f"{where}: not valid YAML ({' '.join(str(err).split())}); fix the syntax") from None
+        # The problem and where, never PyYAML's excerpt of the text: the file may not be a policy at all.
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise PolicyError(f"{where}: not valid YAML ({getattr(err, 'problem', None) or 'unreadable'}{at}); fix the "
+                          "syntax") from None
 
 
 def load_json(data: bytes | str, where: str) -> Any:
@@ -85,8 +89,13 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
     keys = [k for k, _ in pairs]
     repeated = next((k for k in keys if keys.count(k) > 1), None)
     if repeated is not None:
-        raise PolicyError(f"key {repeated!r} appears twice in one object; keep one")
+        raise PolicyError(f"key {_shown(repeated)} appears twice in one object; keep one")
     return dict(pairs)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def _check_shape(root: yaml.Node, where: str) -> None:

@@ -140,11 +140,11 @@ def _with_bases(document: Any, chain: tuple[Path, ...]) -> Any:
         return document
     here, name = chain[-1], document.pop("base")
     if not isinstance(name, str) or not name.strip():
-        raise PolicyError(f"{here}: base: {name!r} is not a file name; write e.g. base: study.yaml "
+        raise PolicyError(f"{here}: base: {_shown(name)} is not a file name; write e.g. base: study.yaml "
                           "(relative to this file)")
     path = Path(os.path.normpath(here.parent / name))   # sub/../c.yaml is c.yaml, as a reader takes it
     where = f"{chain[0]}: base {' → '.join(str(p) for p in (*chain[1:], path))}"
-    if path.resolve() in {p.resolve() for p in chain}:
+    if os.path.realpath(path) in {os.path.realpath(p) for p in chain}:   # realpath: a symlink loop is read, not raised
         raise PolicyError(f"{where} is a loop; remove base: from one of these files")
     base = _with_bases(_read(path, where), (*chain, path))
     if not isinstance(base, dict):
@@ -172,37 +172,39 @@ def parse_policy(document: Any) -> Policy:
         raise PolicyError("policy.base: bases are resolved only when a policy is loaded from its file; send the "
                           "resolved policy (python3 -m controller.check --json FILE prints it)")
     _known_keys(doc, "policy", ("name", "description", "classes", "switches", "congestion"))
-    name = _string(doc.get("name"), "name")
+    name = _label(doc.get("name"), "name")
+    description = _text(doc.get("description", ""), "description")
     classes = _classes(doc.get("classes", {}))
     poll_interval, congestion = _congestion(doc.get("congestion", {}))
     switches_doc = _mapping(doc.get("switches"), "switches")
     if not switches_doc:
         raise PolicyError("switches: no switch defined; add at least one switch with dp_id and flows")
-    switches = tuple(_switch(str(n), s, classes) for n, s in switches_doc.items())
+    switches = tuple(_switch(_label(n, f"switches.{_shown(n)}"), s, classes) for n, s in switches_doc.items())
     dp_ids = [s.dp_id for s in switches]
     if len(set(dp_ids)) != len(dp_ids):
         raise PolicyError("switches: two switches share a dp_id; give each switch its own dp_id")
-    return Policy(name=name, description=str(doc.get("description", "")), classes=classes,
+    return Policy(name=name, description=description, classes=classes,
                   switches=switches, poll_interval=poll_interval, congestion=congestion)
 
 
 def parse_rate(value: Any, where: str) -> int:
     """'5Mbit', '500kbit', 5000000 → bit/s."""
-    if isinstance(value, bool):
-        raise PolicyError(f"{where}: {value!r} is not a rate; write e.g. 5Mbit or 500kbit")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise PolicyError(f"{where}: {_shown(value)} is not a rate; write e.g. 5Mbit or 500kbit")
     if isinstance(value, (int, float)):
         bps = value
     else:
-        m = _RATE.match(str(value))
+        m = _RATE.match(value)
         unit = m.group(2).lower() if m else None
-        if unit not in _RATE_UNITS:
-            raise PolicyError(f"{where}: {value!r} is not a rate; write e.g. 5Mbit or 500kbit")
-        bps = float(m.group(1)) * _RATE_UNITS[unit]
-    if not math.isfinite(bps) or int(bps) <= 0:
-        raise PolicyError(f"{where}: {value!r} is not a positive rate of at least 1 bit/s; write e.g. 5Mbit")
-    if bps > MAX_RATE_BPS:
-        raise PolicyError(f"{where}: {value!r} is above {MAX_RATE_BPS} bit/s (34.36 Gbit/s), the most OVS's "
+        if m is None or unit not in _RATE_UNITS:
+            raise PolicyError(f"{where}: {_shown(value)} is not a rate; write e.g. 5Mbit or 500kbit")
+        bps = float(m.group(1)) * _RATE_UNITS[unit]    # too many digits give inf, refused below
+    # An int is compared as it is: a JSON number of 400 digits has no float.
+    if isinstance(bps, float) and not math.isfinite(bps) or bps > MAX_RATE_BPS:
+        raise PolicyError(f"{where}: {_shown(value)} is above {MAX_RATE_BPS} bit/s (34.36 Gbit/s), the most OVS's "
                           "linux-htb can set; lower it")
+    if int(bps) <= 0:
+        raise PolicyError(f"{where}: {_shown(value)} is not a positive rate of at least 1 bit/s; write e.g. 5Mbit")
     return int(bps)
 
 
@@ -211,16 +213,18 @@ def parse_share(value: Any, where: str) -> float:
     text = str(value).strip()
     try:
         share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise PolicyError(f"{where}: {value!r} is not a share of the port; write e.g. 80%") from None
+    except (ValueError, OverflowError):
+        raise PolicyError(f"{where}: {_shown(value)} is not a share of the port; write e.g. 80%") from None
     if not 0 <= share <= 1:
-        raise PolicyError(f"{where}: {value!r} is outside 0%..100%; write a share such as 80%")
+        raise PolicyError(f"{where}: {_shown(value)} is outside 0%..100%; write a share such as 80%")
     return share
 
 
 def _classes(doc: Any) -> tuple[TrafficClass, ...]:
     classes = []
-    for name, spec in _mapping(doc, "classes").items():
+    for key, spec in _mapping(doc, "classes").items():
+        name = _label(str(key) if isinstance(key, int) and not isinstance(key, bool) else key,
+                      f"classes.{_shown(key)}")
         where = f"classes.{name}"
         spec = _mapping(spec, where)
         _known_keys(spec, where, ("queue", "min", "max", "dscp", "priority", "police"))
@@ -232,7 +236,7 @@ def _classes(doc: Any) -> tuple[TrafficClass, ...]:
         dscp = _int(spec.get("dscp", queue), f"{where}.dscp", 1, 63)
         priority = _int(spec.get("priority", 0), f"{where}.priority", 0, 7)
         police = _police(spec["police"], f"{where}.police") if spec.get("police") is not None else None
-        classes.append(TrafficClass(str(name), queue, min_share, max_share, dscp, priority, police))
+        classes.append(TrafficClass(name, queue, min_share, max_share, dscp, priority, police))
     for field in ("queue", "dscp"):
         values = [getattr(c, field) for c in classes]
         if len(set(values)) != len(values):
@@ -295,7 +299,7 @@ def _switch(name: str, doc: Any, classes: tuple[TrafficClass, ...]) -> SwitchPol
         raise PolicyError(f"{where}.ports: a port is listed twice (e.g. as 1 and \"1\"); keep one entry per port")
     ovsdb = doc.get("ovsdb")
     if ovsdb is not None and not OVSDB_REMOTE.match(str(ovsdb)):
-        raise PolicyError(f"{where}.ovsdb: {ovsdb!r} is not an OVSDB remote; write unix:PATH, tcp:HOST:PORT or "
+        raise PolicyError(f"{where}.ovsdb: {_shown(ovsdb)} is not an OVSDB remote; write unix:PATH, tcp:HOST:PORT or "
                           "ssl:HOST:PORT, as in the controller's ovsdb option")
     return SwitchPolicy(name=name, dp_id=dp_id, flows=flows, ports=ports, ovsdb=ovsdb)
 
@@ -308,13 +312,13 @@ def _port(port_no: Any, doc: Any, where: str) -> PortPolicy:
         raise PolicyError(f"{where}.capacity: missing; give the port's rate, e.g. 5Mbit")
     queues = doc.get("queues", "fifo")
     if queues not in QUEUE_MODES:
-        raise PolicyError(f"{where}.queues: {queues!r} is not one of {', '.join(QUEUE_MODES)}")
+        raise PolicyError(f"{where}.queues: {_shown(queues)} is not one of {', '.join(QUEUE_MODES)}")
     discipline = doc.get("discipline", "fifo")
     if discipline not in DISCIPLINES:
-        raise PolicyError(f"{where}.discipline: {discipline!r} is not one of {', '.join(DISCIPLINES)}")
+        raise PolicyError(f"{where}.discipline: {_shown(discipline)} is not one of {', '.join(DISCIPLINES)}")
     qos_type = doc.get("qos_type", "linux-htb")
     if qos_type not in QOS_TYPES:
-        raise PolicyError(f"{where}.qos_type: {qos_type!r} is not one of {', '.join(QOS_TYPES)}")
+        raise PolicyError(f"{where}.qos_type: {_shown(qos_type)} is not one of {', '.join(QOS_TYPES)}")
     queue_packets = _int(doc.get("queue_packets", DEFAULT_QUEUE_PACKETS), f"{where}.queue_packets", 1, 100_000)
     return PortPolicy(number, parse_rate(doc["capacity"], f"{where}.capacity"), queues, queue_packets, discipline,
                       qos_type)
@@ -330,6 +334,9 @@ def _flow(doc: Any, where: str, classes: tuple[TrafficClass, ...]) -> tuple[Flow
                     for i, a in enumerate(_list(doc.get("actions", []), f"{where}.actions")))
     traffic_class = doc.get("class")
     if traffic_class is not None:
+        if not isinstance(traffic_class, str):
+            raise PolicyError(f"{where}.class: {_shown(traffic_class)} is not a class name; write the name of one "
+                              "of the classes")
         _check_classified(traffic_class, matches, outputs, where, classes)
     return tuple(FlowRule(priority, match, outputs, traffic_class, at) for match, at in matches)
 
@@ -347,7 +354,7 @@ def _matches(doc: Any, where: str) -> list[tuple[Match, str]]:
 def _check_classified(name: Any, matches: list[tuple[Match, str]], outputs: tuple[int, ...], where: str,
                       classes: tuple[TrafficClass, ...]) -> None:
     if name not in {c.name for c in classes}:
-        raise PolicyError(f"{where}.class: {name!r} is not defined under classes; define it or fix the name")
+        raise PolicyError(f"{where}.class: {_shown(name)} is not defined under classes; define it or fix the name")
     if len(outputs) != 1 or outputs[0] > MAX_PORT:
         raise PolicyError(f"{where}.class: a classified flow needs exactly one output to a "
                           "numbered port; split it into one flow per port")
@@ -385,7 +392,7 @@ def _match_field(key: str, value: Any, at: str) -> Any:
         return _eth_type(value, at)
     if key in ("eth_src", "eth_dst"):
         if not _MAC.match(str(value)):
-            raise PolicyError(f"{at}: {value!r} is not a MAC address; write aa:bb:cc:dd:ee:ff")
+            raise PolicyError(f"{at}: {_shown(value)} is not a MAC address; write aa:bb:cc:dd:ee:ff")
         return str(value).lower()
     if key in ("ipv4_src", "ipv4_dst"):
         return _prefix(value, at, 4)
@@ -393,7 +400,7 @@ def _match_field(key: str, value: Any, at: str) -> Any:
         return _prefix(value, at, 6)
     if key == "ip_proto":
         if isinstance(value, str) and value not in IP_PROTOS:
-            raise PolicyError(f"{at}: {value!r} is not a protocol; use tcp, udp, icmp, icmpv6 or a number 0-255")
+            raise PolicyError(f"{at}: {_shown(value)} is not a protocol; use tcp, udp, icmp, icmpv6 or a number 0-255")
         return IP_PROTOS[value] if isinstance(value, str) else _int(value, at, 0, 255)
     if key in ("tcp_src", "tcp_dst", "udp_src", "udp_dst"):
         return _int(value, at, 1, 65535)
@@ -408,7 +415,7 @@ def _eth_type(value: Any, at: str) -> int:
     try:
         return _int(value, at, 0, 0xFFFF)
     except PolicyError:
-        raise PolicyError(f"{at}: {value!r} is not an EtherType; use ipv4, ipv6, arp or a number such as "
+        raise PolicyError(f"{at}: {_shown(value)} is not an EtherType; use ipv4, ipv6, arp or a number such as "
                           "0x0800") from None
 
 
@@ -421,9 +428,9 @@ def _prefix(value: Any, at: str, version: int) -> str | tuple[str, str]:
         try:
             fixed = network(str(value), strict=False)
         except ValueError:
-            raise PolicyError(f"{at}: {value!r} is not an IPv{version} address or prefix; write e.g. "
+            raise PolicyError(f"{at}: {_shown(value)} is not an IPv{version} address or prefix; write e.g. "
                               f"{example}") from None
-        raise PolicyError(f"{at}: {value!r} has host bits set after the prefix; write {fixed}") from None
+        raise PolicyError(f"{at}: {_shown(value)} has host bits set after the prefix; write {fixed}") from None
     # os-ken prints addresses with inet_ntop, which writes some IPv6 forms (::ffff:a.b.c.d) unlike ipaddress.
     family = socket.AF_INET if version == 4 else socket.AF_INET6
     address = socket.inet_ntop(family, net.network_address.packed)
@@ -493,7 +500,7 @@ def _action(doc: Any, where: str) -> Any:
     if isinstance(port, str) and port in SPECIAL_OUTPUTS:
         return SPECIAL_OUTPUTS[port]
     if isinstance(port, str) and not port.strip().lstrip("-").isdigit():
-        raise PolicyError(f"{where}.output: {port!r} is not a port; use a number from 1 to {MAX_PORT} or one of "
+        raise PolicyError(f"{where}.output: {_shown(port)} is not a port; use a number from 1 to {MAX_PORT} or one of "
                           f"{', '.join(SPECIAL_OUTPUTS)}")
     return _int(port, f"{where}.output", 1, MAX_PORT)
 
@@ -512,16 +519,47 @@ def _list(value: Any, where: str) -> list:
     return value
 
 
+_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,39}$")
+
+
 def _known_keys(doc: dict, where: str, allowed: tuple[str, ...]) -> None:
     for key in doc:
-        if key not in allowed:
+        if key in allowed:
+            continue
+        if isinstance(key, str) and _FIELD_NAME.match(key):
             raise PolicyError(f"{where}.{key}: unknown key; use one of {', '.join(allowed)}")
+        # Not even shaped like a field: a file that is no policy (it is not quoted back: it may be a secret).
+        raise PolicyError(f"{where}: a key that is not a field name (is this a policy file?); use only "
+                          f"{', '.join(allowed)}")
 
 
-def _string(value: Any, where: str) -> str:
+LABEL_MAX = 64
+
+
+def _label(value: Any, where: str) -> str:
+    """A name that goes into OVSDB's external_ids, Prometheus labels and logs: 1-64 printable characters
+    (no control characters such as NUL, no unpaired surrogate: all three must carry it)."""
     if not isinstance(value, str) or not value.strip():
-        raise PolicyError(f"{where}: missing or empty; give the policy a name")
+        raise PolicyError(f"{where}: missing or empty; give it a name")
+    if len(value) > LABEL_MAX or not value.isprintable():
+        raise PolicyError(f"{where}: {_shown(value)} is not a name OVSDB, Prometheus and a log can carry; use 1-"
+                          f"{LABEL_MAX} printable characters")
     return value
+
+
+def _text(value: Any, where: str) -> str:
+    """Free text (a description): printable characters and line breaks, encodable as UTF-8."""
+    if not isinstance(value, str):
+        raise PolicyError(f"{where}: expected text, got {type(value).__name__}")
+    if len(value) > 4096 or not value.replace("\n", " ").replace("\t", " ").isprintable():
+        raise PolicyError(f"{where}: not plain text; use at most 4096 printable characters and line breaks")
+    return value
+
+
+def _shown(value: Any) -> str:
+    """A value as an error message shows it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def _int(value: Any, where: str, low: int, high: int) -> int:
@@ -530,13 +568,13 @@ def _int(value: Any, where: str, low: int, high: int) -> int:
     try:
         number = int(value, 0) if isinstance(value, str) else int(value)
     except (TypeError, ValueError, OverflowError):
-        raise PolicyError(f"{where}: {value!r} is not a whole number from {low} to {high}") from None
+        raise PolicyError(f"{where}: {_shown(value)} is not a whole number from {low} to {high}") from None
     if number != value and not isinstance(value, str) or not low <= number <= high:
-        raise PolicyError(f"{where}: {value!r} is not a whole number from {low} to {high}")
+        raise PolicyError(f"{where}: {_shown(value)} is not a whole number from {low} to {high}")
     return number
 
 
 def _number(value: Any, where: str, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:  # NaN fails too
-        raise PolicyError(f"{where}: {value!r} is not a number from {low} to {high}")
+        raise PolicyError(f"{where}: {_shown(value)} is not a number from {low} to {high}")
     return float(value)

@@ -147,7 +147,7 @@ def test_a_bad_policy_file_in_the_config_exits_2_naming_the_field(tmp_path):
 def test_the_config_file_is_honoured(tmp_path, bridges):
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump(policy("from-config")))
-    config = controller_config(tmp_path / "qos.conf", policy=good, owner="honoured", api_token="t0ken")
+    config = controller_config(tmp_path / "qos.conf", policy=good, owner="honoured", api_token="t0ken-0123456789abcdef")
     proc = start_controller(config, tmp_path / "log")
     try:
         wait(lambda: in_sync("from-config"), 20, "the configured policy in force")
@@ -155,7 +155,7 @@ def test_the_config_file_is_honoured(tmp_path, bridges):
         assert status["owner"] == "honoured" and status["mode"] == "active"
         assert 'ovs-qos-controller=honoured' in sh("ovs-vsctl", "--columns=external_ids", "list", "qos")
         assert rest("DELETE", "/policy")[0] == 401                       # the token is required
-        assert rest("DELETE", "/policy", token="t0ken")[0] == 200
+        assert rest("DELETE", "/policy", token="t0ken-0123456789abcdef")[0] == 200
     finally:
         stop_controller(proc, clear=False)
 
@@ -181,10 +181,10 @@ def test_a_second_controller_is_refused_and_the_first_one_keeps_its_queues(contr
 
 # --- concurrent changes ----------------------------------------------------------------------------
 
-def test_200_concurrent_requests_all_answer_and_leave_ovsdb_and_flows_as_the_last_policy_says(controller):
+def test_200_concurrent_requests_all_answer_and_leave_ovsdb_flows_and_tc_as_the_last_policy_says(controller):
     _, _, bridges = controller
     docs = [policy("none", queues="fifo"), policy("reserve")]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=20) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=200) as pool:     # all 200 in flight at once
         calls = [pool.submit(rest, "GET", "/status") if k % 2 else pool.submit(rest, "PUT", "/policy", docs[k // 2 % 2])
                  for k in range(200)]
         codes = [call.result()[0] for call in calls]
@@ -198,6 +198,11 @@ def test_200_concurrent_requests_all_answer_and_leave_ovsdb_and_flows_as_the_las
         assert len(our_flows(bridge)) == 4
         steering = [f for f in our_flows(bridge) if "set_queue" in f]
         assert len(steering) == (2 if mode == "reserve" else 0)
+        iface = f"{bridge}p2"
+        classes = set(re.findall(r"class htb (1:[0-9a-f]+) ", sh("tc", "class", "show", "dev", iface)))
+        filters = set(re.findall(r"flowid (1:[0-9a-f]+)", sh("tc", "filter", "show", "dev", iface, "parent", "1:")))
+        assert (classes - {"1:fffe"}, filters) == (({"1:1", "1:2", "1:3"}, {"1:2", "1:3"}) if mode == "reserve"
+                                                   else ({"1:1"}, set()))
 
 
 # --- drift -------------------------------------------------------------------------------------------
@@ -216,9 +221,11 @@ def test_flows_queues_and_filters_removed_by_hand_come_back_within_two_polls(con
     wait(lambda: port_qos(iface) != "[]", two_polls, "QoS restored")
     wait(lambda: in_sync("reserve"), 10, "in sync again")
 
+    ipv4 = ("tc", "filter", "show", "dev", iface, "parent", "1:", "prio", "7")   # our IPv4 DSCP filters' prio
+    assert "flowid 1:2" in sh(*ipv4) and "flowid 1:3" in sh(*ipv4)
     sh("tc", "filter", "del", "dev", iface, "parent", "1:", "prio", "7")
-    wait(lambda: "flowid 1:2" in sh("tc", "filter", "show", "dev", iface, "parent", "1:"), two_polls,
-         "filters restored")
+    assert "flowid" not in sh(*ipv4)                  # gone, while the IPv6 ones (prio 8) still name 1:2 and 1:3
+    wait(lambda: "flowid 1:2" in sh(*ipv4) and "flowid 1:3" in sh(*ipv4), two_polls, "IPv4 filters restored")
 
     sh("tc", "qdisc", "replace", "dev", iface, "parent", "1:2", "handle", "99:", "pfifo", "limit", "7")
     wait(lambda: "pfifo_head_drop" in sh("tc", "qdisc", "show", "dev", iface, "parent", "1:2"), two_polls,

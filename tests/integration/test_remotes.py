@@ -1,6 +1,8 @@
 """Many OVS hosts: a second, independent OVS on this machine (topo/net/ovs_instance.py) that the controller
 reaches only over TCP, beside the system's. Its OVSDB down for 10 s stalls nothing of the first; when it is
-back its queues follow the policy within 10 s. The main study with s2 on it gives the study's result."""
+back its queues follow the policy within 10 s. A remote down when the controller starts (unix, tcp or ssl,
+first in the list or not) delays nothing and is managed once it answers. The main study with s2 on it
+gives the study's result."""
 import json
 import subprocess
 import sys
@@ -8,8 +10,11 @@ import time
 import urllib.request
 
 from controller.adapters.ovsdb import DEFAULT_DB
+import pytest
+
 from tests.integration.conftest import (NOTHING_LEFT, REPO, controller_config, leftovers, requires_ovs,
                                         start_controller, stop_controller, userspace_bridge)
+from tests.integration.test_tls import pki  # noqa: F401
 from topo.harness.controller import ControllerClient
 from topo.net.ovs_instance import BASE, CONTROLLER_ADDRESS, ovs_instance
 
@@ -78,6 +83,76 @@ def test_the_second_ovs_down_for_10_s_stalls_nothing_of_the_first_and_is_put_rig
                 assert rate(system_vsctl, "rmnearp2") is None and rate(far.vsctl, "rmfarp2") is None
             finally:
                 stop_controller(proc)
+        finally:
+            subprocess.run(["ovs-vsctl", "--if-exists", "del-br", "rmnear"], capture_output=True)
+            for link in links:
+                subprocess.run(["ip", "link", "del", link], capture_output=True)
+    assert leftovers() == NOTHING_LEFT and not any(BASE.glob("*"))
+
+
+DOWN = {"unix": "unix:/run/ovs-qos-no-such-ovsdb.sock", "tcp": "tcp:127.0.0.1:1", "ssl": "ssl:127.0.0.1:1"}
+
+
+@pytest.mark.parametrize("kind", DOWN)
+def test_a_remote_down_at_the_start_delays_nothing_and_is_said_to_be_down(tmp_path, kind, pki):  # noqa: F811
+    """Listed first, where the owner's lock and generation id live: the hardest place for it to be down."""
+    links: list[str] = []
+    remote = DOWN[kind]
+    ssl = {"ovsdb_private_key": pki.controller.private_key, "ovsdb_certificate": pki.controller.certificate,
+           "ovsdb_ca_cert": pki.controller.ca_cert} if kind == "ssl" else {}
+    try:
+        userspace_bridge(system_vsctl, "rmdown", NEAR, "tcp:127.0.0.1:6653", links)
+        started = time.monotonic()
+        proc = start_controller(controller_config(tmp_path / "qos.conf", ovsdb=f"{remote},{DEFAULT_DB}", **ssl),
+                                tmp_path / "controller.log")
+        try:
+            assert proc.poll() is None, (tmp_path / "controller.log").read_text()[-2000:]
+            client = ControllerClient()
+            client.wait(lambda s: f"{NEAR:016x}" in s["switches"], 15, "the system's switch")
+            doc = policy("up", "10Mbit")
+            del doc["switches"]["far"]
+            assert client.put_policy(doc)["in_sync"] and rate(system_vsctl, "rmdownp2") == "10000000"
+            assert time.monotonic() - started < 20
+            status = client.status()
+            assert status["role"] == "active" and status["ovsdb"][DEFAULT_DB] == {"connected": True}
+            assert status["ovsdb"][remote]["connected"] is False and status["ovsdb"][remote]["error"]
+            client.clear_policy()
+        finally:
+            stop_controller(proc)
+        log = (tmp_path / "controller.log").read_text()
+        assert "Traceback" not in log and f"OVSDB {remote}: " in log, log[-3000:]
+    finally:
+        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", "rmdown"], capture_output=True)
+        for link in links:
+            subprocess.run(["ip", "link", "del", link], capture_output=True)
+    assert leftovers() == NOTHING_LEFT
+
+
+def test_a_second_ovs_down_at_the_start_is_managed_once_it_answers(tmp_path):
+    links: list[str] = []
+    with ovs_instance() as far:
+        try:
+            userspace_bridge(system_vsctl, "rmnear", NEAR, CONTROLLER, links)
+            userspace_bridge(far.vsctl, "rmfar", FAR, CONTROLLER, links, far)
+            far.stop_ovsdb()
+            config = controller_config(tmp_path / "qos.conf", default={"ofp_listen_host": CONTROLLER_ADDRESS},
+                                       ovsdb=f"{DEFAULT_DB},{far.remote}")
+            proc = start_controller(config, tmp_path / "controller.log")
+            client = ControllerClient()
+            try:
+                client.wait(lambda s: f"{NEAR:016x}" in s["switches"], 15, "the near switch")
+                answer = client.put_policy(policy("first", "10Mbit"))
+                assert rate(system_vsctl, "rmnearp2") == "10000000" and not answer["in_sync"]
+                assert set(answer["not_in_sync"]) == {f"{FAR:016x}"}
+                far.start_ovsdb()
+                client.wait(lambda s: f"{FAR:016x}" in s["switches"] and all(sw["in_sync"] for sw in
+                                                                            s["switches"].values()),
+                            20, "the far switch managed once its OVSDB answers")
+                assert rate(far.vsctl, "rmfarp2") == "10000000"
+                client.clear_policy()
+            finally:
+                stop_controller(proc)
+            assert "Traceback" not in (tmp_path / "controller.log").read_text()
         finally:
             subprocess.run(["ovs-vsctl", "--if-exists", "del-br", "rmnear"], capture_output=True)
             for link in links:

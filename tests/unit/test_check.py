@@ -14,7 +14,7 @@ from controller.core.bridges import bridge_ports, check_bridges
 from controller.core.normalised import normalised_document, percent
 from controller.core.policy import PolicyError, load_document, load_policy, parse_policy
 from tests.unit.test_policy import MALFORMED
-from tests.unit.test_rest import PolicyHolder, make_app, put_json
+from tests.unit.test_rest import bare, make_app, put_json
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = REPO / ".venv" / "bin" / "python"
@@ -79,12 +79,13 @@ def test_the_checker_names_a_file_it_cannot_read_once(tmp_path):
                            "check the path\n")
 
 
-def test_the_checker_prints_the_json_the_rest_api_takes():
+def test_the_checker_prints_the_json_the_rest_api_takes(tmp_path):
     done = run_checker("--json", "policies/auto.yaml", "policies/shared.yaml")
     auto, shared = (json.loads(line) for line in done.stdout.splitlines())
     assert auto["switches"]["s1"]["dp_id"] == 1 and auto["switches"]["s1"]["ports"]["1"]["queues"] == "auto"
-    holder = PolicyHolder()
-    assert put_json(make_app(holder), auto) == (200, "application/json", {"applied": "auto"})
+    holder = bare(tmp_path)
+    assert put_json(make_app(holder), auto) == (200, "application/json", {"applied": "auto", "changed": True,
+                                                                          "in_sync": True})
     assert holder.policy == load_policy(REPO / "policies" / "auto.yaml")
     assert parse_policy(shared) == load_policy(REPO / "policies" / "shared.yaml")
 
@@ -93,7 +94,7 @@ def test_the_checker_prints_the_json_the_rest_api_takes():
 def test_the_checker_refuses_the_bad_policy_corpus_with_the_rest_apis_message(change, tmp_path, capsys):
     doc = load_document(REPO / "policies" / "reserve.yaml")
     change(doc)
-    code, _, body = put_json(make_app(PolicyHolder()), doc)
+    code, _, body = put_json(make_app(bare(tmp_path / "core")), doc)
     assert code == 400
     path = write_policy(tmp_path, doc)
     assert check.main([str(path)]) == 2
@@ -269,3 +270,15 @@ def test_the_checker_reads_ovsdb_only_after_every_file_is_valid(monkeypatch, cap
     assert capsys.readouterr().err == f"error: {bad}: switches: no switch defined; add at least one switch with " \
                                       "dp_id and flows\n"
 
+
+
+def test_a_base_that_is_not_a_policy_is_refused_without_a_word_of_its_content(tmp_path, capsys):
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$y$j9T$s3cretHashNobodyMaySee:19000:0:99999:7:::\nbin:*:19000:0:99999:7:::\n")
+    policy = tmp_path / "p.yaml"
+    policy.write_text(f"base: {secret}\nname: p\n")
+    assert check.main([str(policy)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: {policy}: policy: a key that is not a field name (is this a policy file?); use only "
+                   "name, description, classes, switches, congestion\n")
+    assert "s3cret" not in err and "root:" not in err

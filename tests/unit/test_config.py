@@ -52,3 +52,11 @@ def test_an_ssl_ovsdb_remote_needs_its_key_certificate_and_ca(tmp_path, pem):
         "[qos] ovsdb_ca_cert: required by the ssl: ovsdb remote")
     assert refusal(conf(tmp_path, **{**ssl, "ovsdb": "tcp:127.0.0.2:6640"})).startswith(
         "[qos] ovsdb_private_key: only for an ssl: ovsdb remote")
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "127.0.0.1"])
+def test_an_api_token_too_short_to_resist_guessing_is_refused(tmp_path, host):
+    assert refusal(conf(tmp_path, api_host=host, api_token="x")) == (
+        "[qos] api_token: too short to resist guessing; use at least 16 printable characters, e.g. the output of: "
+        "openssl rand -hex 16")
+    assert settings(conf(tmp_path, api_host=host, api_token="0123456789abcdef")).api_token == "0123456789abcdef"

@@ -287,3 +287,45 @@ def test_status_shows_each_remote_and_the_remote_of_each_switch(net):
     assert status["ovsdb"] == {"fake": {"connected": True}}
     assert status["switches"]["0000000000000001"]["ovsdb"] == "fake"
     assert net.app.snapshot.ovsdb_connected == {"fake": True}
+
+
+def test_a_malformed_state_file_starts_without_a_policy_and_leaves_the_switches_as_they_are(net):
+    up(net)
+    net.app.exit()
+    net.app.state_file.write_text("{}")              # valid JSON, not a state
+    restarted = net.app.another()
+    net.s1.sent.clear()
+    restarted.connect(net.s1)
+    restarted.connect(net.s2)
+    restarted.poll()
+    assert restarted.mode == "unset" and restarted.policy is None
+    assert net.s1.flow_mods() == [] and len(net.s1.table) == 4 and mode(net) == "reserve"
+
+
+def test_a_policy_put_live_is_checked_as_the_offline_checker_checks_it(net):
+    """Flows' in_port and outputs too, not only the ports: one check (core/bridges.check_ports) for both."""
+    from controller.core.bridges import check_bridges
+    from controller.core.policy import parse_policy
+    up(net)
+    doc = shipped("reserve")
+    doc["switches"]["s1"]["flows"][0]["match"]["in_port"] = 9
+    with __import__("pytest").raises(PolicyError) as offline:
+        check_bridges(parse_policy(doc), {1: set(net.s1.ports), 2: set(net.s2.ports)})
+    _, error = net.app.request("set_policy", doc)
+    assert str(error) == str(offline.value) == (
+        "switches.s1.flows[0].match.in_port: bridge 0000000000000001 of switch s1 has no OpenFlow port 9 (it has "
+        "1, 2, 3); fix the port number")
+    assert net.app.policy.name == "reserve"
+
+
+def test_a_switch_of_the_policy_that_is_not_connected_is_named_and_changed_when_it_connects(net):
+    net.app.connect(net.s1)
+    result, _ = net.app.request("set_policy", shipped("reserve"))
+    assert result["in_sync"] is False and result["not_in_sync"] == {"0000000000000002": NOT_CONNECTED}
+    net.app.connect(net.s2)
+    assert len(net.s2.table) == 4 and mode(net, "s2-eth1") == "fifo"
+    net.app.disconnect(net.s2)
+    result, _ = net.app.request("clear_policy")      # s2 keeps ours until it is back
+    assert result["not_in_sync"] == {"0000000000000002": NOT_CONNECTED} and mode(net, "s2-eth1") == "fifo"
+    net.app.connect(net.s2)
+    assert net.s2.table == {} and mode(net, "s2-eth1") is None

@@ -1,46 +1,33 @@
-"""controller/adapters/rest.py: the REST API as a client sees it, over a small stand-in controller."""
+"""controller/adapters/rest.py: the REST API as a client sees it, in front of the real core
+(controller/core/controller.py) on the study's fake switches (tests/unit/fakes.py)."""
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from webob import Request
 
-from controller.core.policy import load_document, parse_policy
 from controller.adapters.rest import make_app
-
-POLICIES = Path(__file__).resolve().parents[2] / "policies"
-
-
-def shipped(name: str) -> dict:
-    return load_document(POLICIES / f"{name}.yaml")
+from controller.adapters.statefile import StateFile
+from tests.unit.fakes import shipped, study_net, up
 
 
-class PolicyHolder:
-    """Keeps the policy in force the way the app does: validate first, change nothing on error."""
+class CoreClient:
+    """What the app's call() does: a request into the core, its answer, or its error raised."""
 
-    def __init__(self, document: Any = None):
-        self.document = None
-        self.policy = None
-        if document is not None:
-            self.set_policy(document)
-
+    def __init__(self, net):
+        self.net = net
 
     def call(self, op: str, arg: Any = None) -> Any:
-        return self.document if op == "policy" else getattr(self, op)(arg)
+        self.net.app.begin(op, arg)
+        self.net.app.settle()
+        answer = self.net.app.answers[-1]
+        if answer.error is not None:
+            raise answer.error
+        return answer.result
 
-    def set_policy(self, document: Any) -> dict:
-        policy = parse_policy(document)
-        self.policy, self.document = policy, document
-        return {"applied": policy.name}
-
-    def clear_policy(self, _=None) -> dict:
-        name = self.policy.name if self.policy else None
-        self.policy = self.document = None
-        return {"cleared": name}
-
-    def status(self, _) -> dict:
-        return {"policy": self.policy.name if self.policy else None, "switches": {}}
+    @property
+    def policy(self):
+        return self.net.app.policy
 
 
 def call(app, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
@@ -56,9 +43,19 @@ def put_json(app, document: Any):
     return call(app, "PUT", "/qos/v1/policy", json.dumps(document).encode())
 
 
+def bare(tmp_path) -> CoreClient:
+    """The core with the study's switches connected and no policy yet."""
+    net = study_net(tmp_path)
+    net.app.connect(net.s1)
+    net.app.connect(net.s2)
+    return CoreClient(net)
+
+
 @pytest.fixture
-def holder():
-    return PolicyHolder(shipped("none"))
+def holder(tmp_path):
+    net = study_net(tmp_path)
+    up(net, "none")
+    return CoreClient(net)
 
 
 @pytest.fixture
@@ -67,7 +64,10 @@ def app(holder):
 
 
 def test_get_status(app):
-    assert call(app, "GET", "/qos/v1/status") == (200, "application/json", {"policy": "none", "switches": {}})
+    code, kind, body = call(app, "GET", "/qos/v1/status")
+    assert (code, kind, body["policy"], body["role"]) == (200, "application/json", "none", "active")
+    assert body["switches"]["0000000000000001"]["ports"]["1"] == {"iface": "s1-eth1", "mode": "fifo", "queues": "fifo",
+                                                                  "congested": False}
 
 
 def test_get_policy_returns_the_document_in_force(app):
@@ -77,12 +77,13 @@ def test_get_policy_returns_the_document_in_force(app):
     assert body["switches"]["s1"]["ports"]["1"]["queues"] == "fifo"
 
 
-def test_get_policy_before_any_is_null():
-    assert call(make_app(PolicyHolder()), "GET", "/qos/v1/policy") == (200, "application/json", None)
+def test_get_policy_before_any_is_null(tmp_path):
+    assert call(make_app(bare(tmp_path)), "GET", "/qos/v1/policy") == (200, "application/json", None)
 
 
 def test_put_a_good_policy_applies_it(app, holder):
-    assert put_json(app, shipped("reserve")) == (200, "application/json", {"applied": "reserve"})
+    assert put_json(app, shipped("reserve")) == (200, "application/json", {"applied": "reserve", "changed": True,
+                                                                           "in_sync": True})
     assert holder.policy.name == "reserve"
     assert call(app, "GET", "/qos/v1/status")[2]["policy"] == "reserve"
     assert call(app, "GET", "/qos/v1/policy")[2]["name"] == "reserve"
@@ -141,7 +142,7 @@ def test_a_405_says_which_methods_are_allowed(app):
 
 
 def test_delete_clears_the_policy_and_says_which(app, holder):
-    assert call(app, "DELETE", "/qos/v1/policy") == (200, "application/json", {"cleared": "none"})
+    assert call(app, "DELETE", "/qos/v1/policy") == (200, "application/json", {"cleared": "none", "in_sync": True})
     assert holder.policy is None
     assert call(app, "GET", "/qos/v1/policy")[2] is None
 
@@ -155,14 +156,22 @@ def test_put_a_policy_with_ip_proto_as_a_list_is_400(app, holder):
     assert holder.policy.name == "none"
 
 
-class Failing(PolicyHolder):
-    def status(self, _) -> dict:
+def test_an_unexpected_error_is_a_500_without_a_traceback(holder, monkeypatch):
+    def broken(_):
         raise KeyError("/work/main/controller/internal/path")
-
-
-def test_an_unexpected_error_is_a_500_without_a_traceback():
-    code, _, body = call(make_app(Failing()), "GET", "/qos/v1/status")
+    monkeypatch.setattr(holder.net.app.core, "_op_status", broken)
+    code, _, body = call(make_app(holder), "GET", "/qos/v1/status")
     assert (code, body) == (500, {"error": "internal error, see the controller's log"})
+
+
+def test_a_state_file_that_cannot_be_written_is_a_500_that_says_so_and_changes_nothing(holder, tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")                           # even root cannot make a directory where a file is
+    holder.net.app.core.store = StateFile(blocker / "state.json")
+    code, _, body = put_json(make_app(holder), shipped("reserve"))
+    assert code == 500 and body["error"].startswith("cannot save the policy in force (") and \
+        body["error"].endswith("nothing was changed: make the state directory writable, or set [qos] state_file")
+    assert holder.policy.name == "none" and call(make_app(holder), "DELETE", "/qos/v1/policy")[0] == 500
 
 
 def test_a_body_over_one_mib_is_413_and_changes_nothing(app, holder):

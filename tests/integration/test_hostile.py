@@ -1,0 +1,185 @@
+"""Hostile and faulty peers against the real controller and real OVS: a connection that claims a live
+switch's datapath id, garbage on the OpenFlow port, idle HTTP clients by the thousand, policies that
+nothing downstream can carry, and a state directory that cannot be written. The switches keep being
+served, and every refusal is one line."""
+import json
+import socket
+import struct
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.integration.conftest import controller_config, requires_ovs, start_controller, stop_controller
+from tests.integration.test_reliability import (DPIDS, bridges, controller, in_sync, our_flows,  # noqa: F401
+                                                policy, port_qos, rest, sh, wait)
+
+pytestmark = requires_ovs
+OFP13 = 4
+HELLO, ECHO_REQUEST, ECHO_REPLY, FEATURES_REQUEST, FEATURES_REPLY = 0, 2, 3, 5, 6
+MULTIPART_REQUEST, MULTIPART_REPLY, PORT_DESC = 18, 19, 13
+
+
+class FakePeer:
+    """A TCP peer on the OpenFlow port that speaks as much OpenFlow 1.3 as it is told to."""
+
+    def __init__(self):
+        self.sock = socket.create_connection(("127.0.0.1", 6653), timeout=5)
+        self.buf = b""
+
+    def send(self, msg_type: int, body: bytes = b"", xid: int = 0, version: int = OFP13, length: int | None = None):
+        self.sock.sendall(struct.pack("!BBHI", version, msg_type, length or 8 + len(body), xid) + body)
+
+    def receive(self) -> tuple[int, int]:
+        while len(self.buf) < 8 or len(self.buf) < struct.unpack_from("!H", self.buf, 2)[0]:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("closed by the controller")
+            self.buf += data
+        _, msg_type, length, xid = struct.unpack_from("!BBHI", self.buf)
+        self.buf = self.buf[length:]
+        return msg_type, xid
+
+    def claim(self, dp_id: int) -> None:
+        """The handshake a switch makes, with `dp_id` for its datapath id and no ports."""
+        self.send(HELLO)
+        while True:
+            msg_type, xid = self.receive()
+            if msg_type == FEATURES_REQUEST:
+                self.send(FEATURES_REPLY, struct.pack("!QIBB2xII", dp_id, 0, 254, 0, 0, 0), xid)
+            elif msg_type == MULTIPART_REQUEST:
+                self.send(MULTIPART_REPLY, struct.pack("!HH4x", PORT_DESC, 0), xid)
+                return
+            elif msg_type == ECHO_REQUEST:
+                self.send(ECHO_REPLY, b"", xid)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def tracebacks(log) -> int:
+    return log.read_text().count("Traceback")
+
+
+@pytest.mark.parametrize("leaves", ["at once", "when closed by the controller"])
+def test_a_connection_claiming_a_live_bridges_datapath_id_does_not_take_the_bridge_out_of_management(
+        controller, leaves):   # noqa: F811
+    _, tmp_path, names = controller
+    assert rest("PUT", "/policy", policy("reserve"))[0] == 200
+    wait(lambda: in_sync("reserve"), 20, "the policy in force")
+    peer = FakePeer()
+    peer.claim(DPIDS[0])
+    if leaves == "at once":
+        peer.close()
+    else:
+        with pytest.raises(ConnectionError):     # the controller asks the bridge, which answers: the peer goes
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                msg_type, xid = peer.receive()
+                if msg_type == ECHO_REQUEST:
+                    peer.send(ECHO_REPLY, b"", xid)
+        peer.close()
+    time.sleep(4)                                 # the claim's test is over either way
+    status = rest("GET", "/status")[1]
+    assert f"{DPIDS[0]:016x}" in status["switches"] and in_sync("reserve"), status
+    sh("ovs-ofctl", "-O", "OpenFlow13", "del-flows", names[0])
+    wait(lambda: len(our_flows(names[0])) == 4, 2.5, "flows deleted by hand repaired")
+    code, answer = rest("DELETE", "/policy")
+    assert code == 200 and answer["in_sync"] is True, answer
+    assert port_qos(f"{names[0]}p2") == "[]"
+    log = (tmp_path / "controller.log").read_text()
+    if leaves != "at once":
+        assert "another connection claimed it while the switch answers on its own" in log
+    assert "Traceback" not in log
+
+
+# What each peer sends, and the lines it may cost: os-ken waits for the rest of what a header announces
+# (an HTTP request's "GET " reads as a 21536-byte message), so a peer that leaves first costs none.
+GARBAGE = {
+    "http": (lambda peer: peer.sock.sendall(b"GET / HTTP/1.0\r\n\r\n"), 0),
+    "unknown version": (lambda peer: peer.send(HELLO, version=0x09), 1),
+    "truncated features": (lambda peer: (peer.send(HELLO), time.sleep(0.3), peer.send(FEATURES_REPLY, b"\x00\x01")),
+                           1),
+    "junk": (lambda peer: peer.sock.sendall(b"\xff\xff\x00\x08" + b"\xff" * 252), 1),
+}
+
+
+def test_garbage_on_the_openflow_port_is_one_line_per_peer_and_the_switches_are_served_on(controller):  # noqa: F811
+    _, tmp_path, names = controller
+    assert rest("PUT", "/policy", policy("reserve"))[0] == 200
+    wait(lambda: in_sync("reserve"), 20, "the policy in force")
+    log = tmp_path / "controller.log"
+    lines = len(log.read_text().splitlines())
+    for name, (send, expected) in GARBAGE.items():
+        peer = FakePeer()
+        send(peer)
+        time.sleep(0.5)
+        peer.close()
+        time.sleep(0.5)
+        new = log.read_text().splitlines()[lines:]
+        lines += len(new)
+        assert len(new) == expected and "Traceback" not in "\n".join(new), (name, new)
+    sh("ovs-ofctl", "-O", "OpenFlow13", "del-flows", names[1])
+    wait(lambda: len(our_flows(names[1])) == 4, 2.5, "a switch still served")
+
+
+def test_a_thousand_idle_http_clients_do_not_hold_the_api(controller):  # noqa: F811
+    idle = []
+    try:
+        for _ in range(1030):
+            idle.append(socket.create_connection(("127.0.0.1", 8080), timeout=5))
+        started = time.monotonic()
+        with urllib.request.urlopen("http://127.0.0.1:8080/qos/v1/status", timeout=10) as resp:
+            assert resp.status == 200
+        assert time.monotonic() - started < 5
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda d: d["switches"]["b0"]["ports"][2].update(capacity=10**400), "switches.b0.ports.2.capacity"),
+    (lambda d: d["classes"]["udp"].update(police={"rate": "1" * 401}), "classes.udp.police.rate"),
+    (lambda d: d["switches"]["b0"]["flows"][2].update({"class": []}), "switches.b0.flows[2].class"),
+    (lambda d: d["switches"]["b0"]["flows"][2].update({"class": {}}), "switches.b0.flows[2].class"),
+    (lambda d: d["classes"].update({"tc\x00p": d["classes"].pop("tcp")}), "classes.'tc\\x00p'"),
+    (lambda d: d.update(name="\ud800"), "name"),
+])
+def test_what_ovsdb_prometheus_or_a_log_cannot_carry_is_a_400_and_the_old_policy_stays(controller, change,  # noqa: F811
+                                                                                        field):
+    _, tmp_path, _ = controller
+    assert rest("PUT", "/policy", policy("good"))[0] == 200
+    doc = policy("bad")
+    change(doc)
+    body = json.dumps(doc).encode()               # JSON escapes the NUL and the lone surrogate as \u....
+    req = urllib.request.Request("http://127.0.0.1:8080/qos/v1/policy", data=body, method="PUT")
+    try:
+        urllib.request.urlopen(req, timeout=30)
+        raise AssertionError("accepted")
+    except urllib.error.HTTPError as err:
+        assert err.code == 400 and json.load(err)["error"].startswith(field + ": ")
+    assert rest("GET", "/policy")[1]["name"] == "good" and in_sync("good")
+    with urllib.request.urlopen("http://127.0.0.1:9101/metrics", timeout=10) as resp:
+        assert resp.status == 200 and 'ovsqos_policy_info{policy="good"} 1.0' in resp.read().decode()
+    assert "Traceback" not in (tmp_path / "controller.log").read_text()
+
+
+def test_a_read_only_state_directory_is_a_500_that_says_so_and_keeps_the_policy(tmp_path, bridges):  # noqa: F811
+    state = tmp_path / "state"
+    state.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(state)], check=True)
+    proc = start_controller(controller_config(tmp_path / "qos.conf", state_file=str(state / "test.json")),
+                            tmp_path / "controller.log")
+    try:
+        for method, body in (("PUT", policy("reserve")), ("DELETE", None)):
+            code, answer = rest(method, "/policy", body)
+            assert code == 500 and answer["error"].startswith("cannot save the policy in force (") and \
+                "Read-only file system" in answer["error"], answer
+        assert rest("GET", "/policy")[1] is None
+        log = (tmp_path / "controller.log").read_text()
+        assert "Traceback" not in log and log.count("cannot save the policy in force") == 2, log[-2000:]
+    finally:
+        stop_controller(proc, clear=False)
+        subprocess.run(["umount", str(state)], check=True)
