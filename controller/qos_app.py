@@ -173,8 +173,11 @@ class QosController(App):
             hub.sleep(wait)
 
     def _watch_remotes(self) -> None:
-        """Report every remote's state, and the lock's, each second."""
+        """Each second: the active one's heartbeat, or the standby's watch over it; every remote's state and
+        the lock's, reported."""
         while True:
+            self.ovsdb.beat()
+            self.ovsdb.watch_active(time.monotonic())
             self._post(ev.RemotesChanged(self.ovsdb.connected(), (), self.ovsdb.locked, self.ovsdb.lock_taken))
             hub.sleep(1.0)
 

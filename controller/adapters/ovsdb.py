@@ -10,16 +10,23 @@ returns.
 
 One controller per owner: the connection asks OVSDB for a lock named after the owner (as ovn-northd
 does for its active/standby pairs); while another holds it, every transaction of ours is refused
-by the server itself.
+by the server itself (python-ovs asserts the lock in each one).
+
+Liveness: ovsdb-server probes no client of a unix socket, so a controller that hangs (SIGSTOP, a
+deadlock) would keep the lock as long as its socket stays open. The active controller of a standby
+pair therefore beats a heartbeat (a counter in Open_vSwitch external_ids, written without asking
+vswitchd to reconfigure), and a standby that sees it stand still steals the lock (controller/adapters/
+remotes.py), whereupon the hung one, should it resume, finds its transactions refused.
 """
 from __future__ import annotations
 
 import logging
+import queue
 import time
 from pathlib import Path
 
 from ovs.stream import Stream
-from ovsdbapp.backend.ovs_idl import command, connection, idlutils
+from ovsdbapp.backend.ovs_idl import command, connection, idlutils, transaction
 from ovsdbapp.schema.open_vswitch import impl_idl
 
 from controller.core.bridges import BridgeInfo
@@ -65,6 +72,8 @@ class Ovsdb:
             else:
                 helper.register_columns(table, columns)
         self._idl = connection.OvsdbIdl(remote, helper)
+        # The generation id and the heartbeat live there: changes to them are not changes to what we plan from.
+        self._idl.tables["Open_vSwitch"].columns["external_ids"].alert = False
         self._idl.set_lock(lock_name(owner))    # before the connection starts (python-ovs asks that)
         # A server back is used within 2 s (python-ovs backs off to 8 s); its session is private, no other way.
         self._idl._session.reconnect.set_backoff(1000, 2000)
@@ -170,6 +179,28 @@ class Ovsdb:
     def _generation_key(self) -> str:
         return f"{OWNER_KEY}-generation-{self.owner}"
 
+    def heartbeat(self) -> int:
+        """The active controller's heartbeat as this replica holds it (0: none)."""
+        row = next(iter(self._api.tables["Open_vSwitch"].rows.values()), None)
+        return _int(row.external_ids, self._heartbeat_key) if row else 0
+
+    def beat(self) -> None:
+        """One heartbeat. Unlike our other transactions it does not ask vswitchd to reconfigure (no next_cfg),
+        so it costs vswitchd nothing; like them, it carries our lock."""
+        with transaction.Transaction(self._api, self._api.ovsdb_connection, self._api.ovsdb_connection.timeout,
+                                     check_error=True, log_errors=False) as txn:
+            txn.add(_Beat(self._api, self._heartbeat_key))
+
+    def steal_lock(self) -> None:
+        """Take the owner's lock from the session holding it (RFC 7047 "steal"), which is told it was
+        stolen. Sent from ovsdbapp's connection thread, which alone may touch the session (and flushes
+        what is sent): queued there as a transaction would be."""
+        self._api.ovsdb_connection.queue_txn(_Steal(self._idl))
+
+    @property
+    def _heartbeat_key(self) -> str:
+        return f"{OWNER_KEY}-alive-{self.owner}"
+
     def remove_orphans(self) -> int:
         """Remove our QoS rows no port uses and our Queue rows no QoS uses; returns how many."""
         with self._api.transaction(check_error=True, log_errors=False) as txn:
@@ -258,6 +289,30 @@ class _NextGeneration(command.BaseCommand):
         row.verify("external_ids")
         self.result = (max(_int(row.external_ids, self.key), self.above, 0) + 1) % 2**64
         row.setkey("external_ids", self.key, str(self.result))
+
+
+class _Steal:
+    """A "steal" request, in ovsdbapp's transaction queue. A session may not ask for a lock it already
+    waits for (ovsdb-server answers with an error), so the wait is withdrawn ("unlock") first. python-ovs
+    asks only "lock"; its own request path, given the other methods, does the rest (the steal's reply
+    sets has_lock as a lock reply would)."""
+
+    def __init__(self, idl):
+        self.idl, self.results, self.commands = idl, queue.Queue(1), []
+
+    def do_commit(self) -> None:
+        self.idl._Idl__do_send_lock_request("unlock")
+        self.idl._lock_request_id = self.idl._Idl__do_send_lock_request("steal")
+
+
+class _Beat(command.BaseCommand):
+    def __init__(self, api, key: str):
+        super().__init__(api)
+        self.key = key
+
+    def run_idl(self, txn):
+        row = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
+        row.setkey("external_ids", self.key, str((_int(row.external_ids, self.key) + 1) % 2**31))
 
 
 class _RemoveOrphans(command.BaseCommand):

@@ -23,6 +23,7 @@ from controller.core.plan import ABSENT
 
 LOG = logging.getLogger(__name__)
 FIRST_RETRY, MAX_RETRY = 1.0, 30.0
+TAKEOVER_SECONDS = 8.0    # a standby steals the lock from an active one whose heartbeat stood still this long
 
 
 class Remotes:
@@ -33,6 +34,7 @@ class Remotes:
         self.names, self.standby = names, standby
         self._connect = connect
         self._claimed = 0
+        self._beat: tuple[int, float] | None = None   # the active one's heartbeat last seen, and since when
         self.dbs: dict[str, Any] = {}
         self.errors: dict[str, str] = {}                      # why a remote is not connected
         self._backoff = dict.fromkeys(names, FIRST_RETRY)
@@ -67,6 +69,31 @@ class Remotes:
         """Whether another controller of our owner holds the first remote's lock."""
         db = self._first
         return bool(db and db.connected and db.lock_contended)
+
+    def beat(self) -> None:
+        """The active controller of a standby pair: one heartbeat in the first remote."""
+        db = self._first
+        if self.standby and db is not None and db.connected and db.has_lock:
+            try:
+                db.beat()
+            except (OvsdbError, RuntimeError) as err:
+                LOG.warning("OVSDB %s: heartbeat not written: %s", self.names[0], err)
+
+    def watch_active(self, now: float) -> None:
+        """The standby: steal the lock from an active controller whose heartbeat stood still for
+        TAKEOVER_SECONDS (hung, or stopped, with its OVSDB session still open)."""
+        db = self._first
+        if not self.standby or db is None or not db.connected or not db.lock_contended:
+            self._beat = None
+            return
+        beat = db.heartbeat()
+        if self._beat is None or self._beat[0] != beat:
+            self._beat = (beat, now)
+        elif now - self._beat[1] >= TAKEOVER_SECONDS:
+            LOG.warning("OVSDB %s: the active controller's heartbeat has stood still for %.0f s; taking its lock",
+                        self.names[0], now - self._beat[1])
+            db.steal_lock()
+            self._beat = None
 
     def generation_id(self) -> int:
         """The OpenFlow generation id the active controller claimed, kept in the first remote; 0 while that

@@ -1,15 +1,23 @@
 """Active/standby against real OVS, Mininet hosts and iperf3: two controllers of one owner (`standby =
 true`), the switches connected to both. The one holding the OVSDB lock is master; SIGKILL it during a
 flood and the standby is active within 5 s, keeps every QoS row as it was (none lost, none doubled, the
-reservation not rolled back), and answers the next congestion episode itself."""
+reservation not rolled back), and answers the next congestion episode itself. SIGSTOP it instead (its
+OVSDB session stays open, and a unix socket is never probed) and the standby takes over when its
+heartbeat stands still; SIGCONT it and it writes nothing: it stands down."""
 import os
+import re
 import signal
 import subprocess
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import pytest
+
+from controller.adapters.ovsdb import DEFAULT_DB
 from tests.integration.conftest import (NOTHING_LEFT, controller_config, leftovers, requires_ovs, start_controller,
                                         stop_controller)
+from tests.integration.test_reliability import DPIDS, bridges, our_flows  # noqa: F401
+from tests.integration.test_reliability import policy as reliability_policy
 from topo.harness.controller import ControllerClient, ControllerError
 from topo.net import traffic
 from topo.net.network import network
@@ -91,3 +99,94 @@ def test_the_standby_takes_over_a_flood_within_5_s_keeping_every_row_and_answers
     assert took_over <= 5, took_over
     assert "taking over" in (tmp_path / "b.log").read_text()
     assert leftovers() == NOTHING_LEFT
+
+
+@pytest.fixture(params=["unix", "tcp"])
+def remote(request):
+    """The OVSDB both controllers use: the system's socket, or the same database over TCP (whose server
+    probes its clients, unlike a unix socket's)."""
+    if request.param == "unix":
+        yield DEFAULT_DB
+        return
+    subprocess.run(["ovs-appctl", "-t", "ovsdb-server", "ovsdb-server/add-remote", "ptcp:6642:127.0.0.1"], check=True)
+    try:
+        yield "tcp:127.0.0.1:6642"
+    finally:
+        subprocess.run(["ovs-appctl", "-t", "ovsdb-server", "ovsdb-server/remove-remote", "ptcp:6642:127.0.0.1"])
+
+
+def fifo_policy(name: str, capacity: str, classified: bool) -> dict:
+    doc = reliability_policy(name, queues="fifo")
+    for switch in doc["switches"].values():
+        switch["ports"][2]["capacity"] = capacity
+        switch["flows"] = switch["flows"] if classified else switch["flows"][:2]
+    return doc
+
+
+def test_a_hung_active_is_replaced_and_writes_nothing_when_it_resumes(tmp_path, bridges, remote):  # noqa: F811
+    shared = {"state_file": tmp_path / "state.json", "standby": "true", "ovsdb": remote}
+    first = start_controller(controller_config(tmp_path / "a.conf", **shared), tmp_path / "a.log")
+    second = start_controller(controller_config(tmp_path / "b.conf", ofp_port=6654, api_port=8081, metrics_port=9111,
+                                                **shared), tmp_path / "b.log")
+    old, new = ControllerClient(), ControllerClient("http://127.0.0.1:8081/qos/v1")
+    stopped = False
+    try:
+        for bridge in bridges:
+            subprocess.run(["ovs-vsctl", "set-controller", bridge, "tcp:127.0.0.1:6653", "tcp:127.0.0.1:6654"],
+                           check=True)
+        dpids = {f"{d:016x}" for d in DPIDS}
+        answering(new, second, tmp_path / "b.log")
+        new.wait(lambda s: s["role"] == "standby" and dpids <= set(s["switches"]), 30, "the standby with both")
+        old.wait(lambda s: s["role"] == "active" and dpids <= set(s["switches"]), 30, "the active with both")
+        assert old.put_policy(fifo_policy("first", "10Mbit", classified=True))["in_sync"]
+        os.kill(first.pid, signal.SIGSTOP)
+        stopped, hung = True, time.monotonic()
+        new.wait(lambda s: s["role"] == "active", 20, "the standby taking over from the hung one")
+        took_over = time.monotonic() - hung
+        answer = new.put_policy(fifo_policy("second", "20Mbit", classified=False))
+        assert answer["in_sync"], answer
+        expected = {bridge: (rate(bridge), sorted(our_flows_specs(bridge))) for bridge in bridges}
+        assert all(r == "20000000" and len(f) == 2 for r, f in expected.values()), expected
+        before = len((tmp_path / "a.log").read_text())   # all it wrote before it hung
+        os.kill(first.pid, signal.SIGCONT)
+        stopped = False
+        resumed = time.monotonic()
+        seen = []
+        while time.monotonic() - resumed < 6:    # what the switches and OVSDB hold, while the old one wakes
+            seen.append({bridge: (rate(bridge), sorted(our_flows_specs(bridge))) for bridge in bridges})
+            time.sleep(0.2)
+        assert all(sample == expected for sample in seen), [s for s in seen if s != expected][:1]
+        assert old.status()["role"] == "standby" and new.status()["role"] == "active"
+        after = (tmp_path / "a.log").read_text()[before:]
+        assert "standing by" in after and not re.search(r"queues .* bit/s|queues removed", after), after[-3000:]
+        new.clear_policy()
+    finally:
+        if stopped:
+            os.kill(first.pid, signal.SIGCONT)
+        stop_controller(second, clear=False)
+        stop_controller(first, clear=False)
+    assert took_over <= 15, took_over
+    assert leftovers()["qos"] == ""
+
+
+def answering(client: ControllerClient, proc, log) -> None:
+    """Wait for a controller's API (start_controller waited for the one on 8080 only)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.status()
+            return
+        except ControllerError:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.2)
+
+
+def rate(bridge: str) -> str:
+    qos = subprocess.run(["ovs-vsctl", "get", "port", f"{bridge}p2", "qos"], capture_output=True, text=True).stdout.strip()
+    return "" if qos == "[]" else subprocess.run(["ovs-vsctl", "get", "qos", qos, "other_config:max-rate"],
+                                                 capture_output=True, text=True).stdout.strip().strip('"')
+
+
+def our_flows_specs(bridge: str) -> list[str]:
+    return [re.sub(r"duration=[^,]*, |n_packets=\d+, |n_bytes=\d+, |idle_age=\d+, ", "", f).strip()
+            for f in our_flows(bridge)]
