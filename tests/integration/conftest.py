@@ -23,11 +23,15 @@ requires_ovs = pytest.mark.skipif(os.geteuid() != 0 or not _ovs_running(),
 def _present() -> dict[str, set[str]]:
     def out(*args):
         return {line for line in subprocess.run(args, capture_output=True, text=True).stdout.splitlines() if line}
+    def alive(pattern: str) -> set[str]:
+        """Processes whose command line matches, zombies left out (a dead parent's are reaped by init later)."""
+        return {line for line in out("ps", "-eo", "pid=,stat=,args=") if pattern in line.split(None, 2)[-1]
+                and not line.split()[1].startswith("Z")}
     return {"bridges": out("ovs-vsctl", "list-br"),
             "qos": out("ovs-vsctl", "--columns=_uuid", "list", "QoS"),
             "queues": out("ovs-vsctl", "--columns=_uuid", "list", "Queue"),
-            "iperf3": out("pgrep", "-a", "-x", "iperf3"),
-            "controller": out("pgrep", "-af", "osken-manager")}
+            "iperf3": {line for line in alive("iperf3") if line.split(None, 2)[-1].split()[0].endswith("iperf3")},
+            "controller": alive("-manager ")}
 
 
 _BEFORE: dict[str, set[str]] = {}

@@ -87,6 +87,18 @@ def test_the_next_run_removes_what_a_killed_launcher_left(tmp_path):
     assert leftovers() == NOTHING_LEFT
 
 
+def test_clean_removes_what_a_killed_launcher_left_its_queues_rows_included(tmp_path):
+    killed = launch("--policy", "reserve", "--quick", out=tmp_path / "killed")
+    wait_until(lambda: leftovers()["iperf3"] and leftovers()["qos"], "traffic through reserve's queues", killed)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.communicate(timeout=10)
+    done = subprocess.run([sys.executable, "topo/run.py", "clean"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "QoS/Queue rows of owner study" in done.stdout and "controller (pid" in done.stdout
+    assert leftovers() == NOTHING_LEFT
+
+
 def test_an_interrupted_run_keeps_the_summary_of_every_policy_that_finished(tmp_path):
     proc = launch("--policy", "none", "reserve", *SHORT, out=tmp_path)
     wait_until(lambda: (tmp_path / "raw" / "reserve").exists() and leftovers()["iperf3"], "the second policy", proc,

@@ -12,12 +12,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from controller.adapters.ovsdb import DEFAULT_DB
 from topo.harness.host import RunRecord, end
 
 REPO = Path(__file__).resolve().parents[2]
 OPENFLOW = ("127.0.0.1", 6653)
 START_SECONDS = 90   # imports alone take ~10 s in a TCG-emulated VM (vm/), more on a loaded host
 API = "http://127.0.0.1:8080/qos/v1"
+STUDY_OWNER = "study"   # the owner of the controller a study starts: its rows are the run's
 
 
 class ControllerError(RuntimeError):
@@ -93,7 +95,7 @@ def controller(log_path: Path, record: RunRecord | None = None, config: Path = R
     # This run's controller keeps its saved policy beside its log, not in the host's state directory.
     run_config = log_path.with_name("controller.conf")
     run_config.write_text((f"[DEFAULT]\nofp_listen_host = {openflow_host}\n" if openflow_host else "")
-                          + f"[qos]\nowner = study\nstate_file = {log_path.with_name('controller-state.json')}\n"
+                          + f"[qos]\nowner = {STUDY_OWNER}\nstate_file = {log_path.with_name('controller-state.json')}\n"
                           + (f"ovsdb = {','.join(ovsdb)}\n" if ovsdb else ""))
     with open(log_path, "w") as log:
         proc = subprocess.Popen([str(manager), "--config-file", str(config), "--config-file", str(run_config),
@@ -101,6 +103,7 @@ def controller(log_path: Path, record: RunRecord | None = None, config: Path = R
                                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
     if record:
         record.process(proc.pid, "controller")
+        record.rows(STUDY_OWNER, tuple(ovsdb) or (DEFAULT_DB,))
     try:
         deadline = time.monotonic() + START_SECONDS
         while not (_listening(openflow) and _answers(client)):

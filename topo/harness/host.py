@@ -2,9 +2,11 @@
 
 A launcher holds an flock on /run/ovs-qos-study/lock (the kernel releases it however the process
 dies) and records in /run/ovs-qos-study/run.json everything it starts: processes, with their start
-time so that a reused pid is never killed, and the OVS bridges and links of its networks. A
-launcher that finds the record of a dead one, or `topo/run.py clean`, removes what it lists:
-the controller first with SIGTERM (it takes its QoS rows with it), the rest with SIGKILL.
+time so that a reused pid is never killed, the OVS bridges and links of its networks, and the owner
+and OVSDB remotes of the controller it started. A launcher that finds the record of a dead one, or
+`topo/run.py clean`, removes what it lists: the controller and Prometheus first with SIGTERM, the rest
+with SIGKILL, then the bridges and links, then the controller owner's QoS and Queue rows (a controller
+leaves them in place when it stops, for the next one to adopt; here there is no next one).
 """
 from __future__ import annotations
 
@@ -41,11 +43,16 @@ class RunRecord:
         self._path = state_dir / "run.json"
         self._data: dict[str, Any] = {"pid": os.getpid(), "start_time": start_time(os.getpid()),
                                       "out": str(out), "started": time.time(),
-                                      "processes": [], "bridges": [], "links": []}
+                                      "processes": [], "bridges": [], "links": [], "rows": []}
         self._save()
 
     def process(self, pid: int, what: str) -> None:
         self._data["processes"].append({"pid": pid, "start_time": start_time(pid), "what": what})
+        self._save()
+
+    def rows(self, owner: str, remotes: tuple[str, ...]) -> None:
+        """A controller of `owner` runs on these OVSDB remotes: its rows go with the run."""
+        self._data["rows"].append({"owner": owner, "remotes": list(remotes)})
         self._save()
 
     def network(self, bridges: list[str], links: list[str], hosts: dict[str, int]) -> None:
@@ -141,8 +148,34 @@ def remove_leftovers(path: Path) -> list[str]:
         if Path("/sys/class/net", link).exists():
             subprocess.run(["ip", "link", "del", link], capture_output=True)
             removed.append(f"link {link}")
+    for rows in run.get("rows", ()):
+        for remote in rows["remotes"]:
+            count = remove_rows(rows["owner"], remote)
+            if count:
+                removed.append(f"{count} QoS/Queue rows of owner {rows['owner']} in {remote}")
     path.unlink(missing_ok=True)
     return removed
+
+
+def remove_rows(owner: str, remote: str) -> int:
+    """Take `owner`'s QoS off every port and remove its QoS and Queue rows, in one transaction; how many
+    rows. A remote that does not answer is left as it is."""
+    def vsctl(*args: str) -> str:
+        done = subprocess.run(["ovs-vsctl", f"--db={remote}", "--timeout=10", *args], capture_output=True, text=True)
+        return done.stdout if done.returncode == 0 else ""
+    tag = f"external_ids:ovs-qos-controller={owner}"
+    qos, queues = (vsctl("--bare", "--columns=_uuid", "find", table, tag).split() for table in ("qos", "queue"))
+    if not qos and not queues:
+        return 0
+    args = []
+    for line in vsctl("--bare", "--columns=name,qos", "--format=csv", "--data=bare", "list", "port").splitlines()[1:]:
+        name, _, used = line.partition(",")
+        if used in qos:
+            args += ["--", "clear", "port", name, "qos"]
+    args += [a for uuid in qos for a in ("--", "destroy", "qos", uuid)]
+    args += [a for uuid in queues for a in ("--", "destroy", "queue", uuid)]
+    vsctl(*args)
+    return len(qos) + len(queues)
 
 
 def _signal(pid: int, signum: int) -> None:
