@@ -19,8 +19,9 @@ from typing import Any
 import yaml
 
 from controller.core.bridges import OVSDB_READ, bridge_ports, check_bridges
+from controller.core.errors import PolicyError
 from controller.core.normalised import HexNumber, normalised_document
-from controller.core.policy import Policy, PolicyError, load_document, parse_policy
+from controller.core.policy import Policy, load_document, parse_policy
 
 EXIT_ERROR = 2
 OVSDB_TIMEOUT = 10.0

@@ -30,8 +30,14 @@ import greenlet  # noqa: E402
 from prometheus_client import CollectorRegistry, make_wsgi_app  # noqa: E402
 
 from controller.adapters import config, openflow  # noqa: E402
-from controller.adapters.listeners import (PortInUse, check_free, guard_openflow, listen,  # noqa: E402
-                                           raise_file_limit, serve)
+from controller.adapters.listeners import (  # noqa: E402
+    PortInUse,
+    check_free,
+    guard_openflow,
+    listen,
+    raise_file_limit,
+    serve,
+)
 from controller.adapters.metrics import ControllerCollector  # noqa: E402
 from controller.adapters.ovsdb import LockHeld, Ovsdb  # noqa: E402
 from controller.adapters.remotes import Remotes, on_this_host  # noqa: E402
@@ -39,8 +45,19 @@ from controller.adapters.rest import Busy, make_app  # noqa: E402
 from controller.adapters.statefile import StateFile  # noqa: E402
 from controller.adapters.tc import Tc, TcEvents  # noqa: E402
 from controller.adapters.worker import Worker  # noqa: E402
-from controller.compat import (CONF, DEAD_DISPATCHER, MAIN_DISPATCHER, App, EventBase,  # noqa: E402
-                               EventReplyBase, EventRequestBase, hub, ofp_event, ofproto_v1_3, set_ev_cls)
+from controller.compat import (  # noqa: E402
+    CONF,
+    DEAD_DISPATCHER,
+    MAIN_DISPATCHER,
+    App,
+    EventBase,
+    EventReplyBase,
+    EventRequestBase,
+    hub,
+    ofp_event,
+    ofproto_v1_3,
+    set_ev_cls,
+)
 from controller.core import actions as act  # noqa: E402
 from controller.core import events as ev  # noqa: E402
 from controller.core.controller import Controller  # noqa: E402
@@ -85,7 +102,7 @@ class EventCore(EventBase):
 class QosController(App):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for handler in logging.getLogger().handlers:   # the manager's handlers print bare messages
             handler.setFormatter(logging.Formatter(LOG_FORMAT, "%Y-%m-%d %H:%M:%S"))
@@ -182,6 +199,7 @@ class QosController(App):
             hub.sleep(1.0)
 
     def _watch_tc(self) -> None:
+        assert self.tc is not None      # made in start(), before this greenthread
         events, ours = TcEvents(), self.tc.portid
         try:
             while True:
@@ -228,7 +246,8 @@ class QosController(App):
             return
         kind = type(msg).__name__
         if kind in openflow.MULTIPART:
-            body = self.parts.add(conn, kind, msg.xid, msg.body, bool(msg.flags & msg.datapath.ofproto.OFPMPF_REPLY_MORE))
+            more = bool(msg.flags & msg.datapath.ofproto.OFPMPF_REPLY_MORE)
+            body = self.parts.add(conn, kind, msg.xid, msg.body, more)
             if body is None:
                 return
             msg.body = body
@@ -241,8 +260,9 @@ class QosController(App):
         for action in actions:
             if isinstance(action, act.Send):
                 dp = self.datapaths.get(action.conn)
-                for message in action.messages if dp else ():
-                    dp.send_msg(openflow.message(dp, message))
+                if dp is not None:
+                    for message in action.messages:
+                        dp.send_msg(openflow.message(dp, message))
             elif isinstance(action, act.Submit):
                 worker = self.workers.get(action.remote)
                 if worker is not None:

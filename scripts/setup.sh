@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(openvswitch-switch mininet iperf3 prometheus ethtool iproute2 iputils-ping
           python3-venv python3-pip docker-compose qemu-system-x86 debootstrap)
-WMEM=8388608   # PLATFORM.md trap 3: OVS's userspace datapath needs this before ovs-vswitchd starts
+WMEM=8388608   # docs/datapath.md (one full queue can stall every port): set before ovs-vswitchd starts
 
 say() { echo "setup: $*"; }
 [ "$(id -u)" -eq 0 ] || { echo "setup: run as root (apt, sysctl and Open vSwitch need it)" >&2; exit 2; }

@@ -24,8 +24,9 @@ behind ``topo/run.py report``); this module adds what only the tests need.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, NamedTuple
+from typing import NamedTuple
 
 from topo.harness import dashboard_report
 from topo.harness.dashboard_report import (  # noqa: F401  (the tests import these from here)

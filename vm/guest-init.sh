@@ -24,7 +24,7 @@ for ko in /lib/modules/"$(uname -r)"/kernel/net/ipv4/tcp_*.ko*; do
   [ "$ko" = tcp_diag ] || modules+=("$ko")   # socket monitoring, not a congestion control
 done
 for m in "${modules[@]}"; do modprobe "$m" || say "module $m did not load"; done
-sysctl -qw net.core.wmem_default=8388608   # PLATFORM.md trap 3: before ovs-vswitchd starts
+sysctl -qw net.core.wmem_default=8388608   # docs/datapath.md: before ovs-vswitchd starts
 
 # The repository (and its venv, if that lives elsewhere) at the same absolute paths as on the host.
 # cache=loose caches pages and metadata in the guest: Python imports take half the time under TCG,

@@ -30,7 +30,7 @@ REPO = VM_DIR.parent
 CACHE = Path(os.environ.get("OVSQOS_VM_CACHE") or "/var/cache/ovs-qos-vm")
 ENV_VAR = "OVSQOS_VM"  # the JSON the command sees in the guest; vm_environment() reads it
 # A KVM guest's kernel prints its first console line within about a second. Where nested
-# virtualisation is broken (PLATFORM.md) QEMU aborts (-cpu host) or the guest spins silently after
+# virtualisation is broken (vm/README.md) QEMU aborts (-cpu host) or the guest spins silently after
 # the firmware, so either, before any console output, means TCG.
 KVM_SILENCE_S = 10
 BOOT_TIMEOUT_S = 600  # a TCG boot takes well under a minute (vm/README.md); longer is a hang

@@ -22,7 +22,8 @@ OPTIONS = [
     cfg.StrOpt("state_file", default="", help="where the policy in force is kept across restarts "
                                               "(default /var/lib/ovs-qos-controller/<owner>.json)"),
     cfg.StrOpt("ovsdb", default=DEFAULT_DB, help="OVSDB remotes, comma-separated: unix:PATH, tcp:HOST:PORT or "
-                                                 "ssl:HOST:PORT; a switch is managed through the one holding its bridge"),
+                                                 "ssl:HOST:PORT; a switch is managed through the one holding its "
+                                                 "bridge"),
     cfg.StrOpt("ovsdb_private_key", default="", help="ssl: remotes: this controller's private key (PEM)"),
     cfg.StrOpt("ovsdb_certificate", default="", help="ssl: remotes: this controller's certificate (PEM)"),
     cfg.StrOpt("ovsdb_ca_cert", default="", help="ssl: remotes: the CA certificate the server's must be signed by"),
@@ -122,7 +123,8 @@ def _ovsdb_ssl(values: dict, remotes: tuple[str, ...]) -> tuple[Path, Path, Path
         if not values[name]:
             raise ConfigError(f"[qos] {name}: required by the ssl: ovsdb remote; give a PEM file (ovs-pki makes them)")
         _readable(Path(values[name]), f"[qos] {name}")
-    return tuple(Path(values[n]) for n in names)
+    key, certificate, ca_cert = (Path(values[n]) for n in names)
+    return key, certificate, ca_cert
 
 
 def _openflow(conf) -> tuple[str, int]:

@@ -111,7 +111,7 @@ def guard_openflow() -> None:
                 LOG.warning("OpenFlow: %s at %s:%s sent what cannot be read (%s: %s); connection closed", dp_id,
                             address[0], address[1], type(err).__name__, err)
 
-    module.datapath_connection_factory = factory
+    setattr(module, "datapath_connection_factory", factory)   # noqa: B010 - the framework's module attribute
     logging.getLogger(f"{FRAMEWORK}.ofproto.ofproto_parser").addFilter(_one_line)
 
 

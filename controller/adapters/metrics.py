@@ -5,7 +5,7 @@ Counters come from the switches, so they are exposed as they were last read
 """
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -43,8 +43,8 @@ class ControllerCollector(Collector):
                                          "switch (linux-htb: tx errors are the class's drops)",
                                          labels=["dp_id", "port", "queue"])
             for dp, queues in sorted(snap.queues.items()):
-                for (port, queue), counters in sorted(queues.items()):
-                    value = getattr(counters, name)
+                for (port, queue), queue_counters in sorted(queues.items()):
+                    value = getattr(queue_counters, name)
                     if value != ALL_ONES:
                         family.add_metric([_dp(dp), str(port), str(queue)], value)
             yield family
@@ -52,8 +52,8 @@ class ControllerCollector(Collector):
             family = CounterMetricFamily(f"ovsqos_meter_{name}", f"{doc}, read from the switch",
                                          labels=["dp_id", "meter", "class"])
             for dp, meters in sorted(snap.meters.items()):
-                for (meter, cls), counters in sorted(meters.items()):
-                    family.add_metric([_dp(dp), str(meter), cls], getattr(counters, name))
+                for (meter, cls), meter_counters in sorted(meters.items()):
+                    family.add_metric([_dp(dp), str(meter), cls], getattr(meter_counters, name))
             yield family
         yield _per_port("ovsqos_port_capacity_bytes_per_second", "Capacity of the port in the policy",
                         {k: v / 8 for k, v in snap.capacity_bps.items()})
@@ -101,14 +101,14 @@ class ControllerCollector(Collector):
                                 value=int(snap.load_error))
 
 
-def _per_switch(name: str, doc: str, values: dict[int, float]) -> GaugeMetricFamily:
+def _per_switch(name: str, doc: str, values: Mapping[int, float]) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, doc, labels=["dp_id"])
     for dp, value in sorted(values.items()):
         family.add_metric([_dp(dp)], float(value))
     return family
 
 
-def _per_port(name: str, doc: str, values: dict[tuple[int, int], float]) -> GaugeMetricFamily:
+def _per_port(name: str, doc: str, values: Mapping[tuple[int, int], float]) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, doc, labels=["dp_id", "port"])
     for (dp, port), value in sorted(values.items()):
         family.add_metric([_dp(dp), str(port)], float(value))

@@ -3,7 +3,8 @@ and the switch's replies read back into the core's events (controller/core/event
 own types, so that desired and actual compare directly."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from controller.core import actions as act
 from controller.core import events as ev
@@ -165,8 +166,8 @@ def _meter_features(conn: int, msg) -> ev.MeterFeaturesReply:
 
 
 def _queues(conn: int, msg) -> ev.QueueStatsReply:
-    return ev.QueueStatsReply(conn, msg.xid, {(s.port_no, s.queue_id): QueueCounters(s.tx_bytes, s.tx_packets, s.tx_errors)
-                                              for s in msg.body})
+    return ev.QueueStatsReply(conn, msg.xid, {(s.port_no, s.queue_id): QueueCounters(s.tx_bytes, s.tx_packets,
+                                                                                      s.tx_errors) for s in msg.body})
 
 
 def _ports(conn: int, msg) -> ev.PortStatsReply:

@@ -329,8 +329,8 @@ class _RemoveOrphans(command.BaseCommand):
                 removed += 1
         used_queues = {q.uuid for qos in self.api.tables["QoS"].rows.values()
                        if self.owned(qos) and qos.uuid in used_qos for q in qos.queues.values()}
-        for queue in list(self.api.tables["Queue"].rows.values()):
-            if self.owned(queue) and queue.uuid not in used_queues:
-                queue.delete()
+        for row in list(self.api.tables["Queue"].rows.values()):
+            if self.owned(row) and row.uuid not in used_queues:
+                row.delete()
                 removed += 1
         self.result = removed

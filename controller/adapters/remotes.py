@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from controller.adapters.ovsdb import LockHeld, OvsdbError
 from controller.core.bridges import BridgeInfo

@@ -14,7 +14,8 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from webob import Request, Response
 

@@ -5,7 +5,7 @@ OVS builds the HTB (or HFSC) root 1: and a class 1:<queue+1> per queue on the po
 both under a parent class 1:fffe. This module
 reads their counters and adds two things OVS does not:
 - leaves: the qdisc under each class. OVS leaves the kernel's default pfifo, as long as the
-  device's txqueuelen; the policy chooses its length and discipline (controller/queues.py).
+  device's txqueuelen; the policy chooses its length and discipline (controller/core/queues.py).
 - filters: u32 rules that send a DSCP mark to its class, because the userspace datapath ignores
   set_queue (every packet leaves through one AF_PACKET socket); one per mark for IPv4's DS field
   and one for IPv6's traffic class, at a prio each (the kernel keeps one protocol per prio).
@@ -23,9 +23,9 @@ import socket
 import struct
 import subprocess
 import threading
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 from pyroute2 import IPRoute
 from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_ECHO, NLM_F_REPLACE, NLM_F_REQUEST, nla, nlmsg

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from controller.adapters.ovsdb import OvsdbError
 from controller.adapters.tc import Tc
-from controller.core.plan import spec_classes, tc_changes
-from controller.core.jobs import Job, JobResult
 from controller.compat import hub
+from controller.core.jobs import Job, JobResult
+from controller.core.plan import spec_classes, tc_changes
 
 LOG = logging.getLogger(__name__)
 CLASS_WAIT_SECONDS = 3.0   # ovsdbapp returns once vswitchd applied the change; the classes follow at once
@@ -98,10 +98,12 @@ class Worker:
                 self._apply([job], results)
 
     def _ensure_tc(self, job: Job, result: JobResult) -> None:
+        assert job.spec is not None   # only jobs that put queues on a port are checked
         if self._tc is None:
             if job.userspace and job.spec.marks:   # its classes would get nothing: all would land in queue 0
                 result.error = (f"{job.iface}: a userspace-datapath bridge on another host steers classes by tc "
-                                "filters, which the controller sets only on its own host; run it on the kernel datapath")
+                                "filters, which the controller sets only on its own host; run it on the kernel "
+                                "datapath")
             return   # set_queue steers on the kernel datapath; the queues keep OVS's default leaf
         # Only a QoS change waits for OVS to build its classes; a check finds them there or not. After a
         # change, the leaves are written without being read first (they are OVS's new defaults, or ours

@@ -7,12 +7,11 @@ asked for it by the core itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from controller.core.flows import FlowEntry
 from controller.core.jobs import Job
 from controller.core.policy import Police
-
 
 # --- OpenFlow messages -----------------------------------------------------------------------------
 
@@ -79,7 +78,7 @@ class Echo:
     xid: int
 
 
-Message = Union[AddFlow, ModifyFlow, DeleteFlow, MeterMod, Barrier, StatsRequest, RoleRequest, Echo]
+Message = AddFlow | ModifyFlow | DeleteFlow | MeterMod | Barrier | StatsRequest | RoleRequest | Echo
 WRITES = (AddFlow, ModifyFlow, DeleteFlow, MeterMod)
 
 
@@ -119,4 +118,4 @@ class Later:
     event: Any
 
 
-Action = Union[Send, Close, Submit, Answer, Later]
+Action = Send | Close | Submit | Answer | Later

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from controller.core.policy import MAX_PORT, Policy, PolicyError, SwitchPolicy
+from controller.core.errors import PolicyError
+from controller.core.policy import MAX_PORT, Policy, SwitchPolicy
 
 OVSDB_READ = ["Open_vSwitch", *({"op": "select", "table": table, "where": [], "columns": columns}
                                 for table, columns in (("Bridge", ["datapath_id", "ports"]),

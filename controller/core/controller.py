@@ -16,13 +16,15 @@ from __future__ import annotations
 import collections
 import logging
 import random
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from controller.core import actions as act
 from controller.core import events as ev
 from controller.core.bridges import BridgeInfo, check_ports
 from controller.core.congestion import Decision
 from controller.core.errors import PolicyError, StorageError
+from controller.core.jobs import JobResult
 from controller.core.meters import desired_meters
 from controller.core.policy import Policy, load_document, parse_policy
 from controller.core.queues import OvsdbQos
@@ -80,9 +82,9 @@ class Controller:
         self.claims: dict[int, tuple[int, frozenset[int], int, int]] = {}   # rival conn → (dp, ports, conn, xid)
         self.rates = RateTracker()
         self.snapshot = Snapshot(policy=self.policy.name if self.policy else None, role=self.role)
-        self.decisions: collections.deque[dict] = collections.deque(maxlen=1000)
+        self.decisions: collections.deque[dict[str, Any]] = collections.deque(maxlen=1000)
         self.ports_by_ifindex: dict[int, tuple[int, int]] = {}   # device → (switch, port), for netlink
-        self.waiting: list[tuple[Any, dict, float, frozenset[int]]] = []   # changes answered once in sync
+        self.waiting: list[tuple[Any, dict[str, Any], float, frozenset[int]]] = []   # changes answered once in sync
         self.out: list[act.Action] = []
         self.now = 0.0
         self._late_logged: set[int] = set()
@@ -352,7 +354,7 @@ class Controller:
     def _op_policy(self, _: Any) -> Any:
         return self.document
 
-    def _op_set_policy(self, document: Any) -> dict:
+    def _op_set_policy(self, document: Any) -> dict[str, Any]:
         """Validate, check against the connected switches, save, then apply; on error nothing changes."""
         self._refuse_unless_active()
         try:
@@ -369,7 +371,7 @@ class Controller:
         self._install(ACTIVE, document, policy)
         return {"applied": policy.name, "changed": True}
 
-    def _op_clear_policy(self, _: Any) -> dict:
+    def _op_clear_policy(self, _: Any) -> dict[str, Any]:
         """No policy: take our flows and queues off every switch."""
         self._refuse_unless_active()
         previous = self.policy
@@ -404,7 +406,7 @@ class Controller:
                                   f"police, {sw.cannot_police}; remove police, or run the bridge on a datapath with "
                                   "meters (datapath_type netdev, or the kernel's on Linux 4.18 or later)")
 
-    def _op_status(self, _: Any) -> dict:
+    def _op_status(self, _: Any) -> dict[str, Any]:
         switches = {f"{dp_id:016x}": sw.status() for dp_id, sw in self.switches.items() if sw.bridge is not None}
         return {"role": self.role, "policy": self.policy.name if self.policy else None, "mode": self.mode,
                 "owner": self.owner, "ovsdb": self.ovsdb.remotes(), "switches": switches,
@@ -418,8 +420,8 @@ class Controller:
             sw.reconcile()
 
     # --- the worker and netlink ----------------------------------------------------------------------------
-    def _jobs_done(self, results: tuple) -> None:
-        touched: dict[int, list] = {}
+    def _jobs_done(self, results: tuple[JobResult, ...]) -> None:
+        touched: dict[int, list[JobResult]] = {}
         for result in results:
             sw = self.conns.get(result.job.conn)
             if sw is not None:    # else for a connection that is gone

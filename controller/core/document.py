@@ -22,7 +22,7 @@ MAX_NODES = 100_000
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key that a mapping repeats."""
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
@@ -85,7 +85,7 @@ def _text(data: bytes | str, where: str) -> str:
         raise PolicyError(f"{where}: not UTF-8 text; save the policy as UTF-8") from None
 
 
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [k for k, _ in pairs]
     repeated = next((k for k in keys if keys.count(k) > 1), None)
     if repeated is not None:

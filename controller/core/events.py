@@ -16,7 +16,6 @@ from controller.core.plan import ActualFlow
 from controller.core.policy import Police
 from controller.core.stats import FlowCounters, MeterCounters, PortCounters, QueueCounters
 
-
 # --- connections -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

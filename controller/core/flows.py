@@ -4,7 +4,7 @@ Pure: the adapter turns each FlowEntry into an OFPFlowMod. Steering a traffic
 class into its queue takes `set_queue` on the kernel datapath; the userspace
 datapath ignores it (all packets leave through one AF_PACKET socket), so there
 the flow also marks the packet's DSCP and a tc filter on the port maps the mark
-to the HTB class (see controller/tc.py).
+to the HTB class (see controller/adapters/tc.py).
 """
 from __future__ import annotations
 

@@ -10,14 +10,23 @@ import dataclasses
 import ipaddress
 from typing import Any
 
-from controller.core.policy import (SPECIAL_OUTPUTS, FlowRule, Policy, PortPolicy, SwitchPolicy, TrafficClass,
-                                    parse_share)
+from controller.core.policy import (
+    SPECIAL_OUTPUTS,
+    FlowRule,
+    Policy,
+    PortPolicy,
+    SwitchPolicy,
+    TrafficClass,
+    parse_share,
+)
 
 
 class HexNumber(int):
     """A number OpenFlow people read in hex (dp_id, eth_type); to JSON it is a plain int."""
 
-    def __new__(cls, value: int, digits: int = 1):
+    digits: int
+
+    def __new__(cls, value: int, digits: int = 1) -> HexNumber:
         number = super().__new__(cls, value)
         number.digits = digits
         return number
@@ -40,7 +49,7 @@ def percent(share: float) -> str | float:
 
 
 def _class(c: TrafficClass) -> dict[str, Any]:
-    spec = {"queue": c.queue, "min": percent(c.min_share), "max": percent(c.max_share), "dscp": c.dscp,
+    spec: dict[str, Any] = {"queue": c.queue, "min": percent(c.min_share), "max": percent(c.max_share), "dscp": c.dscp,
             "priority": c.priority}
     if c.police:
         spec["police"] = {"rate": f"{c.police.rate_kbps}kbit", "burst": f"{c.police.burst_kbits}kbit"}

@@ -12,8 +12,9 @@ before it is confirmed.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from controller.core.flows import FlowEntry
 from controller.core.meters import MeterChanges, meter_changes
@@ -65,10 +66,10 @@ def flow_changes(desired: Iterable[FlowEntry], actual: dict[int, ActualFlow]) ->
         if entry is None or (entry.priority, entry.match) != (flow.priority, flow.match):
             delete.append(cookie)
     for cookie, entry in wanted.items():
-        flow = actual.get(cookie)
-        if flow is None or cookie in delete:
+        held = actual.get(cookie)
+        if held is None or cookie in delete:
             add.append(entry)
-        elif flow.actions != entry.actions:
+        elif held.actions != entry.actions:
             modify.append(entry)
     return FlowChanges(tuple(sorted(delete)), tuple(modify), tuple(add))
 
@@ -91,7 +92,7 @@ def plan(state: SwitchState | None, flows: dict[int, ActualFlow], qos: dict[int,
     reserving_now = {p for p, q in qos.items() if isinstance(q, OvsdbQos) and q.mode == "reserve"}
     desired_flows = state.flows(state.reserving & reserving_now)
     desired_qos = state.qos(state.reserving | steered_ports(flows))
-    changes = {}
+    changes: dict[int, QosSpec | None] = {}
     for port, actual in qos.items():
         want = desired_qos.get(port)
         if actual == FOREIGN:

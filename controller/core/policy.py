@@ -43,7 +43,8 @@ LOCAL_OVSDB = "unix:/var/run/openvswitch/db.sock"    # the system's OVS on the c
 OVSDB_REMOTE = re.compile(r"^(unix:.+|(tcp|ssl):[^:]+:\d+|(tcp|ssl):\[[0-9a-fA-F:.]+\]:\d+)$")
 _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$", re.IGNORECASE)
 Match = tuple[tuple[str, Any], ...]   # os-ken OFPMatch keyword arguments, sorted
-_NETWORKS = {4: (ipaddress.IPv4Network, "10.0.0.1 or 10.0.0.0/24"),
+_NETWORKS: dict[int, tuple[type[ipaddress.IPv4Network] | type[ipaddress.IPv6Network], str]] = {
+    4: (ipaddress.IPv4Network, "10.0.0.1 or 10.0.0.0/24"),
              6: (ipaddress.IPv6Network, "2001:db8::1 or 2001:db8::/64")}
 
 
@@ -153,7 +154,7 @@ def _with_bases(document: Any, chain: tuple[Path, ...]) -> Any:
     return merge_documents(base, document)
 
 
-def merge_documents(base: dict, override: dict) -> dict:
+def merge_documents(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     """`override` over `base`: mappings merge key by key; anything else, lists included, replaces."""
     merged = dict(base)
     for key, value in override.items():
@@ -266,7 +267,7 @@ def _congestion(doc: Any) -> tuple[float, CongestionConfig]:
     fields = {f.name: f for f in dataclasses.fields(CongestionConfig)}
     _known_keys(doc, "congestion", ("poll_interval", *fields))
     poll_interval = _number(doc.get("poll_interval", 1.0), "congestion.poll_interval", 0.05, 60)
-    values = {}
+    values: dict[str, Any] = {}
     for key, value in doc.items():
         if key == "poll_interval":
             continue
@@ -368,7 +369,7 @@ def _check_classified(name: Any, matches: list[tuple[Match, str]], outputs: tupl
 
 def _distinct(flows: tuple[FlowRule, ...]) -> None:
     """A switch keeps one flow per priority and match: a second would silently replace the first."""
-    seen: dict[tuple, FlowRule] = {}
+    seen: dict[tuple[int, Match], FlowRule] = {}
     for rule in flows:
         first = seen.setdefault((rule.priority, rule.match), rule)
         if first is not rule:
@@ -505,7 +506,7 @@ def _action(doc: Any, where: str) -> Any:
     return _int(port, f"{where}.output", 1, MAX_PORT)
 
 
-def _mapping(value: Any, where: str) -> dict:
+def _mapping(value: Any, where: str) -> dict[Any, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -513,7 +514,7 @@ def _mapping(value: Any, where: str) -> dict:
     return value
 
 
-def _list(value: Any, where: str) -> list:
+def _list(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list):
         raise PolicyError(f"{where}: expected a list, got {type(value).__name__}")
     return value
@@ -522,7 +523,7 @@ def _list(value: Any, where: str) -> list:
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,39}$")
 
 
-def _known_keys(doc: dict, where: str, allowed: tuple[str, ...]) -> None:
+def _known_keys(doc: dict[Any, Any], where: str, allowed: tuple[str, ...]) -> None:
     for key in doc:
         if key in allowed:
             continue

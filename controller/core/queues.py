@@ -1,7 +1,7 @@
 """Policy → the OVS QoS (linux-htb, or linux-hfsc) a port should have, and the queue under each of its classes.
 
 Pure. Queue 0 is the HTB default class: OVS sends everything not steered elsewhere there, so it
-must exist in every QoS (PLATFORM.md).
+must exist in every QoS (docs/datapath.md).
 
 Each class's queue (its leaf qdisc) is the port's discipline, `queue_packets` long. A FIFO drops
 from the head on the userspace datapath: a tail drop makes the kernel answer OVS's sendmmsg with

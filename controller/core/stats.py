@@ -6,7 +6,7 @@ named tuples: a 1000-port switch sends thousands a second, and they are built at
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 ALL_ONES = 2**64 - 1     # OpenFlow "counter not supported"
 _COUNTER_SPAN = 2**64    # OpenFlow counters are 64-bit
@@ -77,7 +77,7 @@ class _Baseline(NamedTuple):
     at: float
 
 
-def _scales(counters_type: type) -> tuple[int, ...]:
+def _scales(counters_type: Any) -> tuple[int, ...]:
     """Each counter's factor to its rate unit (bytes → bits)."""
     return tuple(8 if name.endswith(("_bytes", "byte_count")) else 1 for name in counters_type._fields)
 
@@ -110,16 +110,16 @@ class RateTracker:
 
     def port(self, dp_id: int, port_no: int, counters: PortCounters, now: float) -> PortRates | None:
         measured = self._measure(dp_id, (port_no, None), counters, _PORT_SCALES, now)
-        return None if measured is None else PortRates(*measured[0], interval=measured[1])
+        return None if measured is None else PortRates._make([*measured[0], measured[1]])
 
     def queue(self, dp_id: int, port_no: int, queue_id: int, counters: QueueCounters,
               now: float) -> QueueRates | None:
         measured = self._measure(dp_id, (port_no, queue_id), counters, _QUEUE_SCALES, now)
-        return None if measured is None else QueueRates(*measured[0], interval=measured[1])
+        return None if measured is None else QueueRates._make([*measured[0], measured[1]])
 
     def flow(self, dp_id: int, cookie: int, counters: FlowCounters, now: float) -> FlowRates | None:
         measured = self._measure(dp_id, ("flow", cookie), counters, _FLOW_SCALES, now)
-        return None if measured is None else FlowRates(*measured[0], interval=measured[1])
+        return None if measured is None else FlowRates._make([*measured[0], measured[1]])
 
     def forget_datapath(self, dp_id: int) -> None:
         self._baselines.pop(dp_id, None)
@@ -150,9 +150,9 @@ class Multipart:
     each part would see most ports missing. Parts of one reply share the request's xid."""
 
     def __init__(self) -> None:
-        self._parts: dict[tuple[int, str, int], list] = {}
+        self._parts: dict[tuple[int, str, int], list[Any]] = {}
 
-    def add(self, dp_id: int, kind: str, xid: int, body: list, more: bool) -> list | None:
+    def add(self, dp_id: int, kind: str, xid: int, body: list[Any], more: bool) -> list[Any] | None:
         """The whole body once the last part has arrived, else None."""
         key = (dp_id, kind, xid)
         self._parts.setdefault(key, []).extend(body)

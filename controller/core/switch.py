@@ -352,13 +352,13 @@ class Switch:
                 classes = class_bps.setdefault(owner[0], {})
                 classes[owner[1]] = classes.get(owner[1], 0.0) + flow.bps
         drops: dict[int, float] = {}
-        for (port_no, queue_id), counters in (poll.queues or {}).items():
-            queue = rates.queue(self.dp_id, port_no, queue_id, counters, poll.at["queues"])
+        for (port_no, queue_id), queue_counters in (poll.queues or {}).items():
+            queue = rates.queue(self.dp_id, port_no, queue_id, queue_counters, poll.at["queues"])
             if queue is not None and queue.tx_errors_ps is not None:
                 drops[port_no] = drops.get(port_no, 0.0) + queue.tx_errors_ps
         decided = False
-        for port_no, counters in (poll.ports or {}).items():
-            port = rates.port(self.dp_id, port_no, counters, poll.at["ports"])
+        for port_no, port_counters in (poll.ports or {}).items():
+            port = rates.port(self.dp_id, port_no, port_counters, poll.at["ports"])
             if port is None or self.state is None:
                 continue
             decision = self.state.observe(port_no, port, drops.get(port_no, 0.0), class_bps.get(port_no, {}),
@@ -497,6 +497,7 @@ class Switch:
         assert self.bridge is not None
         ports = {}
         for port in self.state.switch.ports if self.state else ():
+            assert self.state is not None
             iface = self.bridge.ports.get(port.port_no)
             actual = self.ctl.ovsdb.port_qos(self.bridge.remote, iface) if iface else None
             ports[str(port.port_no)] = {"iface": iface, "mode": port.queues,
@@ -507,7 +508,7 @@ class Switch:
                 "not_in_sync": dict(self.errors), "ports": ports}
 
 
-def _difference(actual: dict, known: dict, what: str) -> str:
+def _difference(actual: dict[int, Any], known: dict[int, Any], what: str) -> str:
     """How what a switch holds differs from what we thought it held, for the drift log."""
     return (f"{len(actual.keys() ^ known.keys())} {what} added or removed, "
             f"{sum(actual[k] != known[k] for k in actual.keys() & known.keys())} changed")

@@ -3,6 +3,7 @@ status: the core writes it as events arrive; the collector only reads it. Pure d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from controller.core.stats import MeterCounters, PortCounters, QueueCounters
 
@@ -29,7 +30,12 @@ class Snapshot:
     ovsdb_connected: dict[str, bool] = field(default_factory=dict)              # OVSDB remote → connected
 
     def forget(self, dp_id: int) -> None:
-        for table in (self.ports, self.queues, self.meters, self.capacity_bps, self.congested, self.programmed,
-                      self.poll_duration, self.poll_lag, self.in_sync, self.polls):
-            for key in [k for k in table if (k[0] if isinstance(k, tuple) else k) == dp_id]:
-                del table[key]
+        per_port: tuple[dict[tuple[int, int], Any], ...] = (self.ports, self.capacity_bps, self.congested,
+                                                             self.programmed)
+        for by_port in per_port:
+            for key in [k for k in by_port if k[0] == dp_id]:
+                del by_port[key]
+        per_switch: tuple[dict[int, Any], ...] = (self.queues, self.meters, self.poll_duration, self.poll_lag,
+                                                  self.in_sync, self.polls)
+        for by_switch in per_switch:
+            by_switch.pop(dp_id, None)

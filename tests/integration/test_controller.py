@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from controller.core.policy import load_document
 from tests.integration.conftest import NOTHING_LEFT, leftovers, requires_ovs
 from topo.harness.controller import ControllerError, controller
-from controller.core.policy import load_document
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = requires_ovs

@@ -9,8 +9,7 @@ import pytest
 
 from topo.harness import capabilities as cap
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0, reason="the qdisc probes create a veth pair and add qdiscs: run as root")
+pytestmark = pytest.mark.needs(os.geteuid() != 0, "the qdisc probes create a veth pair and add qdiscs: run as root")
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE_LINK = re.compile(r"^qp[0-9a-f]{6}p?$")

@@ -13,8 +13,18 @@ import urllib.request
 import pytest
 
 from tests.integration.conftest import controller_config, requires_ovs, start_controller, stop_controller
-from tests.integration.test_reliability import (DPIDS, bridges, controller, in_sync, our_flows,  # noqa: F401
-                                                policy, port_qos, rest, sh, wait)
+from tests.integration.test_reliability import (  # noqa: F401
+    DPIDS,
+    bridges,
+    controller,
+    in_sync,
+    our_flows,
+    policy,
+    port_qos,
+    rest,
+    sh,
+    wait,
+)
 
 pytestmark = requires_ovs
 OFP13 = 4
@@ -186,10 +196,12 @@ def test_a_read_only_state_directory_is_a_500_that_says_so_and_keeps_the_policy(
 
 
 def test_sigterm_in_the_middle_of_a_400_port_apply_stops_within_seconds_and_leaves_ovsdb_consistent(tmp_path):
-    from topo.net.bridges import idle_bridges, policy_switches
     import threading
+
+    from topo.net.bridges import idle_bridges, policy_switches
     with idle_bridges(400, 20, prefix="st", first_dp_id=0x5000) as idle:
-        doc = {"name": "many", "classes": policy("x")["classes"], "switches": policy_switches(idle, "100Mbit", "reserve")}
+        doc = {"name": "many", "classes": policy("x")["classes"],
+               "switches": policy_switches(idle, "100Mbit", "reserve")}
         config = controller_config(tmp_path / "qos.conf")
         proc = start_controller(config, tmp_path / "controller.log")
         try:

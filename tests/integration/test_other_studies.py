@@ -1,19 +1,18 @@
 """The cc, fairness and aqm commands for real, each once in a short run (about 3 minutes in all):
 what they report, and that they leave no bridge, QoS row or iperf3 behind, even when interrupted."""
 import json
-import os
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
+from tests.integration.conftest import leftovers as new_leftovers
+from tests.integration.conftest import requires_ovs
 from topo.harness import capabilities as cap
-from topo.studies.aqm import DISCIPLINES, tc_kind
 from topo.harness.report import jain_index
+from topo.studies.aqm import DISCIPLINES, tc_kind
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="Mininet and Open vSwitch need root")
+pytestmark = requires_ovs
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = str(REPO / ".venv" / "bin" / "python")
@@ -21,24 +20,9 @@ SHORT = ["--quick", "--seconds", "4"]
 
 
 def leftovers() -> dict[str, str]:
-    """What a study may leave behind: OVS bridges, QoS/Queue rows, iperf3 processes."""
-    found = {"bridges": subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout.strip(),
-             "qos": subprocess.run(["ovs-vsctl", "--columns=_uuid", "list", "qos"], capture_output=True,
-                                   text=True).stdout.strip(),
-             "queues": subprocess.run(["ovs-vsctl", "--columns=_uuid", "list", "queue"], capture_output=True,
-                                      text=True).stdout.strip(),
-             "iperf3": subprocess.run(["pgrep", "-a", "-x", "iperf3"], capture_output=True, text=True).stdout.strip()}
-    return {what: text for what, text in found.items() if text}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def idle_host():
-    # Another study's Mininet would delete our bridges (and ours theirs): wait for a free host.
-    deadline = time.monotonic() + 90
-    while leftovers() or subprocess.run(["pgrep", "-f", "osken-manager"], capture_output=True).returncode == 0:
-        if time.monotonic() > deadline:
-            pytest.skip(f"another study is using this host: {leftovers() or 'a controller runs'}")
-        time.sleep(1)
+    """What a study may leave behind and was not there when the tests began: bridges, QoS/Queue rows,
+    iperf3 processes, controllers."""
+    return {what: text for what, text in new_leftovers().items() if text}
 
 
 def assert_clean() -> None:

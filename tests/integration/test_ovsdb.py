@@ -9,10 +9,10 @@ from contextlib import contextmanager
 import pytest
 
 from controller.adapters.ovsdb import LockHeld, Ovsdb, OvsdbError
+from controller.adapters.tc import Leaf, Tc
 from controller.core.plan import FOREIGN
 from controller.core.policy import load_policy
 from controller.core.queues import fifo_qos, reserve_qos
-from controller.adapters.tc import Leaf, Tc
 from tests.integration.conftest import requires_ovs
 
 pytestmark = requires_ovs

@@ -17,8 +17,15 @@ import pytest
 import yaml
 
 from controller.core.policy import load_document
-from tests.integration.conftest import (NOTHING_LEFT, REPO, controller_config, leftovers, requires_ovs,
-                                        start_controller, stop_controller)
+from tests.integration.conftest import (
+    NOTHING_LEFT,
+    REPO,
+    controller_config,
+    leftovers,
+    requires_ovs,
+    start_controller,
+    stop_controller,
+)
 
 pytestmark = requires_ovs
 API = "http://127.0.0.1:8080/qos/v1"
@@ -83,8 +90,8 @@ def policy(name: str, queues: str = "reserve") -> dict:
     doc = load_document(REPO / "policies" / "reserve.yaml")
     flows = [{"priority": 1000, "match": {"in_port": 1}, "actions": [{"output": 2}]},
              {"priority": 1000, "match": {"in_port": 2}, "actions": [{"output": 1}]},
-             {"priority": 40000, "match": {"in_port": 1, "ip_proto": "udp"}, "class": "udp", "actions": [{"output": 2}]},
-             {"priority": 40000, "match": {"in_port": 1, "ip_proto": "tcp"}, "class": "tcp", "actions": [{"output": 2}]}]
+             *({"priority": 40000, "match": {"in_port": 1, "ip_proto": proto}, "class": proto,
+                "actions": [{"output": 2}]} for proto in ("udp", "tcp"))]
     doc["name"] = name
     doc["switches"] = {f"b{k}": {"dp_id": dpid, "flows": flows,
                                  "ports": {2: {"capacity": "10Mbit", "queues": queues, "queue_packets": 50}}}

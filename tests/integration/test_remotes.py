@@ -9,11 +9,19 @@ import sys
 import time
 import urllib.request
 
-from controller.adapters.ovsdb import DEFAULT_DB
 import pytest
 
-from tests.integration.conftest import (NOTHING_LEFT, REPO, controller_config, leftovers, requires_ovs,
-                                        start_controller, stop_controller, userspace_bridge)
+from controller.adapters.ovsdb import DEFAULT_DB
+from tests.integration.conftest import (
+    NOTHING_LEFT,
+    REPO,
+    controller_config,
+    leftovers,
+    requires_ovs,
+    start_controller,
+    stop_controller,
+    userspace_bridge,
+)
 from tests.integration.test_tls import pki  # noqa: F401
 from topo.harness.controller import ControllerClient
 from topo.net.ovs_instance import BASE, CONTROLLER_ADDRESS, ovs_instance

@@ -14,8 +14,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pytest
 
 from controller.adapters.ovsdb import DEFAULT_DB
-from tests.integration.conftest import (NOTHING_LEFT, controller_config, leftovers, requires_ovs, start_controller,
-                                        stop_controller)
+from tests.integration.conftest import (
+    NOTHING_LEFT,
+    controller_config,
+    leftovers,
+    requires_ovs,
+    start_controller,
+    stop_controller,
+)
 from tests.integration.test_reliability import DPIDS, bridges, our_flows  # noqa: F401
 from tests.integration.test_reliability import policy as reliability_policy
 from topo.harness.controller import ControllerClient, ControllerError
@@ -182,7 +188,8 @@ def answering(client: ControllerClient, proc, log) -> None:
 
 
 def rate(bridge: str) -> str:
-    qos = subprocess.run(["ovs-vsctl", "get", "port", f"{bridge}p2", "qos"], capture_output=True, text=True).stdout.strip()
+    qos = subprocess.run(["ovs-vsctl", "get", "port", f"{bridge}p2", "qos"], capture_output=True,
+                         text=True).stdout.strip()
     return "" if qos == "[]" else subprocess.run(["ovs-vsctl", "get", "qos", qos, "other_config:max-rate"],
                                                  capture_output=True, text=True).stdout.strip().strip('"')
 

@@ -100,7 +100,7 @@ def test_udp_bytes_land_in_their_own_htb_class(run):
 
 
 def test_every_class_queue_is_a_head_drop_fifo_of_the_scenarios_length(run):
-    # The userspace datapath loses other classes' packets on a tail drop (controller/queues.py).
+    # The userspace datapath loses other classes' packets on a tail drop (controller/core/queues.py).
     _, summary, _ = run
     for policy in summary["policies"]:
         queues = {(c["queue"], c["limit_packets"]) for c in run_of(summary, policy)["tc_classes"].values()

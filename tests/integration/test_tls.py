@@ -9,8 +9,15 @@ from types import SimpleNamespace
 import pytest
 
 from controller.core.flows import COOKIE
-from tests.integration.conftest import (NOTHING_LEFT, controller_config, leftovers, requires_ovs, start_controller,
-                                        stop_controller, userspace_bridge)
+from tests.integration.conftest import (
+    NOTHING_LEFT,
+    controller_config,
+    leftovers,
+    requires_ovs,
+    start_controller,
+    stop_controller,
+    userspace_bridge,
+)
 from topo.harness.controller import ControllerClient
 from topo.net.ovs_instance import CONTROLLER_ADDRESS, Pki, ovs_instance
 
@@ -61,7 +68,8 @@ def test_a_switch_of_another_ovs_is_reached_over_tls_and_its_queues_over_ssl(tmp
                     ["ovs-vsctl", "--columns=external_ids", "list", "qos"], capture_output=True, text=True).stdout
                 flows = far.ofctl("-O", "OpenFlow13", "dump-flows", "tls0")
                 assert f"cookie={COOKIE >> 48:#x}" in flows and "in_port=1 actions=output:2" in flows
-                assert f"tls0<->ssl:{CONTROLLER_ADDRESS}:6653: connected" in (far.rundir / "ovs-vswitchd.log").read_text()
+                vswitchd = (far.rundir / "ovs-vswitchd.log").read_text()
+                assert f"tls0<->ssl:{CONTROLLER_ADDRESS}:6653: connected" in vswitchd
                 client.clear_policy()
                 assert "ovs-qos-controller=test" not in far.vsctl("--columns=external_ids", "list", "qos")
             finally:
@@ -75,18 +83,22 @@ def test_a_switch_of_another_ovs_is_reached_over_tls_and_its_queues_over_ssl(tmp
     assert not Path("/run/ovs-qos-instances/ovs2").exists()
 
 
-def test_a_switch_without_a_certificate_from_the_switch_ca_is_refused(tmp_path, pki):
+def test_a_switch_without_a_certificate_from_the_switch_ca_or_without_tls_is_refused(tmp_path, pki):
     # The controller's own certificate is not signed by the switch CA: a switch presenting it is refused.
+    # And a switch speaking plain TCP to the TLS-only controller gets no OpenFlow session at all.
     impostor = Pki(pki.controller.private_key, pki.controller.certificate, pki.switch.ca_cert)
     with ovs_instance(pki=impostor) as far:
         userspace_bridge(far.vsctl, "tls1", DP_ID + 1, f"ssl:{CONTROLLER_ADDRESS}:6653", [], far, ports=0)
+        userspace_bridge(far.vsctl, "tls2", DP_ID + 2, f"tcp:{CONTROLLER_ADDRESS}:6653", [], far, ports=0)
         proc = start_controller(tls_config(tmp_path / "qos.conf", pki, far.remote), tmp_path / "controller.log")
         try:
             time.sleep(5)
-            assert f"{DP_ID + 1:016x}" not in ControllerClient().status()["switches"]
+            switches = ControllerClient().status()["switches"]
+            assert f"{DP_ID + 1:016x}" not in switches and f"{DP_ID + 2:016x}" not in switches
             log = (far.rundir / "ovs-vswitchd.log").read_text()
-            assert f"tls1<->ssl:{CONTROLLER_ADDRESS}:6653: connecting" in log
-            assert f"tls1<->ssl:{CONTROLLER_ADDRESS}:6653: connected" not in log
+            for bridge, scheme in (("tls1", "ssl"), ("tls2", "tcp")):
+                assert f"{bridge}<->{scheme}:{CONTROLLER_ADDRESS}:6653: connecting" in log
+                assert f"{bridge}<->{scheme}:{CONTROLLER_ADDRESS}:6653: connected" not in log
         finally:
             stop_controller(proc)
     assert leftovers() == NOTHING_LEFT

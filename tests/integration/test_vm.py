@@ -23,12 +23,11 @@ TIMEOUT_S = 1200   # a hang, not a slow run: boot + study take ~4 min under TCG,
 UDP = 10.0
 
 pytestmark = [
-    pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
-                       reason="qemu-system-x86_64 is not installed (scripts/setup.sh installs qemu-system-x86): "
-                              "the VM cannot boot here"),
-    pytest.mark.skipif(os.geteuid() != 0,
-                       reason="the VM harness needs root (debootstrap for the image; the guest's root writes "
-                              "results into the shared repository)"),
+    pytest.mark.needs(shutil.which("qemu-system-x86_64") is None,
+                      "qemu-system-x86_64 is not installed (scripts/setup.sh installs qemu-system-x86): the VM "
+                      "cannot boot here"),
+    pytest.mark.needs(os.geteuid() != 0, "the VM harness needs root (debootstrap for the image; the guest's root "
+                                         "writes results into the shared repository)"),
 ]
 
 

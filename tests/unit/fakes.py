@@ -211,7 +211,8 @@ class FakeSwitch:
 
 
 def outputs(entry: Entry) -> set[int]:
-    return {a.port for i in entry.instructions for a in getattr(i, "actions", ()) if type(a).__name__ == "OFPActionOutput"}
+    return {a.port for i in entry.instructions for a in getattr(i, "actions", ())
+            if type(a).__name__ == "OFPActionOutput"}
 
 
 class FakeConnection:
@@ -329,7 +330,9 @@ class FakeTc:
     def classes(self, iface: str) -> dict[str, ClassCounters]:
         self._sync(iface)
         qos = self.ovsdb.qos.get(iface)
-        return {htb_classid(q.queue_id): ClassCounters(0, 0, 0) for q in qos.queues} if isinstance(qos, OvsdbQos) else {}
+        if not isinstance(qos, OvsdbQos):
+            return {}
+        return {htb_classid(q.queue_id): ClassCounters(0, 0, 0) for q in qos.queues}
 
     def leaves(self, iface: str, classes=None) -> dict[str, Leaf]:
         self._sync(iface)

@@ -1,6 +1,5 @@
 """Policy files with a `base:` (controller/core/policy.py load_document): deep merge, loops and missing
 files refused by name, bases not accepted from a REST body, and the study policies written over one base."""
-import os
 from pathlib import Path
 
 import pytest

@@ -1,7 +1,6 @@
 import pytest
 
-from controller.core.congestion import (PROGRAM, ROLLBACK, CongestionConfig, PortCongestion,
-                                   PortSample)
+from controller.core.congestion import PROGRAM, ROLLBACK, CongestionConfig, PortCongestion, PortSample
 
 CAPACITY = 10e6
 DEFAULT = CongestionConfig()

@@ -21,10 +21,11 @@ def test_a_policy_is_answered_once_switches_flows_queues_and_filters_hold_it(net
     assert result == {"applied": "reserve", "changed": True, "in_sync": True}
     assert len(net.s1.table) == 4 and len(net.s2.table) == 4
     assert mode(net) == "reserve" and mode(net, "s2-eth1") == "fifo"
-    assert net.s1.steering() == {COOKIE | CLASSIFIED | 3, COOKIE | CLASSIFIED | 4}            # the classified rules steer
+    assert net.s1.steering() == {COOKIE | CLASSIFIED | 3, COOKIE | CLASSIFIED | 4}   # the classified rules steer
     assert net.app.tc.filters("s1-eth1") == MARKS
     assert {leaf.kind for leaf in net.app.tc.leaves("s1-eth1").values()} == {"pfifo_head_drop"}
-    assert all(type(m).__name__ in ("OFPFlowMod", "OFPBarrierRequest", "OFPFlowStatsRequest", "OFPMeterFeaturesStatsRequest",
+    assert all(type(m).__name__ in ("OFPFlowMod", "OFPBarrierRequest", "OFPFlowStatsRequest",
+                                    "OFPMeterFeaturesStatsRequest",
                                     "OFPMeterConfigStatsRequest", "OFPRoleRequest") for m in net.s1.sent)
     assert net.s1.role == net.s1.ofproto.OFPCR_ROLE_MASTER
 
@@ -237,8 +238,8 @@ def test_a_restarted_controller_adopts_what_is_there_and_sends_no_change(net, tm
         dp.sent.clear()
         restarted.connect(dp)
     assert restarted.policy.name == "reserve"
-    assert {type(m).__name__ for m in net.s1.sent} == {"OFPRoleRequest", "OFPMeterFeaturesStatsRequest",
-                                                      "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest"}   # reads only
+    assert {type(m).__name__ for m in net.s1.sent} == {   # reads only
+        "OFPRoleRequest", "OFPMeterFeaturesStatsRequest", "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest"}
     assert restarted.request("status")[0]["switches"]["0000000000000001"]["in_sync"] is True
 
 

@@ -1,4 +1,4 @@
-"""controller/flows.py, queues.py and switch_state.py with the shipped policies: what a switch should hold."""
+"""controller/core/flows.py, queues.py and switch_state.py with the shipped policies: what a switch should hold."""
 from pathlib import Path
 
 import pytest
@@ -161,7 +161,7 @@ def _port(**fields):
 
 
 def test_a_fifo_queue_drops_from_the_head_on_the_userspace_datapath_only():
-    # A tail drop there makes OVS abandon the rest of its send batch (controller/queues.py).
+    # A tail drop there makes OVS abandon the rest of its send batch (controller/core/queues.py).
     port = _port(queue_packets=25)
     assert leaf_spec(port, userspace=True) == ("pfifo_head_drop", "limit", "25")
     assert leaf_spec(port, userspace=False) == ("pfifo", "limit", "25")

@@ -1,8 +1,21 @@
 """topo/net/iperf.py: iperf3 command lines and the reading of its JSON output."""
 import pytest
 
-from topo.net.iperf import (BASE_PORT, RECEIVER_SECONDS, REPORT_SECONDS, Interval, client_args, error, longest_gap,
-                            received, received_streams, sent, server_args, window_mean_bps, window_retransmits)
+from topo.net.iperf import (
+    BASE_PORT,
+    RECEIVER_SECONDS,
+    REPORT_SECONDS,
+    Interval,
+    client_args,
+    error,
+    longest_gap,
+    received,
+    received_streams,
+    sent,
+    server_args,
+    window_mean_bps,
+    window_retransmits,
+)
 
 TCP_PORT, UDP_PORT = BASE_PORT, BASE_PORT + 1
 

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from controller.core.policy import load_policy
 from controller.adapters.tc import ClassCounters, Leaf
+from controller.core.policy import load_policy
 from topo.harness.fidelity import Sample
 from topo.harness.report import write_json
 from topo.net.traffic import Flow, Pause, Ran

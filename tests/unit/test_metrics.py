@@ -1,4 +1,4 @@
-"""controller/metrics.py: the exposition Prometheus scrapes from the controller."""
+"""controller/adapters/metrics.py: the exposition Prometheus scrapes from the controller."""
 import re
 
 import pytest

@@ -3,18 +3,21 @@ from pathlib import Path
 
 import pytest
 
+from controller.adapters.tc import ClassCounters
 from controller.core.policy import SPECIAL_OUTPUTS, load_policy
 from topo.harness import capabilities as cap
-from controller.adapters.tc import ClassCounters
 from topo.harness.capabilities import choose_tcp
 from topo.harness.fidelity import Sample
 from topo.harness.report import Panel, bar_figure, group_reasons, jain_index, markdown_table
 from topo.net.traffic import Flow, Ping, Ran
 from topo.studies import STUDIES
-from topo.studies.aqm import discipline_result, parse_ping, table as aqm_table
+from topo.studies.aqm import discipline_result, parse_ping
+from topo.studies.aqm import table as aqm_table
 from topo.studies.base import UsageError, common_window, parser_for, received_mbps, settings
-from topo.studies.cc import delay_seconds, sender_metrics, table as cc_table
-from topo.studies.fairness import case_result, parse_pairs, table as fairness_table
+from topo.studies.cc import delay_seconds, sender_metrics
+from topo.studies.cc import table as cc_table
+from topo.studies.fairness import case_result, parse_pairs
+from topo.studies.fairness import table as fairness_table
 from topo.topos import DumbbellTopo, StudyTopo
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""controller/policy.py: the shipped policies, rates, shares, and one-line errors that name the field."""
+"""controller/core/policy.py: the shipped policies, rates, shares, and one-line errors that name the field."""
 import copy
 import re
 from pathlib import Path

@@ -5,8 +5,8 @@ tests/integration/test_remotes.py.)"""
 import pytest
 
 from controller.adapters.ovsdb import OvsdbError
-from controller.core.bridges import BridgeInfo
 from controller.adapters.remotes import Remotes, on_this_host
+from controller.core.bridges import BridgeInfo
 from controller.core.plan import ABSENT
 
 

@@ -111,9 +111,9 @@ def test_an_unknown_key_lists_the_known_ones():
 
 
 def test_idle_ports_become_auto_ports_beside_the_studys_own():
+    from controller.core.policy import load_document, parse_policy
     from topo.net.bridges import IdleBridge
     from topo.studies.main import with_idle_ports
-    from controller.core.policy import load_document, parse_policy
     study = load_document("policies/auto.yaml")
     assert with_idle_ports(study, []) is study
     doc = with_idle_ports(study, [IdleBridge("idle0", 0x1000, (1, 2)), IdleBridge("idle1", 0x1001, (1,))])

@@ -1,7 +1,6 @@
 import pytest
 
-from controller.core.stats import (ALL_ONES, Multipart, PortCounters, PortRates, QueueCounters, QueueRates,
-                                   RateTracker)
+from controller.core.stats import ALL_ONES, Multipart, PortCounters, PortRates, QueueCounters, QueueRates, RateTracker
 
 DP, PORT, QUEUE = 1, 2, 0
 

@@ -8,9 +8,10 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from controller.adapters.ovsdb import DEFAULT_DB
 from topo.harness.host import RunRecord, end
@@ -95,7 +96,8 @@ def controller(log_path: Path, record: RunRecord | None = None, config: Path = R
     # This run's controller keeps its saved policy beside its log, not in the host's state directory.
     run_config = log_path.with_name("controller.conf")
     run_config.write_text((f"[DEFAULT]\nofp_listen_host = {openflow_host}\n" if openflow_host else "")
-                          + f"[qos]\nowner = {STUDY_OWNER}\nstate_file = {log_path.with_name('controller-state.json')}\n"
+                          + f"[qos]\nowner = {STUDY_OWNER}\n"
+                          + f"state_file = {log_path.with_name('controller-state.json')}\n"
                           + (f"ovsdb = {','.join(ovsdb)}\n" if ovsdb else ""))
     with open(log_path, "w") as log:
         proc = subprocess.Popen([str(manager), "--config-file", str(config), "--config-file", str(run_config),

@@ -16,11 +16,11 @@ import math
 import re
 import signal
 import sys
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
 
 import matplotlib
 

@@ -5,11 +5,12 @@ While traffic runs, a thread samples the bottleneck port every 0.25 s: its HTB c
 (a netlink dump: no GETs, which the kernel would announce to the controller's tc watcher), the CPU
 time ovs-vswitchd spent waiting to run (/proc/PID/task/*/schedstat: it forwards every packet of the
 userspace datapath) and the host's CPU pressure (/proc/pressure/cpu). The kind of each class's
-queue is read when the sampling starts and when it ends. `assess` then judges a window of those samples (pure), with these signals:
+queue is read when the sampling starts and when it ends. `assess` then judges a window of those samples
+(pure), with these signals:
 
 - lost outside the queue: TCP retransmitted more than twice what its queue dropped (plus 10, plus
   what a loss configured on the path, netem's, drops of the packets sent): its packets died
-  somewhere the policy does not act (the batch losses controller/queues.py explains, a socket
+  somewhere the policy does not act (the batch losses controller/core/queues.py explains, a socket
   overflow). The drops are counted from a second before the window: retransmits are read from the
   sender's half-second intervals, so those of drops just before a window spill into it (auto's
   FIFO, dropping until the controller programs the queues, right before a step's window opens).

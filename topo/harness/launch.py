@@ -7,10 +7,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from topo.harness import capabilities
 from topo.harness.host import Busy, HostLock, RunRecord

@@ -67,6 +67,7 @@ class LiveThroughput:
                 with self._lock:
                     for proto, nbytes in counts.items():
                         if proto in last and nbytes >= last[proto]:
+                            rate = (nbytes - last[proto]) / (now - last_at)
                             self._throughput.labels(f"{self._flow}/{proto}", proto, self._policy,
-                                                    str(self._offered_bps)).set((nbytes - last[proto]) / (now - last_at))
+                                                    str(self._offered_bps)).set(rate)
             last, last_at = counts, now

@@ -14,9 +14,9 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from topo.harness.host import RunRecord, end
 

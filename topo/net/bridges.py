@@ -7,9 +7,9 @@ are removed too).
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 from topo.harness.host import RunRecord
 

@@ -9,10 +9,10 @@ removes them if this one is killed.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Iterator
 
 from mininet.log import setLogLevel
 from mininet.net import Mininet
@@ -72,7 +72,7 @@ def network(topo, datapath: str, record: RunRecord | None = None, controller_por
         net.start()
         for host in net.hosts:
             for intf in host.intfList():
-                # The userspace datapath never fills in TCP checksums left to offload (PLATFORM.md).
+                # The userspace datapath never fills in TCP checksums left to offload (docs/datapath.md).
                 host.cmd(f"ethtool -K {intf.name} tx off")
         yield wrapped
     finally:

@@ -17,10 +17,10 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from mininet.node import OVSSwitch
 from mininet.util import errRun
@@ -103,7 +103,8 @@ class OvsInstance:
         self.ovsdb_server = None
 
     def start_vswitchd(self) -> None:
-        self.vswitchd = self._daemon(["ip", "netns", "exec", self.netns, "ovs-vswitchd", self.unix, f"--unixctl={self.rundir / 'ovs-vswitchd.ctl'}",
+        self.vswitchd = self._daemon(["ip", "netns", "exec", self.netns, "ovs-vswitchd", self.unix,
+                                      f"--unixctl={self.rundir / 'ovs-vswitchd.ctl'}",
                                       f"--pidfile={self.rundir / 'ovs-vswitchd.pid'}",
                                       f"--log-file={self.rundir / 'ovs-vswitchd.log'}"])
         _wait(lambda: (self.rundir / "ovs-vswitchd.ctl").exists(), "ovs-vswitchd", self.rundir)
@@ -131,7 +132,8 @@ def ovs_instance(name: str = "ovs2", address: str = "127.0.0.2", port: int = 664
         for args in (["netns", "add", ns], ["-n", ns, "link", "set", "lo", "up"],
                      ["link", "add", here, "type", "veth", "peer", "name", there, "netns", ns],
                      ["addr", "add", f"{CONTROLLER_ADDRESS}/30", "dev", here], ["link", "set", here, "up"],
-                     ["-n", ns, "addr", "add", f"{INSTANCE_ADDRESS}/30", "dev", there], ["-n", ns, "link", "set", there, "up"]):
+                     ["-n", ns, "addr", "add", f"{INSTANCE_ADDRESS}/30", "dev", there],
+                     ["-n", ns, "link", "set", there, "up"]):
             _run(["ip", *args], instance.env)
         _run(["ovsdb-tool", "create", str(rundir / "conf.db"), str(SCHEMA)], instance.env)
         instance.start_ovsdb()

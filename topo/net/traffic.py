@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any
 
 from topo.net import iperf
 from topo.net.network import Network
@@ -69,7 +70,7 @@ class Ping:
     label: str = ""
 
 
-Item = Union[Flow, Pause, Ping]
+Item = Flow | Pause | Ping
 
 
 @dataclass

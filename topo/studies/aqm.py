@@ -1,6 +1,6 @@
 """Queue disciplines at the bottleneck:  topo/run.py aqm [--quick] [--disciplines D ...]
 
-The study (STUDY.md section 4) compared RED, SFQ and REM on an ns-2 dumbbell. Here: five TCP flows
+The study (docs/references.md, section 4) compared RED, SFQ and REM on an ns-2 dumbbell. Here: five TCP flows
 sndI → rcvI at once through the 10 Mbit/s bottleneck of policy `dumbbell`, and a ping from snd1 to
 rcv1 every 0.2 s for the delay under load, once per discipline on a fresh network.
 
@@ -9,7 +9,7 @@ their qdisc as the port's root with no rate limit, so they cannot make a 10 Mbit
 veth. The study keeps OVS's linux-htb at the bottleneck rate and the policy names the discipline,
 which the controller puts under the HTB class on both ends of the bottleneck; the class sets the
 rate, the discipline decides which packet waits or is dropped. On the userspace datapath "fifo" is
-a head-drop FIFO (controller/queues.py says why).
+a head-drop FIFO (controller/core/queues.py says why).
 Disciplines the kernel lacks are reported as unavailable and not run; nothing stands in for them.
 """
 from __future__ import annotations
@@ -22,24 +22,41 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from controller.core.policy import DISCIPLINES
 from controller.adapters.tc import ClassCounters
 from controller.core.plan import htb_classid
+from controller.core.policy import DISCIPLINES
 from topo.harness import capabilities
 from topo.harness.fidelity import Sample
 from topo.harness.launch import Host
 from topo.harness.report import Panel, bar_figure, jain_index, markdown_table, reasons_text
 from topo.net.traffic import Flow, Ping, Ran
-from topo.studies.base import (BOTTLENECK, Settings, Study, StudyError, Trial, TrialContext, UsageError,
-                               add_trial_arguments, common_window, faithful_cell, fidelity_notes, flows_of, measure,
-                               network_under, policy_document, received_mbps, say_unavailable, settings,
-                               trial_fidelity)
+from topo.studies.base import (
+    BOTTLENECK,
+    Settings,
+    Study,
+    StudyError,
+    Trial,
+    TrialContext,
+    UsageError,
+    add_trial_arguments,
+    common_window,
+    faithful_cell,
+    fidelity_notes,
+    flows_of,
+    measure,
+    network_under,
+    policy_document,
+    received_mbps,
+    say_unavailable,
+    settings,
+    trial_fidelity,
+)
 from topo.topos import DumbbellTopo
 
 PAIRS = 5                              # DumbbellTopo(n=5), as policies/dumbbell.yaml forwards
 PING_INTERVAL = 0.2
 QUEUED_CLASS = htb_classid(0)          # a fifo port has the one class; s1-eth1 carries the data, s2-eth1 the ACKs
-# STUDY.md section 4, as published (ns-2, 10 Mbit/s, 100 s).
+# docs/references.md, section 4, as published (ns-2, 10 Mbit/s, 100 s).
 PUBLISHED = {"RED": ("5.53", "60.03/67.25", "37157 / 151", "0.41", "59.45"),
              "SFQ": ("6.64", "60.03/90.01", "42554 / 56", "0.13", "68.08"),
              "REM": ("7.51", "60.03/92.96", "49117 / 66", "0.13", "78.58")}
@@ -109,7 +126,7 @@ def _absent(plan: Plan, host: Host) -> dict[str, str]:
 
 
 def tc_kind(discipline: str, datapath: str) -> str:
-    """The qdisc kind the controller puts under the class for `discipline` (controller/queues.py)."""
+    """The qdisc kind the controller puts under the class for `discipline` (controller/core/queues.py)."""
     if discipline == "fifo":
         return "pfifo_head_drop" if datapath == "user" else "pfifo"
     return discipline
@@ -173,7 +190,7 @@ def table(summary: dict[str, Any]) -> str:
              markdown_table(head, rows) + fidelity_notes(summary["disciplines"])]
     if summary["unavailable"]:
         lines += [f"Not in this kernel, not run: {reasons_text(summary['unavailable'])}.", ""]
-    lines += ["Published (STUDY.md section 4; ns-2, 40 ms bottleneck delay, 100 s):", "",
+    lines += ["Published (docs/references.md, section 4; ns-2, 40 ms bottleneck delay, 100 s):", "",
               markdown_table(["discipline", "throughput max (Mbit/s)", "delay min/max (ms)", "sent / lost packets",
                               "loss ratio (%)", "utilisation (%)"], [[n, *v] for n, v in PUBLISHED.items()])]
     return "\n".join(lines)

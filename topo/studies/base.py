@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 # Not from controller.adapters.ovsdb: python-ovs would import eventlet, which warns on the launcher's stderr.
 from controller.core.policy import LOCAL_OVSDB, PolicyError, load_document, parse_policy, parse_rate
@@ -24,8 +25,8 @@ from topo.harness import fidelity
 from topo.harness.controller import ControllerClient, ControllerError, controller
 from topo.harness.launch import USAGE_ERROR, Host, LaunchError, launched, note
 from topo.harness.live import LiveThroughput
-from topo.harness.prometheus import PrometheusError, prometheus
 from topo.harness.progress import ProgressBar
+from topo.harness.prometheus import PrometheusError, prometheus
 from topo.harness.report import reasons_text, write_json
 from topo.net import iperf, traffic
 from topo.net.network import Network, network
@@ -153,9 +154,9 @@ def _run_trials(study: Study, plan: Any, host: Host, args: argparse.Namespace, d
             if getattr(args, "ovs_instances", 1) == 2:   # the study's s2 on a second OVS, reached over TCP
                 placed = {"s2": stack.enter_context(ovs_instance(record=host.record))}
             # With a second OVS the controller listens where its namespace reaches it, and reaches its OVSDB.
-            client = stack.enter_context(controller(host.out / "controller.log", host.record,
-                                                    ovsdb=(LOCAL_OVSDB, *(i.remote for i in placed.values()))
-                                                    if placed else (), openflow_host=CONTROLLER_ADDRESS if placed else None))
+            remotes = (LOCAL_OVSDB, *(i.remote for i in placed.values())) if placed else ()
+            client = stack.enter_context(controller(host.out / "controller.log", host.record, ovsdb=remotes,
+                                                    openflow_host=CONTROLLER_ADDRESS if placed else None))
             offset = 0.0
             for k, trial in enumerate(trials):
                 bar.start_part(f"{trial.label} ({k + 1}/{len(trials)})", offset)

@@ -1,9 +1,9 @@
 """TCP congestion-control algorithms, one at a time:  topo/run.py cc [--quick] [--algorithms A ...]
 
-The study (STUDY.md section 2) ran one iperf3 flow per algorithm through a 10 Gbit/s tbf. On OVS's
+The study (docs/references.md, section 2) ran one iperf3 flow per algorithm through a 10 Gbit/s tbf. On OVS's
 userspace datapath a Gbit-class bottleneck is bound by the CPU, not by the queue, so the default here
 is the main study's: one TCP flow h1 → h4 through the 5 Mbit/s FIFO of policy `none`, each algorithm
-on a fresh network. --delay and --loss add netem to both directions of the h1–h4 path (STUDY.md
+on a fresh network. --delay and --loss add netem to both directions of the h1–h4 path (docs/references.md
 section 3 compares Reno and Cubic at 15 and 150 ms, with and without 1 % loss); a kernel without
 netem refuses them (run it in the VM: topo/run.py vm -- cc --delay 150ms). Everything is read from
 iperf3's JSON: the sender's per-interval cwnd and rttvar, its RTT summary and retransmits, and the
@@ -23,12 +23,26 @@ from topo.harness import capabilities
 from topo.harness.launch import Host
 from topo.harness.report import Panel, bar_figure, markdown_table
 from topo.net.traffic import Flow
-from topo.studies.base import (Settings, Study, Trial, TrialContext, UsageError, add_trial_arguments,
-                               common_window, faithful_cell, fidelity_notes, measure, network_under, policy_document,
-                               say_unavailable, settings, trial_fidelity)
+from topo.studies.base import (
+    Settings,
+    Study,
+    Trial,
+    TrialContext,
+    UsageError,
+    add_trial_arguments,
+    common_window,
+    faithful_cell,
+    fidelity_notes,
+    measure,
+    network_under,
+    policy_document,
+    say_unavailable,
+    settings,
+    trial_fidelity,
+)
 from topo.topos import StudyTopo
 
-# STUDY.md section 2, as published (10 Gbit/s tbf): cwnd (packets), RTT (ms), RTT var (ms), Mbit/s.
+# docs/references.md, section 2, as published (10 Gbit/s tbf): cwnd (packets), RTT (ms), RTT var (ms), Mbit/s.
 PUBLISHED = {"bbr": (552.6, 82.7, 75.6, 1150), "cubic": (1276.5, 391.9, 156.1, 919),
              "reno": (835.5, 99.6, 77.3, 836), "bic": (2311.7, 1285.8, 770.4, 1181),
              "vegas": (306.9, 132.4, 137.2, 802)}
@@ -88,10 +102,12 @@ class CcStudy(Study):
         return [Trial(a, a, plan.setup.seconds, partial(_one_algorithm, a, plan)) for a in algorithms]
 
     def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
-        return {"scenario": plan.setup.scenario(flow="h1 -> h4", policy="none", delay=plan.delay, loss_percent=plan.loss,
+        return {"scenario": plan.setup.scenario(flow="h1 -> h4", policy="none", delay=plan.delay,
+                                                loss_percent=plan.loss,
                                                 rtt_variance="mean of iperf3's per-interval rttvar"),
                 "environment": host.environment, "algorithms": done,
-                "skipped": capabilities.choose_tcp(plan.algorithms, capabilities.tcp_algorithms(), host.capabilities)[1]}
+                "skipped": capabilities.choose_tcp(plan.algorithms, capabilities.tcp_algorithms(),
+                                                   host.capabilities)[1]}
 
     def table(self, summary: dict[str, Any]) -> str:
         return table(summary)
@@ -152,7 +168,8 @@ def table(summary: dict[str, Any]) -> str:
                   "does not set).", ""]
     if summary["skipped"]:
         lines += ["Not in this kernel, skipped: " + ", ".join(summary["skipped"]) + ".", ""]
-    lines += ["Published (STUDY.md section 2; a 10 Gbit/s tbf, so only the ranking compares):", "", published]
+    lines += ["Published (docs/references.md, section 2; a 10 Gbit/s tbf, so only the ranking compares):", "",
+              published]
     return "\n".join(lines)
 
 

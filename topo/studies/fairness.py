@@ -1,6 +1,6 @@
 """Two flows sharing one bottleneck, and how fairly:  topo/run.py fairness [--quick] [--pairs A:B ...]
 
-Cases (STUDY.md section 3): two TCP flows of different algorithms at once, h1 → h4 and h2 → h3, for
+Cases (docs/references.md, section 3): two TCP flows of different algorithms at once, h1 → h4 and h2 → h3, for
 every pair among cubic, reno and bbr that this kernel has; and one TCP flow against a UDP flow
 offered at twice the bottleneck rate. Both flows share the single FIFO of policy `shared`. Each
 flow's throughput is what its receiver got while both ran (past the first second); fairness is
@@ -18,14 +18,30 @@ from topo.harness import capabilities
 from topo.harness.launch import Host
 from topo.harness.report import Panel, bar_figure, jain_index, markdown_table, reasons_text
 from topo.net.traffic import Flow, Ran
-from topo.studies.base import (Settings, Study, Trial, TrialContext, UsageError, add_trial_arguments,
-                               common_window, faithful_cell, fidelity_notes, flows_of, measure, network_under,
-                               policy_document, received_mbps, say_unavailable, settings, trial_fidelity)
+from topo.studies.base import (
+    Settings,
+    Study,
+    Trial,
+    TrialContext,
+    UsageError,
+    add_trial_arguments,
+    common_window,
+    faithful_cell,
+    fidelity_notes,
+    flows_of,
+    measure,
+    network_under,
+    policy_document,
+    received_mbps,
+    say_unavailable,
+    settings,
+    trial_fidelity,
+)
 from topo.topos import StudyTopo
 
 MIXED_PAIRS = (("cubic", "reno"), ("bbr", "cubic"), ("bbr", "reno"))
 FIRST, SECOND = ("h1", "h4"), ("h2", "h3")
-# STUDY.md section 3, as published (Mbit/s of each flow): the study's pairs were of one algorithm.
+# docs/references.md, section 3, as published (Mbit/s of each flow): the study's pairs were of one algorithm.
 PUBLISHED = {"cubic vs cubic": (8.32, 1.61), "reno vs reno": (9.14, 0.154), "TCP vs UDP at 10 Mbit/s": (0.537, 9.30)}
 
 
@@ -65,7 +81,8 @@ class FairnessStudy(Study):
                                  Flow(f"{'-'.join(SECOND)}_{b}", *SECOND, plan.setup.seconds, congestion_control=b)]
                  for a, b in plan.pairs if a not in lacking and b not in lacking}
         cases[f"{plan.tcp_vs_udp} vs UDP"] = [
-            Flow(f"{'-'.join(FIRST)}_{plan.tcp_vs_udp}", *FIRST, plan.setup.seconds, congestion_control=plan.tcp_vs_udp),
+            Flow(f"{'-'.join(FIRST)}_{plan.tcp_vs_udp}", *FIRST, plan.setup.seconds,
+                 congestion_control=plan.tcp_vs_udp),
             Flow(f"{'-'.join(SECOND)}_udp", *SECOND, plan.setup.seconds, udp_mbps=udp_mbps)]
         return [Trial(name, name.replace(" ", "_"), plan.setup.seconds, partial(_one_case, name, flows, plan))
                 for name, flows in cases.items()]
@@ -115,7 +132,7 @@ def table(summary: dict[str, Any]) -> str:
              markdown_table(head, rows) + fidelity_notes({c["name"]: c for c in summary["cases"]})]
     if summary["skipped"]:
         lines += [f"Skipped: {reasons_text(summary['skipped'])}.", ""]
-    lines += ["Published (STUDY.md section 3; Jain's index computed here from the two rates):", "",
+    lines += ["Published (docs/references.md, section 3; Jain's index computed here from the two rates):", "",
               markdown_table(["case", "flow 1 (Mbit/s)", "flow 2 (Mbit/s)", "Jain's index"], published)]
     return "\n".join(lines)
 

@@ -13,8 +13,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from controller.core.policy import PolicyError, parse_policy, parse_rate
 from controller.adapters.tc import Tc
+from controller.core.policy import PolicyError, parse_policy, parse_rate
 from topo.harness.fidelity import Monitor
 from topo.harness.launch import Host, note
 from topo.harness.prometheus import query_range, tcp_throughput_query

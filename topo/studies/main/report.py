@@ -11,9 +11,9 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from controller.core.policy import Policy
 from controller.adapters.tc import ClassCounters, Leaf
 from controller.core.plan import htb_classid
+from controller.core.policy import Policy
 from topo.harness import fidelity
 from topo.harness.report import jain_index, plt
 from topo.net import iperf
@@ -100,7 +100,8 @@ def _alone(ran: Ran, settle: float, t0: float) -> dict[str, Any]:
     delivered = None if ran.error or not ran.doc else \
         iperf.window_mean_bps(iperf.received(ran.doc), start, start + settle, end)
     return {"udp_mbps_offered": ran.item.udp_mbps, "udp_mbps_delivered": _mbps(delivered),
-            "udp_lost_percent": None if ran.error else (ran.doc or {}).get("end", {}).get("sum", {}).get("lost_percent"),
+            "udp_lost_percent": None if ran.error else
+            (ran.doc or {}).get("end", {}).get("sum", {}).get("lost_percent"),
             "start_s": round(start - t0, 3), "end_s": round(end - t0, 3), **({"error": ran.error} if ran.error else {})}
 
 
