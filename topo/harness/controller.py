@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from controller.adapters.ovsdb import DEFAULT_DB
+from controller.core.policy import LOCAL_OVSDB
 from topo.harness.host import RunRecord, end
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,7 +105,7 @@ def controller(log_path: Path, record: RunRecord | None = None, config: Path = R
                                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
     if record:
         record.process(proc.pid, "controller")
-        record.rows(STUDY_OWNER, tuple(ovsdb) or (DEFAULT_DB,))
+        record.rows(STUDY_OWNER, tuple(ovsdb) or (LOCAL_OVSDB,))
     try:
         deadline = time.monotonic() + START_SECONDS
         while not (_listening(openflow) and _answers(client)):
