@@ -118,7 +118,8 @@ class QosController(App):
         self.ovsdb = Remotes(settings.ovsdb, lambda name: Ovsdb(name, owner=settings.owner, timeout=10.0,
                                                               ssl=settings.ovsdb_ssl, standby=settings.standby),
                              settings.standby)
-        self._first_tried, self._held = False, None
+        self._first_tried: bool = False
+        self._held: LockHeld | None = None
         self._threads = [hub.spawn(self._connect_remote, name) for name in settings.ovsdb]
         deadline = time.monotonic() + FIRST_REMOTE_WAIT
         while not self._first_tried and time.monotonic() < deadline:
@@ -178,7 +179,7 @@ class QosController(App):
             try:
                 wait = self.ovsdb.connect(name)
             except LockHeld as err:   # another controller of our owner is active, and this one is no standby
-                self._held = self._first_tried = err
+                self._held, self._first_tried = err, True
                 if hasattr(self, "core"):   # found after the start: the process ends as it would have then
                     print(f"error: {err}", file=sys.stderr, flush=True)
                     _throw(SystemExit(1))

@@ -43,8 +43,11 @@ class CongestionConfig:
         return sample.utilisation >= self.utilisation and (lossy or sample.contention is not None)
 
     def is_calm(self, sample: PortSample) -> bool:
+        """Calm: little traffic, little loss, or no classes competing (a lone flow's own loss, once the
+        flood has gone, is nothing the reservation is for)."""
         low_loss = self.loss_ratio > 0 and sample.loss_ratio < self.clear_loss_ratio
-        return (sample.utilisation < self.clear_utilisation or low_loss) and not self.is_hot(sample)
+        quiet = sample.utilisation < self.clear_utilisation or low_loss or not sample.competing
+        return quiet and not self.is_hot(sample)
 
 
 @dataclass(frozen=True)

@@ -175,7 +175,7 @@ class Controller:
             case ev.MeterConfigReply():
                 sw.meter_config(event)
             case ev.MeterStatsReply():
-                sw.meter_stats(event)
+                sw.meter_stats(event, self.now)
             case ev.QueueStatsReply():
                 sw.queue_stats(event, self.now)
             case ev.PortStatsReply():
@@ -307,7 +307,7 @@ class Controller:
         LOG.warning("owner %s: another controller holds the OVSDB lock; standing by", self.owner)
         self.role = self.snapshot.role = ROLE_STANDBY
         for sw in self.switches.values():
-            sw.next_due = None
+            sw.next_due = sw.next_fast = None
             sw.claim_role()
 
     # --- REST ------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from controller.core.meters import meter_id
+from controller.core.meters import counting_meter_id, meter_id
 from controller.core.policy import Policy, SwitchPolicy
 
 # The high bits mark this controller's flows so it replaces exactly its own; the low bits
@@ -43,10 +43,10 @@ class FlowEntry:
     cookie: int
 
 
-def desired_flows(policy: Policy, switch: SwitchPolicy, reserving: frozenset[int],
-                  mark_dscp: bool) -> tuple[FlowEntry, ...]:
+def desired_flows(policy: Policy, switch: SwitchPolicy, reserving: frozenset[int], mark_dscp: bool,
+                  counted: frozenset[int] = frozenset()) -> tuple[FlowEntry, ...]:
     """Flows for `switch` while the ports in `reserving` have their class queues in force. A policed
-    class's flows pass its meter whatever the port's queues."""
+    class's flows pass its meter whatever the port's queues; the rules in `counted` their counting meter."""
     entries = []
     for index, rule in enumerate(switch.flows):
         steer: tuple[tuple[Any, ...], ...] = ()
@@ -54,6 +54,8 @@ def desired_flows(policy: Policy, switch: SwitchPolicy, reserving: frozenset[int
             cls = policy.traffic_class(rule.traffic_class)
             if cls.police:
                 steer = (("meter", meter_id(cls.queue)),)
+            elif index in counted:
+                steer = (("meter", counting_meter_id(index)),)
             if rule.outputs[0] in reserving:
                 steer += ((("set_field", "ip_dscp", cls.dscp),) if mark_dscp else ()) + (("set_queue", cls.queue),)
         entries.append(FlowEntry(rule.priority, rule.match,

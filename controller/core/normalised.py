@@ -38,7 +38,8 @@ class HexNumber(int):
 def normalised_document(policy: Policy) -> dict[str, Any]:
     return {"name": policy.name, "description": policy.description,
             "classes": {c.name: _class(c) for c in policy.classes},
-            "congestion": {"poll_interval": policy.poll_interval, **_congestion(policy)},
+            "congestion": {"poll_interval": policy.poll_interval, "fast_poll_interval": policy.fast_poll_interval,
+                           **_congestion(policy)},
             "switches": {s.name: _switch(s) for s in policy.switches}}
 
 

@@ -111,6 +111,7 @@ class Policy:
     switches: tuple[SwitchPolicy, ...]
     poll_interval: float
     congestion: CongestionConfig
+    fast_poll_interval: float = 0.05   # `auto` ports near their capacity are polled this often (0: never)
 
     def switch(self, dp_id: int) -> SwitchPolicy | None:
         return next((s for s in self.switches if s.dp_id == dp_id), None)
@@ -176,7 +177,7 @@ def parse_policy(document: Any) -> Policy:
     name = _label(doc.get("name"), "name")
     description = _text(doc.get("description", ""), "description")
     classes = _classes(doc.get("classes", {}))
-    poll_interval, congestion = _congestion(doc.get("congestion", {}))
+    poll_interval, fast_poll_interval, congestion = _congestion(doc.get("congestion", {}))
     switches_doc = _mapping(doc.get("switches"), "switches")
     if not switches_doc:
         raise PolicyError("switches: no switch defined; add at least one switch with dp_id and flows")
@@ -185,7 +186,8 @@ def parse_policy(document: Any) -> Policy:
     if len(set(dp_ids)) != len(dp_ids):
         raise PolicyError("switches: two switches share a dp_id; give each switch its own dp_id")
     return Policy(name=name, description=description, classes=classes,
-                  switches=switches, poll_interval=poll_interval, congestion=congestion)
+                  switches=switches, poll_interval=poll_interval, congestion=congestion,
+                  fast_poll_interval=fast_poll_interval)
 
 
 def parse_rate(value: Any, where: str) -> int:
@@ -262,14 +264,18 @@ def _police(doc: Any, where: str) -> Police:
     return Police(round(rate / 1000), round(burst / 1000))
 
 
-def _congestion(doc: Any) -> tuple[float, CongestionConfig]:
+def _congestion(doc: Any) -> tuple[float, float, CongestionConfig]:
     doc = _mapping(doc, "congestion")
     fields = {f.name: f for f in dataclasses.fields(CongestionConfig)}
-    _known_keys(doc, "congestion", ("poll_interval", *fields))
+    _known_keys(doc, "congestion", ("poll_interval", "fast_poll_interval", *fields))
     poll_interval = _number(doc.get("poll_interval", 1.0), "congestion.poll_interval", 0.05, 60)
+    fast = _number(doc.get("fast_poll_interval", 0.05), "congestion.fast_poll_interval", 0, 60)
+    if fast and not 0.01 <= fast <= poll_interval:
+        raise PolicyError(f"congestion.fast_poll_interval: {_shown(fast)} is not from 0.01 s to the poll_interval "
+                          f"({poll_interval:g} s); or 0 to poll every port at the poll_interval only")
     values: dict[str, Any] = {}
     for key, value in doc.items():
-        if key == "poll_interval":
+        if key in ("poll_interval", "fast_poll_interval"):
             continue
         where = f"congestion.{key}"
         if key == "samples":
@@ -282,7 +288,7 @@ def _congestion(doc: Any) -> tuple[float, CongestionConfig]:
     if config.clear_utilisation > config.utilisation:
         raise PolicyError("congestion.clear_utilisation: above congestion.utilisation; "
                           "set it lower so the state cannot flap")
-    return poll_interval, config
+    return poll_interval, fast, config
 
 
 def _switch(name: str, doc: Any, classes: tuple[TrafficClass, ...]) -> SwitchPolicy:

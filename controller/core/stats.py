@@ -103,8 +103,11 @@ def _deltas(old: tuple[int, ...], new: tuple[int, ...]) -> list[int | None] | No
 class RateTracker:
     """Keeps the previous sample per key and turns the next one into rates."""
 
-    def __init__(self, max_gap: float = 10.0):
-        self._max_gap = max_gap
+    def __init__(self, max_gap: float = 10.0, min_gap: float = 0.01):
+        """Rates over more than `max_gap` s are not given (an average would hide the bursts in it), nor over
+        less than `min_gap` s (a slow and a fast poll that meet: a few bytes' difference would be noise);
+        such a sample leaves the baseline where it was."""
+        self._max_gap, self._min_gap = max_gap, min_gap
         # dp_id → (port_no, queue_id or None for the port itself) or ("flow", cookie) → last sample
         self._baselines: dict[int, dict[tuple[int | str, int | None], _Baseline]] = {}
 
@@ -121,6 +124,12 @@ class RateTracker:
         measured = self._measure(dp_id, ("flow", cookie), counters, _FLOW_SCALES, now)
         return None if measured is None else FlowRates._make([*measured[0], measured[1]])
 
+    def meter(self, dp_id: int, meter: int, counters: MeterCounters, now: float) -> FlowRates | None:
+        """What entered a meter, as bit/s and packets/s."""
+        measured = self._measure(dp_id, ("meter", meter), FlowCounters(counters.bytes, counters.packets),
+                                 _FLOW_SCALES, now)
+        return None if measured is None else FlowRates._make([*measured[0], measured[1]])
+
     def forget_datapath(self, dp_id: int) -> None:
         self._baselines.pop(dp_id, None)
 
@@ -129,8 +138,8 @@ class RateTracker:
         """Rates since the baseline and the interval, then `values` becomes the baseline."""
         baselines = self._baselines.setdefault(dp_id, {})
         previous = baselines.get(key)
-        if previous is not None and now <= previous.at:
-            return None  # duplicate or late reply: keep the baseline already held
+        if previous is not None and now - previous.at < self._min_gap:
+            return None  # a duplicate, a late reply, or too soon after the last: keep the baseline held
         baselines[key] = _Baseline(values, now)
         if previous is None:
             return None

@@ -25,7 +25,7 @@ from controller.core.bridges import BridgeInfo
 from controller.core.flows import CLASSIFIED
 from controller.core.jobs import Job, JobResult
 from controller.core.meters import MeterChanges, meter_id
-from controller.core.plan import ABSENT, ActualFlow, FlowChanges, plan
+from controller.core.plan import ABSENT, ActualFlow, FlowChanges, plan, steered_ports
 from controller.core.poll import PollRound
 from controller.core.queues import OvsdbQos, QosSpec
 from controller.core.switch_state import SwitchState
@@ -82,6 +82,9 @@ class Switch:
         self.settled = False                              # nothing in flight: in sync, or failed until the next poll
         self.poll: PollRound | None = None
         self.next_due: float | None = None                # the poll timer in force (an older one is ignored)
+        self.fast: PollRound | None = None                # a fast poll of the watched ports, under way
+        self.next_fast: float | None = None               # its timer in force
+        self.watched: frozenset[int] = frozenset()        # `auto` ports near their capacity: fast polled
         self.swept = 0.0
         self.ovsdb_generation: tuple[int, ...] = ()       # what OVSDB held at the last reconcile
         self._xid = 0
@@ -139,8 +142,11 @@ class Switch:
         switch_policy = policy.switch(self.dp_id) if policy and self.bridge else None
         if policy and self.bridge and switch_policy is None:
             LOG.warning("switch %016x is not in policy %s; nothing of ours stays on it", self.dp_id, policy.name)
-        self.state = SwitchState(policy, switch_policy, self.bridge.userspace, previous=self.state) \
-            if policy and switch_policy and self.bridge else None
+        previous, self.state = self.state, None
+        if policy and switch_policy and self.bridge:
+            self.state = SwitchState(policy, switch_policy, self.bridge.userspace, previous=previous,
+                                     counting=self.cannot_police is None)
+        self.watched = self.watched & self.state.auto if self.state else frozenset()
         for port in switch_policy.ports if switch_policy else ():
             if port.queues == "auto":   # counted from 0, so that Prometheus' increase() sees the first event
                 for action in ("program", "rollback"):
@@ -231,11 +237,19 @@ class Switch:
         epoch, what = self.requests.pop(xid, (None, None))
         return what, epoch == self.epoch and not self.batches
 
+    def _round(self, xid: int) -> PollRound | None:
+        """The poll (slow or fast) that awaits this reply, if any; it awaits it no more."""
+        for round_ in (self.poll, self.fast):
+            if round_ is not None and round_.answered(xid):
+                return round_
+        return None
+
     def flow_stats(self, reply: ev.FlowStatsReply, now: float) -> None:
         what, current = self._current(reply.xid)
-        if self.poll is not None and self.poll.answered(reply.xid):
-            self.poll.flows, self.poll.at["flows"] = reply.counters, now
-            self._poll_answered(now)
+        round_ = self._round(reply.xid)
+        if round_ is not None:
+            round_.flows, round_.at["flows"] = reply.counters, now
+            self._answered(round_, now)
         if not current or self.flows is None and what != act.FLOWS:
             return
         actual = reply.flows
@@ -258,6 +272,8 @@ class Switch:
     def meter_features(self, reply: ev.MeterFeaturesReply) -> None:
         self.requests.pop(reply.xid, None)
         self.cannot_police = reply.cannot_police
+        if self.state is not None:
+            self.state.counting = reply.cannot_police is None
 
     def meter_config(self, reply: ev.MeterConfigReply) -> None:
         _, current = self._current(reply.xid)
@@ -268,9 +284,17 @@ class Switch:
         self.meters = reply.meters
         self.reconcile()
 
-    def meter_stats(self, reply: ev.MeterStatsReply) -> None:
+    def meter_stats(self, reply: ev.MeterStatsReply, now: float) -> None:
         _, current = self._current(reply.xid)
+        round_ = self._round(reply.xid)
+        if round_ is not None:
+            round_.meters, round_.at["meters"] = reply.counters, now
+            self._answered(round_, now)
         classes = {meter_id(c.queue): c.name for c in self.state.policy.classes} if self.state else {}
+        for meter in reply.counters:
+            counted = self.state.counted_class(meter) if self.state else None
+            if counted is not None:
+                classes[meter] = counted[1]
         self.ctl.snapshot.meters[self.dp_id] = {(m, classes.get(m, "")): c for m, c in reply.counters.items()}
         if current and self.meters is not None and reply.counters.keys() != self.meters.keys():
             # Meters added or removed (and with a meter, its flows): nothing is planned until they are read.
@@ -280,17 +304,24 @@ class Switch:
             self.ask(act.METER_CONFIG)
 
     def queue_stats(self, reply: ev.QueueStatsReply, now: float) -> None:
-        self.ctl.snapshot.queues[self.dp_id] = reply.queues   # only the queues in the reply exist now
-        if self.poll is not None and self.poll.answered(reply.xid):
-            self.poll.queues, self.poll.at["queues"] = reply.queues, now
-            self._poll_answered(now)
+        round_ = self._round(reply.xid)
+        if round_ is not None and round_.fast:   # one port's: the others' counters stay as they were
+            self.ctl.snapshot.queues.setdefault(self.dp_id, {}).update(reply.queues)
+        else:                                    # every port's: only the queues in the reply exist now
+            self.ctl.snapshot.queues[self.dp_id] = reply.queues
+        if round_ is not None:
+            round_.queues = {**(round_.queues or {}), **reply.queues}
+            round_.at["queues"] = now
+            self._answered(round_, now)
 
     def port_stats(self, reply: ev.PortStatsReply, now: float) -> None:
         for port_no, counters in reply.ports.items():
             self.ctl.snapshot.ports[(self.dp_id, port_no)] = counters
-        if self.poll is not None and self.poll.answered(reply.xid):
-            self.poll.ports, self.poll.at["ports"] = reply.ports, now
-            self._poll_answered(now)
+        round_ = self._round(reply.xid)
+        if round_ is not None:
+            round_.ports = {**(round_.ports or {}), **reply.ports}
+            round_.at["ports"] = now
+            self._answered(round_, now)
 
     # --- polls ---------------------------------------------------------------------------------------
     def start_polling(self) -> None:
@@ -302,6 +333,9 @@ class Switch:
         self.ctl.out.append(act.Later(self.next_due - self.ctl.now, ev.PollDue(self.conn, self.next_due)))
 
     def poll_due(self, due: ev.PollDue) -> None:
+        if due.fast:
+            self._fast_poll_due(due)
+            return
         if due.due != self.next_due:
             return      # a timer of polling stopped or restarted since
         if not self.ctl.active or self.bridge is None:
@@ -325,7 +359,9 @@ class Switch:
         if not whole:
             self.ask(act.FLOW_COUNT)
         if self.meters or (self.state and self.state.meters):
-            self.ask(act.METER_CONFIG if whole else act.METER_STATS)
+            waiting.add(self.ask(act.METER_STATS))
+            if whole:
+                self.ask(act.METER_CONFIG)
         waiting |= {self.ask(act.QUEUES), self.ask(act.PORTS)}
         self.poll = PollRound(due.due, now, waiting)
         if now - self.swept > TC_SWEEP_SECONDS:
@@ -335,40 +371,88 @@ class Switch:
         if (retry or self.tc_check or self.ovsdb_generation != self.ctl.ovsdb.generation) and not self.busy:
             self.reconcile()
 
-    def _poll_answered(self, now: float) -> None:
-        """Once every reply of the poll is in: rates, then the detector, port by port."""
-        poll = self.poll
-        if poll is None or not poll.complete:
+    def _fast_poll_due(self, due: ev.PollDue) -> None:
+        """The ports near their capacity only: their port and queue counters, and the meters'."""
+        if due.due != self.next_fast:
             return
-        self.poll = None
-        snap, rates = self.ctl.snapshot, self.ctl.rates
-        snap.poll_duration[self.dp_id] = now - poll.sent
-        snap.polls[self.dp_id] = snap.polls.get(self.dp_id, 0) + 1
-        class_bps: dict[int, dict[str, float]] = {}
-        for cookie, counters in (poll.flows or {}).items():
-            owner = self.state.rule_class(cookie) if self.state else None
-            flow = rates.flow(self.dp_id, cookie, counters, poll.at["flows"])
-            if owner is not None and flow is not None and flow.bps is not None:
-                classes = class_bps.setdefault(owner[0], {})
-                classes[owner[1]] = classes.get(owner[1], 0.0) + flow.bps
+        if not self.ctl.active or not self.watched or self.fast is not None:
+            self.next_fast = None   # stopped; or the last one is still unanswered: the next answer resumes
+            return
+        now = self.ctl.now
+        waiting = {self.ask(kind, port) for port in sorted(self.watched) for kind in (act.QUEUES, act.PORTS)}
+        if self.state and self.state.counting and self.state.meters:
+            waiting.add(self.ask(act.METER_STATS))
+        self.fast = PollRound(due.due, now, waiting, fast=True)
+        self.next_fast = None
+
+    def _answered(self, round_: PollRound, now: float) -> None:
+        """Once every reply of a poll is in: rates, then the detector, port by port."""
+        if not round_.complete:
+            return
+        if round_.fast:
+            self.fast = None
+        else:
+            self.poll = None
+            self.ctl.snapshot.poll_duration[self.dp_id] = now - round_.sent
+            self.ctl.snapshot.polls[self.dp_id] = self.ctl.snapshot.polls.get(self.dp_id, 0) + 1
+        class_bps = self._class_rates(round_)
         drops: dict[int, float] = {}
-        for (port_no, queue_id), queue_counters in (poll.queues or {}).items():
-            queue = rates.queue(self.dp_id, port_no, queue_id, queue_counters, poll.at["queues"])
+        rates = self.ctl.rates
+        for (port_no, queue_id), queue_counters in (round_.queues or {}).items():
+            queue = rates.queue(self.dp_id, port_no, queue_id, queue_counters, round_.at["queues"])
             if queue is not None and queue.tx_errors_ps is not None:
                 drops[port_no] = drops.get(port_no, 0.0) + queue.tx_errors_ps
+        fast = self.ctl.policy.fast_poll_interval if self.ctl.policy else 0.0
         decided = False
-        for port_no, port_counters in (poll.ports or {}).items():
-            port = rates.port(self.dp_id, port_no, port_counters, poll.at["ports"])
+        for port_no, port_counters in (round_.ports or {}).items():
+            port = rates.port(self.dp_id, port_no, port_counters, round_.at["ports"])
             if port is None or self.state is None:
                 continue
+            self._watch(port_no, port.tx_bps)
+            # A port fast polls watch is decided by them alone: a slow poll's sample would be a second long.
+            if not round_.fast and fast and port_no in self.watched:
+                continue
             decision = self.state.observe(port_no, port, drops.get(port_no, 0.0), class_bps.get(port_no, {}),
-                                          poll.at["ports"])
-            snap.congested[(self.dp_id, port_no)] = self.state.congested(port_no)
+                                          round_.at["ports"])
+            self.ctl.snapshot.congested[(self.dp_id, port_no)] = self.state.congested(port_no)
             if decision is not None:
                 self.ctl.decided(self, port_no, decision)
                 decided = True
+        if fast and self.watched and self.next_fast is None and self.fast is None:
+            self.next_fast = max(round_.due + fast, now) if round_.fast else now + fast
+            self.ctl.out.append(act.Later(self.next_fast - now, ev.PollDue(self.conn, self.next_fast, fast=True)))
         if decided:
             self.reconcile()
+
+    def _watch(self, port_no: int, tx_bps: float | None) -> None:
+        """An `auto` port at half its capacity or more is fast polled (a flood onset there is answered in
+        a fraction of a second); one below it is left to the slow poll, at no cost."""
+        if self.state is None or port_no not in self.state.auto or tx_bps is None:
+            return
+        port = self.state.switch.port(port_no)
+        assert port is not None
+        busy = tx_bps >= self.state.policy.congestion.clear_utilisation * port.capacity_bps
+        self.watched = self.watched | {port_no} if busy else self.watched - {port_no}
+
+    def _class_rates(self, round_: PollRound) -> dict[int, dict[str, float]]:
+        """Output port → class → bit/s offered, from the classified flows' counters, and from the counting
+        meters' where there are some (the flows' may be half a second old)."""
+        rates = self.ctl.rates
+        class_bps: dict[int, dict[str, float]] = {}
+        counted: dict[int, dict[str, float]] = {}
+        for cookie, counters in (round_.flows or {}).items():
+            owner = self.state.rule_class(cookie) if self.state else None
+            flow = rates.flow(self.dp_id, cookie, counters, round_.at["flows"])
+            if owner is not None and flow is not None and flow.bps is not None:
+                classes = class_bps.setdefault(owner[0], {})
+                classes[owner[1]] = classes.get(owner[1], 0.0) + flow.bps
+        for meter, meter_counters in (round_.meters or {}).items():
+            owner = self.state.counted_class(meter) if self.state else None
+            measured = rates.meter(self.dp_id, meter, meter_counters, round_.at["meters"])
+            if owner is not None and measured is not None and measured.bps is not None:
+                classes = counted.setdefault(owner[0], {})
+                classes[owner[1]] = classes.get(owner[1], 0.0) + measured.bps
+        return class_bps | counted
 
     # --- tc and the worker ---------------------------------------------------------------------------------
     def tc_changed(self, ports: set[int]) -> None:
@@ -435,8 +519,10 @@ class Switch:
                         and port_no not in self.busy:
                     ctl.drift(self, "qos", f"port {port_no} ({iface}): OVSDB holds {_mode(actual)}, not what we put")
                     del self.applied[port_no]
+        reserve = {p for p, q in qos.items() if isinstance(q, OvsdbQos) and q.mode == "reserve"}
+        steered = steered_ports(self.flows) & reserve
         if self.state and not self.state.adopted:
-            self.state.adopt({p for p, q in qos.items() if isinstance(q, OvsdbQos) and q.mode == "reserve"})
+            self.state.adopt(steered)
         todo = plan(self.state, self.flows, qos, self.meters)
         cannot = self.cannot_police if todo.meters.add or todo.meters.modify else None
         if cannot:   # said once; a set_policy with it is refused, this is a switch come later
@@ -464,7 +550,7 @@ class Switch:
         ctl.snapshot.in_sync[self.dp_id] = self.in_sync
         for port_no, actual in qos.items():
             key = (self.dp_id, port_no)
-            ctl.snapshot.programmed[key] = isinstance(actual, OvsdbQos) and actual.mode == "reserve"
+            ctl.snapshot.programmed[key] = port_no in steered
             if isinstance(actual, OvsdbQos):
                 ctl.snapshot.capacity_bps[key] = actual.max_bps
 
@@ -496,12 +582,14 @@ class Switch:
     def status(self) -> dict[str, Any]:
         assert self.bridge is not None
         ports = {}
+        steered = steered_ports(self.flows or {})
         for port in self.state.switch.ports if self.state else ():
             assert self.state is not None
             iface = self.bridge.ports.get(port.port_no)
             actual = self.ctl.ovsdb.port_qos(self.bridge.remote, iface) if iface else None
             ports[str(port.port_no)] = {"iface": iface, "mode": port.queues,
                                         "queues": actual.mode if isinstance(actual, OvsdbQos) else actual,
+                                        "steered": port.port_no in steered,
                                         "congested": self.state.congested(port.port_no)}
         return {"bridge": self.bridge.name, "ovsdb": self.bridge.remote, "datapath_type": self.bridge.datapath_type,
                 "role": self.role, "flows": len(self.flows or {}), "in_sync": self.in_sync,

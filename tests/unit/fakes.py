@@ -51,15 +51,15 @@ WRITES = ("OFPFlowMod", "OFPMeterMod")
 class Entry:
     cookie: int
     instructions: list
-    packets: int = 0
-    bytes: int = 0
+    packets: float = 0
+    bytes: float = 0
 
 
 @dataclass
 class PortTraffic:
-    tx_bytes: int = 0
-    tx_packets: int = 0
-    tx_dropped: int = 0
+    tx_bytes: float = 0
+    tx_packets: float = 0
+    tx_dropped: float = 0
 
 
 class FakeSwitch:
@@ -76,13 +76,33 @@ class FakeSwitch:
         self.replies: collections.deque = collections.deque()         # (connection, reply), not yet delivered
         self.sent: list = []                         # every message any controller sent it
         self.meters: dict[int, Any] = {}            # meter id → the OFPMeterMod that made it
-        self.meter_traffic: dict[int, tuple[int, int, int]] = {}   # meter id → packets, bytes, dropped
+        self.meter_traffic: dict[int, tuple[float, float, float]] = {}   # meter id → packets, bytes, dropped
+        self.load: dict[int, float] = {}              # port → bit/s it sends while time passes (run)
+        self.class_load: dict[int, float] = {}        # cookie → bit/s its flow carries (and its meter counts)
+        self.drop_load: dict[tuple[int, int], float] = {}   # (port, queue) → packets/s its class drops
         self.max_meter = 1000                       # meter features: 0 is a switch without meters
         self.refuse_cookies: set[int] = set()       # flow mods with these cookies get an error back
         self.generation: int | None = None          # the bridge's master election id, as OVS keeps it
         self.role = None                            # the role the last role request set
         self.generation_id = None                   # ... and its generation id
         self.connections: list[FakeConnection] = []
+
+    def run(self, seconds: float) -> None:
+        """Time passes: the loads the test set move the counters."""
+        for port, bps in self.load.items():
+            traffic = self.traffic[port]
+            traffic.tx_bytes += bps * seconds / 8
+            traffic.tx_packets += bps * seconds / 8 / 1500
+        for (port, queue), pps in self.drop_load.items():
+            b, n, d = self.queues.get((port, queue), (0, 0, 0))
+            self.queues[(port, queue)] = (b, n, d + pps * seconds)
+        for entry in self.table.values():
+            nbytes = self.class_load.get(entry.cookie, 0.0) * seconds / 8
+            entry.bytes += nbytes
+            entry.packets += nbytes / 1500
+            for meter in self.meters_of(entry):
+                n, b, d = self.meter_traffic.get(meter, (0, 0, 0))
+                self.meter_traffic[meter] = (n + nbytes / 1500, b + nbytes, d)
 
     def send_msg(self, msg) -> None:
         """A change by hand (ovs-ofctl): a connection of its own, whose replies nobody reads."""
@@ -136,7 +156,7 @@ class FakeSwitch:
         kind = type(msg).__name__
         if kind == "OFPFlowStatsRequest":
             return parser.OFPFlowStatsReply(conn, body=[
-                parser.OFPFlowStats(0, 0, 0, prio, 0, 0, 0, e.cookie, e.packets, e.bytes,
+                parser.OFPFlowStats(0, 0, 0, prio, 0, 0, 0, e.cookie, int(e.packets), int(e.bytes),
                                     parser.OFPMatch(**dict(match)), e.instructions)
                 for (prio, match), e in self.table.items() if e.cookie & msg.cookie_mask == msg.cookie
                 and (msg.out_port == ofp.OFPP_ANY or msg.out_port in outputs(e))], flags=0)
@@ -153,16 +173,17 @@ class FakeSwitch:
                 flags=0)
         if kind == "OFPMeterStatsRequest":
             return parser.OFPMeterStatsReply(conn, body=[
-                parser.OFPMeterStats(meter, 0, n, b, 0, 0, [parser.OFPMeterBandStats(d, 0)])
+                parser.OFPMeterStats(meter, 0, int(n), int(b), 0, 0, [parser.OFPMeterBandStats(int(d), 0)])
                 for meter, (n, b, d) in ((m, self.meter_traffic.get(m, (0, 0, 0))) for m in sorted(self.meters))],
                 flags=0)
         if kind == "OFPQueueStatsRequest":
             return parser.OFPQueueStatsReply(conn, body=[
-                parser.OFPQueueStats(p, q, b, n, d, 0, 0) for (p, q), (b, n, d) in self.queues.items()
+                parser.OFPQueueStats(p, q, int(b), int(n), int(d), 0, 0) for (p, q), (b, n, d) in self.queues.items()
                 if msg.port_no in (ofp.OFPP_ANY, p)], flags=0)
         if kind == "OFPPortStatsRequest":
             return parser.OFPPortStatsReply(conn, body=[
-                parser.OFPPortStats(p, 0, t.tx_packets, 0, t.tx_bytes, 0, t.tx_dropped, 0, 0, 0, 0, 0, 0, 0, 0)
+                parser.OFPPortStats(p, 0, int(t.tx_packets), 0, int(t.tx_bytes), 0, int(t.tx_dropped), 0, 0, 0, 0, 0, 0,
+                                    0, 0)
                 for p, t in self.traffic.items() if msg.port_no in (ofp.OFPP_ANY, p)], flags=0)
         raise AssertionError(f"the fake switch does not know {kind}")
 
@@ -201,7 +222,7 @@ class FakeSwitch:
     def steering(self) -> set[int]:
         """Cookies of the flows that set a queue."""
         return {e.cookie for e in self.table.values()
-                for i in e.instructions for a in i.actions if type(a).__name__ == "OFPActionSetQueue"}
+                for i in e.instructions for a in getattr(i, "actions", ()) if type(a).__name__ == "OFPActionSetQueue"}
 
     def flow_mods(self) -> list:
         return [m for m in self.sent if type(m).__name__ == "OFPFlowMod"]
@@ -438,20 +459,29 @@ class Harness:
                 return
 
     def advance(self, seconds: float) -> None:
-        """Time passes: every timer due by then fires at its time."""
+        """Time passes (and traffic with it, on the switches this controller is connected to): every timer
+        due by then fires at its time."""
         until = self.clock + seconds
         self.settle()
         while self.timers and self.timers[0][0] <= until:
             due, _, event = heapq.heappop(self.timers)
-            self.clock = max(self.clock, due)
+            self._run(max(self.clock, due) - self.clock)
             self.handle(event)
             self.settle()
-        self.clock = until
+        self._run(until - self.clock)
         self.settle()
 
+    def _run(self, seconds: float) -> None:
+        for switch in {c.switch for c in self.conns.values()}:
+            switch.run(seconds)
+        self.clock += seconds
+
     def poll(self, seconds: float = 1.0) -> None:
-        """A poll interval passes: every switch is polled once, its replies delivered."""
+        """A poll interval passes (every switch is polled once, its ports near capacity fast polled); then
+        the loads a test set for it (flood) stop."""
         self.advance(seconds)
+        for switch in {c.switch for c in self.conns.values()}:
+            switch.load, switch.class_load, switch.drop_load = {}, {}, {}
 
     # --- what the test does -------------------------------------------------------------------------
     def connect(self, switch: FakeSwitch, claims: int | None = None) -> int:
@@ -524,12 +554,7 @@ def mode(net, iface="s1-eth1"):
 
 
 def flood(net, tcp_bps: float, udp_bps: float) -> None:
-    """A second of s1 port 1 sending at capacity: TCP's and UDP's class rules count what they steer."""
-    tx = net.s1.traffic[1]
-    tx.tx_bytes += CAPACITY // 8
-    tx.tx_packets += CAPACITY // 8 // 1500
-    for entry in net.s1.table.values():
-        if entry.cookie == COOKIE | CLASSIFIED | 3:
-            entry.bytes += int(udp_bps / 8)
-        if entry.cookie == COOKIE | CLASSIFIED | 4:
-            entry.bytes += int(tcp_bps / 8)
+    """Until the next poll(): s1 port 1 sends at capacity, TCP's and UDP's class rules (and their counting
+    meters) carrying these rates."""
+    net.s1.load = {1: CAPACITY}
+    net.s1.class_load = {COOKIE | CLASSIFIED | 3: udp_bps, COOKIE | CLASSIFIED | 4: tcp_bps}

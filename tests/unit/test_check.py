@@ -116,7 +116,7 @@ def test_a_normalised_policy_spells_out_every_default_prerequisite_and_expanded_
     document = normalised_document(policy)
     assert document["classes"] == {"voice": {"queue": 1, "min": 1 / 3, "max": "50%", "dscp": 46, "priority": 0},
                                    "bulk": {"queue": 2, "min": "12.5%", "max": "100%", "dscp": 2, "priority": 3}}
-    assert document["congestion"] == {"poll_interval": 1.0, "utilisation": "90%", "loss_ratio": "1%", "samples": 4,
+    assert document["congestion"] == {"poll_interval": 1.0, "fast_poll_interval": 0.05, "utilisation": "90%", "loss_ratio": "1%", "samples": 4,
                                       "clear_utilisation": "50%", "clear_loss_ratio": "0.05%", "hold_seconds": 1.5,
                                       "shortfall": "10%"}
     edge = document["switches"]["edge"]

@@ -88,23 +88,22 @@ def test_clearing_takes_every_flow_and_queue_of_ours_off(net):
 
 # --- congestion ------------------------------------------------------------------------------------
 
-def test_auto_programs_on_contention_steers_after_the_queues_and_rolls_back_steering_first(net):
+def test_auto_programs_by_steering_into_its_ready_classes_and_rolls_back_by_steering_out(net):
     up(net, "auto")
-    assert mode(net) == "fifo" and net.s1.steering() == set()
+    assert mode(net) == "reserve" and net.s1.steering() == set()   # the classes are there, unused
     record = []
     steering_sent_while(net, record)
-    for _ in range(2):
+    for _ in range(2):                              # the first poll only reads the counters
         flood(net, tcp_bps=2.5e6, udp_bps=2.5e6)   # TCP well short of its 4 Mbit/s reservation
         net.app.poll()
-    assert mode(net) == "reserve" and net.s1.steering() == {COOKIE | CLASSIFIED | 3, COOKIE | CLASSIFIED | 4}
+    assert net.s1.steering() == {COOKIE | CLASSIFIED | 3, COOKIE | CLASSIFIED | 4}
     assert [d["action"] for d in net.app.decisions] == ["program"]
-    assert record == [("queues", 0), ("steer", "reserve"), ("steer", "reserve")]
+    assert record == [("steer", "reserve"), ("steer", "reserve")]   # one flow batch: no QoS change at all
     record.clear()
     for _ in range(6):                              # calm: the port idles for the hold time
         net.app.poll()
     assert [d["action"] for d in net.app.decisions] == ["program", "rollback"]
-    assert mode(net) == "fifo" and net.s1.steering() == set()
-    assert record == [("queues", 0)]                # the steering was off before the queues went
+    assert mode(net) == "reserve" and net.s1.steering() == set() and record == []
 
 
 def test_putting_the_same_auto_policy_again_keeps_a_reserving_port_reserving(net):
@@ -134,10 +133,10 @@ def test_a_restarted_controller_keeps_a_reserving_auto_port_reserving_until_it_i
     for _ in range(3):                             # the flood goes on: nothing is rolled back and put again
         flood(net, 2.5e6, 2.5e6)
         restarted.poll()
-    assert mode(net) == "reserve" and net.s1.flow_mods() == [] and restarted.decisions == deque()
+    assert net.s1.steering() and net.s1.flow_mods() == [] and restarted.decisions == deque()
     for _ in range(6):                             # calm for the hold time: rolled back as usual
         restarted.poll()
-    assert [d["action"] for d in restarted.decisions] == ["rollback"] and mode(net) == "fifo"
+    assert [d["action"] for d in restarted.decisions] == ["rollback"] and net.s1.steering() == set()
 
 
 # --- drift --------------------------------------------------------------------------------------------

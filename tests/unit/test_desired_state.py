@@ -182,16 +182,17 @@ def test_a_port_discipline_becomes_every_class_queue(discipline, expected):
 
 # --- congestion drives the auto policy ----------------------------------------------------------------
 
-def test_auto_starts_like_none():
+def test_auto_starts_like_none_with_its_classes_ready_and_nothing_steered_into_them():
     state = SwitchState(AUTO, s1(AUTO), userspace=False)
     assert state.reserving == frozenset()
-    assert state.qos(state.reserving)[1].mode == "fifo"
-    assert actions(state, UDP_RULE) == (("output", 1),)
+    assert state.qos(state.reserving)[1].mode == "reserve"          # pre-provisioned: reacting rebuilds no qdisc
+    assert actions(state, UDP_RULE) == (("output", 1),)             # ... but every packet shares queue 0
     assert not state.congested(1)
 
 
 def test_contention_programs_the_reservation_and_calm_rolls_it_back():
     state = SwitchState(AUTO, s1(AUTO), userspace=True)
+    assert state.observe(1, FULL, 0.0, CONTENTION, now=9.95) is None   # auto takes two hot samples
     decision = state.observe(1, FULL, 0.0, CONTENTION, now=10.0)
     assert decision is not None
     assert (decision.action, decision.at) == ("program", 10.0)
@@ -213,17 +214,18 @@ def test_contention_programs_the_reservation_and_calm_rolls_it_back():
     assert not state.congested(1)
     assert state.reserving == frozenset()
     assert actions(state, UDP_RULE) == (("output", 1),)
-    assert state.qos(state.reserving)[1].mode == "fifo"
+    assert state.qos(state.reserving)[1].mode == "reserve"           # the classes stay, unused
 
 
 def test_a_hot_sample_during_the_hold_restarts_it():
     state = SwitchState(AUTO, s1(AUTO), userspace=False)
+    assert state.observe(1, FULL, 0.0, CONTENTION, now=-0.05) is None
     assert state.observe(1, FULL, 0.0, CONTENTION, now=0.0).action == "program"
     assert state.observe(1, CALM, 0.0, {}, now=1.0) is None
     assert state.observe(1, CALM, 0.0, {}, now=2.0) is None
     assert state.observe(1, FULL, 0.0, CONTENTION, now=3.0) is None      # still congested: no new program
     assert state.observe(1, CALM, 0.0, {}, now=4.0) is None              # 4.0 - 1.0 would be 3 s
-    assert state.qos(state.reserving)[1].mode == "reserve"
+    assert state.reserving == frozenset({1})
     assert state.observe(1, CALM, 0.0, {}, now=7.0).action == "rollback"
 
 
@@ -251,7 +253,8 @@ def test_a_port_without_tx_counters_or_outside_the_policy_decides_nothing():
 def test_queue_drops_count_as_loss_when_classes_compete():
     state = SwitchState(AUTO, s1(AUTO), userspace=False)
     # TCP gets its reservation, UDP is active: no contention, but 5 % of the packets are dropped
-    decision = state.observe(1, rates(5e6, 400), 21.0, {"tcp": 4.2e6, "udp": 0.8e6}, now=0.0)
+    state.observe(1, rates(5e6, 400), 21.0, {"tcp": 4.2e6, "udp": 0.8e6}, now=0.0)
+    decision = state.observe(1, rates(5e6, 400), 21.0, {"tcp": 4.2e6, "udp": 0.8e6}, now=0.05)
     assert decision is not None and decision.action == "program"
     assert "loss ≥ 1.0%" in decision.reason
 
@@ -262,12 +265,13 @@ def test_a_lone_class_losing_packets_does_not_program():
     for t in range(5):
         assert state.observe(1, lossy, 0.0, {"udp": 5e6}, now=float(t)) is None
     assert not state.congested(1)
-    assert state.qos(state.reserving)[1].mode == "fifo"
+    assert state.reserving == frozenset()
 
 
 def test_port_drops_without_class_rates_count_as_competing():
     state = SwitchState(AUTO, s1(AUTO), userspace=False)
-    decision = state.observe(1, rates(5e6, 400, tx_drops_ps=21.0), 0.0, {}, now=0.0)
+    state.observe(1, rates(5e6, 400, tx_drops_ps=21.0), 0.0, {}, now=0.0)
+    decision = state.observe(1, rates(5e6, 400, tx_drops_ps=21.0), 0.0, {}, now=0.05)
     assert decision is not None and decision.action == "program"
 
 
@@ -281,7 +285,7 @@ def test_class_contention_names_both_classes_and_their_rates():
 @pytest.mark.parametrize("class_bps", [
     {"tcp": 4.0e6, "udp": 1.0e6},     # TCP has its reservation
     {"tcp": 3.85e6, "udp": 1.15e6},   # TCP within auto's 5 % shortfall of its 4 Mbit/s
-    {"tcp": 10e3, "udp": 4.9e6},      # TCP idle (below 1 % of the port): nothing to protect
+    {"tcp": 10e3, "udp": 4.9e6},      # TCP idle (below 5 % of the port): nothing to protect
     {"tcp": 3.0e6, "udp": 0.4e6},     # TCP short, but UDP within its own reservation
     {"udp": 5e6},                     # TCP absent
     {},

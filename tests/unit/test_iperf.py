@@ -24,9 +24,9 @@ def option(args: list[str], flag: str) -> str:
     return args[args.index(flag) + 1]
 
 
-def test_server_args_serve_one_test_with_json_on_the_port_and_report_every_quarter_second():
-    assert server_args(UDP_PORT) == ["iperf3", "-s", "-1", "-J", "-i", "0.25", "-p", "5202"]
-    assert RECEIVER_SECONDS == 0.25
+def test_server_args_serve_one_test_with_json_on_the_port_and_report_every_tenth_of_a_second():
+    assert server_args(UDP_PORT) == ["iperf3", "-s", "-1", "-J", "-i", "0.1", "-p", "5202"]
+    assert RECEIVER_SECONDS == 0.1
 
 
 def test_tcp_client_args_with_a_congestion_control():

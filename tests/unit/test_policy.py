@@ -48,7 +48,8 @@ def test_the_study_policies_share_classes_and_topology(name):
 def test_auto_has_its_congestion_settings():
     policy = load_policy(POLICIES / "auto.yaml")
     assert policy.poll_interval == 1.0
-    assert policy.congestion == CongestionConfig(utilisation=0.9, loss_ratio=0.01, samples=1,
+    assert policy.fast_poll_interval == 0.05
+    assert policy.congestion == CongestionConfig(utilisation=0.9, loss_ratio=0.01, samples=2,
                                                  clear_utilisation=0.5, clear_loss_ratio=0.001,
                                                  hold_seconds=3.0, shortfall=0.05)
     assert policy.switch(1).port(1).queues == "auto"

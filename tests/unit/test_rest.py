@@ -66,7 +66,7 @@ def app(holder):
 def test_get_status(app):
     code, kind, body = call(app, "GET", "/qos/v1/status")
     assert (code, kind, body["policy"], body["role"]) == (200, "application/json", "none", "active")
-    assert body["switches"]["0000000000000001"]["ports"]["1"] == {"iface": "s1-eth1", "mode": "fifo", "queues": "fifo",
+    assert body["switches"]["0000000000000001"]["ports"]["1"] == {"iface": "s1-eth1", "mode": "fifo", "queues": "fifo", "steered": False,
                                                                   "congested": False}
 
 

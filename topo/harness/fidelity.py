@@ -38,6 +38,7 @@ from controller.adapters.tc import ClassCounters, Tc
 from topo.net.iperf import Interval, longest_gap
 
 SAMPLE_SECONDS = 0.25
+FINE_SECONDS = 0.01
 LOST_FACTOR, LOST_SLACK = 2.0, 10
 LOSS_LEAD_SECONDS = 1.0      # a sender interval (0.5 s) and the 200 ms minimum RTO, with room
 STALL_SHARE, STALL_SECONDS = 0.05, 1.0
@@ -63,9 +64,13 @@ class Received:
 
 @dataclass
 class Monitor:
-    """Samples `iface` every SAMPLE_SECONDS while in a `with` block."""
+    """Samples `iface` every SAMPLE_SECONDS while in a `with` block; with `fine`, also each class's byte
+    counter every FINE_SECONDS (`arrivals`): when packets begin to land in a class, to a hundredth of a
+    second, is the switch's own evidence that steering into it took effect."""
     iface: str
+    fine: bool = False
     samples: list[Sample] = field(default_factory=list)
+    arrivals: list[tuple[float, dict[str, int]]] = field(default_factory=list)   # (wall clock, class → bytes)
     queues: dict[str, set[str]] = field(default_factory=dict)   # HTB class → the kinds of queue seen under it
     # HTB class → what its queue itself dropped over the block. An AQM drops at dequeue (CoDel), which
     # the class's own counter does not see.
@@ -76,13 +81,17 @@ class Monitor:
         self._pids = _pids("ovs-vswitchd")
         self._first = self._look_at_queues()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, daemon=True)]
+        if self.fine:
+            self._threads.append(threading.Thread(target=self._run_fine, daemon=True))
+        for thread in self._threads:
+            thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._thread.join()
+        for thread in self._threads:
+            thread.join()
         last = self._look_at_queues()
         self._tc.close()
         self.leaf_drops = {cls: leaf.drops - self._first[cls].drops for cls, leaf in last.items()
@@ -106,6 +115,18 @@ class Monitor:
             self.samples.append(Sample(time.time(), classes, _run_delay(self._pids), _cpu_pressure()))
             if self._stop.wait(SAMPLE_SECONDS):
                 return
+
+    def _run_fine(self) -> None:
+        tc = Tc()    # a netlink socket of its own: the other thread's must not be shared
+        try:
+            while not self._stop.wait(FINE_SECONDS):
+                try:
+                    classes = tc.classes(self.iface)
+                except OSError:
+                    continue
+                self.arrivals.append((time.time(), {cls: c.bytes for cls, c in classes.items()}))
+        finally:
+            tc.close()
 
 
 def assess(samples: list[Sample], start: float, end: float, capacity_bps: float, tcp_class: str | None,

@@ -211,9 +211,9 @@ def network_under(ctx: TrialContext, topo, document: dict, reach: list[tuple[str
 
 
 def queues_in_force(status: dict, policy) -> bool:
-    """Every QoS port has the queues its mode starts with (auto starts as fifo)."""
+    """Every QoS port has the queues its mode starts with (auto has its classes ready, nothing steered)."""
     return all(status["switches"].get(f"{sw.dp_id:016x}", {}).get("ports", {}).get(str(p.port_no), {})
-               .get("queues") == ("reserve" if p.queues == "reserve" else "fifo")
+               .get("queues") == ("fifo" if p.queues == "fifo" else "reserve")
                for sw in policy.switches for p in sw.ports)
 
 

@@ -183,7 +183,8 @@ def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None
             network_under(ctx, StudyTopo(delay=delay), with_idle_ports(document, idle), [("h1", "h4")]) as net:
         started = time.time()
         planned = lanes(scenario)
-        with Monitor(BOTTLENECK) as monitor:
+        auto = any(p.queues == "auto" for sw in policy.switches for p in sw.ports)
+        with Monitor(BOTTLENECK, fine=auto) as monitor:
             wait = traffic.connect_seconds(scenario.bottleneck_bps, scenario.queue_packets)
             ran = traffic.run(net, planned, ctx.raw_dir, wait, ctx.tick, on_start)
         tc = Tc()
@@ -201,7 +202,9 @@ def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None
                                   tcp, steps, monitor.samples, classes, leaves, decisions, alone)
     reservation = report.reservation_mbps(policy, scenario.bottleneck_bps)
     if reservation is not None and decisions:
-        result["episodes"] = episodes(result["steps"], result["decisions"], result["tcp_series"], reservation)
+        arrivals = [(round(t - tcp.started, 3), counts) for t, counts in monitor.arrivals]
+        result["episodes"] = episodes(result["steps"], result["decisions"], result["tcp_series"], reservation,
+                                      arrivals)
     return {"policy": name, **result}
 
 

@@ -1,22 +1,29 @@
 """Congestion episodes of an `auto` run, measured from the recorded data (pure).
 
-An episode begins at the UDP onset (the first UDP step to start after the previous roll-back)
-and holds one program decision. reaction = program − onset; recovery = onset → the end of
-the first TCP interval, after the onset pushed TCP below `recovered_share` of its reservation
-(a dip that starts before the queues are programmed), whose mean is back at or above it; 0 when
-TCP never fell. The end of an interval is an upper bound, never flattering by a partial one.
-A dip later in the episode, such as the one a roll-back causes, is not the onset's.
-Times are seconds from the TCP flow's start.
+An episode begins at the UDP onset (the first UDP step to start after the previous roll-back; a
+step starts when its data does) and holds one program decision. Its reaction is measured on the
+switch, not from the controller's log: from the onset to the first moment bytes land in a class
+other than the default one (the bottleneck's class byte counters, sampled every hundredth of a
+second), i.e. when steering into the reservation took effect. `decision_seconds` is the same from
+the controller's log, for comparison. Recovery = onset → the end of the first TCP receiver interval
+(0.1 s long), after the onset pushed TCP below `recovered_share` of its reservation (a dip that
+starts before the steering), whose mean is back at or above it; 0 when TCP never fell. The end of an
+interval is an upper bound, never flattering by a partial one. A dip later in the episode, such as
+the one a roll-back causes, is not the onset's. Times are seconds from the TCP flow's start.
 """
 from __future__ import annotations
 
 from typing import Any
 
+DEFAULT_CLASS = "1:1"
+
 
 def episodes(steps: list[dict], decisions: list[dict], tcp_series: list[dict], reservation_mbps: float,
-             recovered_share: float = 0.8) -> list[dict[str, Any]]:
+             arrivals: list[tuple[float, dict[str, int]]], recovered_share: float = 0.8) -> list[dict[str, Any]]:
+    """`arrivals`: (seconds from TCP's start, HTB class → bytes sent so far) of the bottleneck."""
     bar = recovered_share * reservation_mbps
-    found, since = [], float("-inf")
+    found: list[dict[str, Any]] = []
+    since = float("-inf")
     for decision in decisions:
         if decision["action"] == "rollback":
             if found and found[-1]["rolled_back_s"] is None:
@@ -24,17 +31,33 @@ def episodes(steps: list[dict], decisions: list[dict], tcp_series: list[dict], r
             since = decision["t"]
             continue
         onset = next((s["start_s"] for s in steps if s["udp_mbps_offered"] > 0 and since <= s["start_s"]), None)
-        episode = {"onset_s": onset, "programmed_s": decision["t"], "rolled_back_s": None,
-                   "reaction_seconds": None, "recovery_seconds": None}
+        steered = steered_at(arrivals, onset) if onset is not None else None
+        episode = {"onset_s": onset, "steered_s": steered, "programmed_s": decision["t"], "rolled_back_s": None,
+                   "reaction_seconds": None, "decision_seconds": None, "recovery_seconds": None}
         if onset is not None and onset <= decision["t"]:
-            episode["reaction_seconds"] = round(decision["t"] - onset, 3)
+            episode["decision_seconds"] = round(decision["t"] - onset, 3)
+            if steered is not None:
+                episode["reaction_seconds"] = round(steered - onset, 3)
         found.append(episode)
     for episode in found:
-        if episode["reaction_seconds"] is not None:
+        if episode["decision_seconds"] is not None:
             until = episode["rolled_back_s"] if episode["rolled_back_s"] is not None else float("inf")
             episode["recovery_seconds"] = _recovery(tcp_series, episode["onset_s"], episode["programmed_s"],
                                                     until, bar)
     return found
+
+
+def steered_at(arrivals: list[tuple[float, dict[str, int]]], onset: float) -> float | None:
+    """The first sample after `onset` at which a class other than the default one has received bytes since
+    the sample before it: steering into the reservation took effect (the time of that sample)."""
+    before: dict[str, int] | None = None
+    for t, counts in arrivals:
+        if t >= onset and before is not None and any(
+                n > before.get(cls, n) for cls, n in counts.items() if cls != DEFAULT_CLASS and not cls.endswith(
+                ":fffe")):
+            return round(t, 3)
+        before = counts
+    return None
 
 
 def _recovery(series: list[dict], onset: float, programmed: float, until: float, bar: float) -> float | None:

@@ -1,0 +1,111 @@
+"""auto at the speed of the queue (controller/core/switch.py, switch_state.py, meters.py): an `auto` port
+carries its reservation's classes from the start, its classified flows pass counting meters (read
+fresh where flow counters lag), and while it carries half its capacity or more it is polled every
+fast_poll_interval. A flood onset there is answered within two fast polls, by one flow batch; a lone
+flow's loss (BBR's start-up), a one-poll blip or an idle port program nothing and cost nothing."""
+from controller.core import actions as act
+from controller.core.flows import CLASSIFIED, COOKIE
+from controller.core.meters import COUNTING_BAND, METER_BASE, counting_meter_id
+from tests.unit.fakes import CAPACITY, mode, up
+
+TCP, UDP = COOKIE | CLASSIFIED | 4, COOKIE | CLASSIFIED | 3     # rules 3 and 2 of s1
+
+
+def lone_tcp(net, drops_ps: float = 0.0) -> None:
+    net.s1.load, net.s1.class_load = {1: CAPACITY}, {TCP: 0.96 * CAPACITY}
+    net.s1.drop_load = {(1, 0): drops_ps} if drops_ps else {}
+
+
+def udp_flood(net, udp_bps: float) -> None:
+    """TCP squeezed by UDP in the shared FIFO, which drops what exceeds the port."""
+    net.s1.load = {1: CAPACITY}
+    net.s1.class_load = {TCP: 2.5e6, UDP: udp_bps}
+    net.s1.drop_load = {(1, 0): (2.5e6 + udp_bps - CAPACITY) / 8 / 1500}
+
+
+def fast_requests(net) -> int:
+    return sum(type(m).__name__ == "OFPPortStatsRequest" and m.port_no != net.s1.ofproto.OFPP_ANY
+               for m in net.s1.sent)
+
+
+def test_auto_classes_are_ready_and_its_classified_flows_pass_counting_meters(net):
+    up(net, "auto")
+    assert mode(net) == "reserve" and net.s1.steering() == set()
+    assert {m: (d.bands[0].rate, d.bands[0].burst_size) for m, d in net.s1.meters.items()} == {
+        counting_meter_id(2): (COUNTING_BAND.rate_kbps, COUNTING_BAND.burst_kbits),
+        counting_meter_id(3): (COUNTING_BAND.rate_kbps, COUNTING_BAND.burst_kbits)}
+    metered = {e.cookie: net.s1.meters_of(e) for e in net.s1.table.values() if net.s1.meters_of(e)}
+    assert metered == {UDP: {counting_meter_id(2)}, TCP: {counting_meter_id(3)}}
+    assert net.s2.meters == {}                     # no auto port there
+    up_reserve = net.app.request("set_policy", __import__("tests.unit.fakes", fromlist=["x"]).shipped("reserve"))
+    assert up_reserve[0]["in_sync"] and net.s1.meters == {}     # nor on a port that always reserves
+
+
+def test_a_flood_onset_beside_a_lone_flow_is_answered_within_two_fast_polls(net):
+    up(net, "auto")
+    lone_tcp(net, drops_ps=1.2)                    # cubic alone: a drop now and then
+    net.app.advance(5.0)
+    assert net.app.decisions == deque_of() and net.app.switches[1].watched == {1}
+    onset = net.app.clock + 0.013                  # any phase against the polls
+    net.app.advance(0.013)
+    udp_flood(net, 8e6)
+    net.app.advance(0.5)
+    (decision,) = net.app.decisions
+    assert decision["action"] == "program" and decision["time"] - onset <= 0.15, decision["time"] - onset
+    assert net.s1.steering() == {TCP, UDP}
+
+
+def test_a_lone_flow_losing_packets_at_capacity_programs_nothing(net):
+    up(net, "auto")
+    lone_tcp(net, drops_ps=200.0)                  # BBR's start-up overshoot, and worse, for 10 s
+    net.app.advance(10.0)
+    assert list(net.app.decisions) == [] and net.s1.steering() == set()
+
+
+def test_a_blip_programs_nothing(net):
+    """Three full-size UDP packets and three drops in 10 ms: however the fast polls fall, no two in a row
+    see UDP at 5 % of the port or more."""
+    up(net, "auto")
+    lone_tcp(net)
+    net.app.advance(3.013)
+    net.s1.class_load = {TCP: 0.96 * CAPACITY, UDP: 3 * 1500 * 8 / 0.01}
+    net.s1.drop_load = {(1, 0): 300.0}
+    net.app.advance(0.01)
+    lone_tcp(net)
+    net.app.advance(3.0)
+    assert list(net.app.decisions) == []
+
+
+def test_an_idle_auto_port_is_not_fast_polled(net):
+    up(net, "auto")
+    net.app.advance(10.0)
+    assert fast_requests(net) == 0 and net.app.switches[1].watched == frozenset()
+    lone_tcp(net)
+    net.app.advance(3.0)
+    assert fast_requests(net) >= 20                # 20 a second once it carries half its capacity or more
+
+
+def test_the_flood_ending_rolls_back_after_the_hold_by_steering_out(net):
+    up(net, "auto")
+    lone_tcp(net)
+    net.app.advance(3.0)
+    udp_flood(net, 8e6)
+    net.app.advance(2.0)
+    lone_tcp(net, drops_ps=1.2)                    # TCP alone again: no classes compete
+    net.app.advance(2.5)
+    assert [d["action"] for d in net.app.decisions] == ["program"]
+    net.app.advance(1.0)
+    assert [d["action"] for d in net.app.decisions] == ["program", "rollback"]
+    assert net.s1.steering() == set() and mode(net) == "reserve"
+
+
+def deque_of(*items):
+    from collections import deque
+    return deque(items)
+
+
+def test_counting_meters_are_ours_and_told_from_policing_ones():
+    from controller.core.meters import counted_rule, is_ours, meter_id
+    assert is_ours(counting_meter_id(0)) and counting_meter_id(0) == METER_BASE | 0x8001
+    assert counted_rule(counting_meter_id(41)) == 41 and counted_rule(meter_id(2)) is None
+    assert act.StatsRequest(1, act.PORTS, 1).port == 1
