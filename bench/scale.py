@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,12 +27,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.process import TICKS, controller_pid, cpu_ticks, peak_rss_kib  # noqa: E402
 from topo.harness.controller import ControllerClient, controller  # noqa: E402
 from topo.harness.host import Busy, HostLock  # noqa: E402
 from topo.net.bridges import idle_bridges, policy_switches  # noqa: E402
 
 METRICS = "http://127.0.0.1:9101/metrics"
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +66,7 @@ def run(args, tmp: Path, record) -> int:
     print(f"bridges {args.bridges} x ports {args.ports} = {ports} ports", flush=True)
     context = _existing() if args.running else controller(args.log or tmp / "controller.log", record)
     with context as client, idle_bridges(ports, args.ports, prefix="scale", record=record) as bridges:
-        pid = _controller_pid()
+        pid = controller_pid()
         print(f"controller pid {pid}", flush=True)
         client.wait(lambda s: len(s["switches"]) == len(bridges), 120, "every bridge connected")
         doc = {"name": "scale", "classes": {"tcp": {"queue": 1, "min": "80%", "max": "100%"},
@@ -77,11 +75,11 @@ def run(args, tmp: Path, record) -> int:
         started = time.monotonic()
         answer = client.put_policy(doc)
         apply_seconds = time.monotonic() - started
-        polls0, cpu0, at0 = _polls(), _cpu(pid), time.monotonic()
+        polls0, cpu0, at0 = _polls(), cpu_ticks(pid), time.monotonic()
         time.sleep(args.seconds)
-        polls1, cpu1, at1 = _polls(), _cpu(pid), time.monotonic()
+        polls1, cpu1, at1 = _polls(), cpu_ticks(pid), time.monotonic()
         lag = max(_gauges("ovsqos_poll_lag_seconds"), default=0.0)
-        rss = _peak_rss(pid)
+        rss = peak_rss_kib(pid)
         started = time.monotonic()
         cleared = client.clear_policy()
         delete_seconds = time.monotonic() - started
@@ -103,23 +101,6 @@ class _existing:
 
     def __exit__(self, *exc) -> None:
         pass
-
-
-def _controller_pid() -> int:
-    found = subprocess.run(["pgrep", "-f", "osken-manager.*qos_app.py"], capture_output=True, text=True).stdout.split()
-    if len(found) != 1:
-        sys.exit(f"error: expected one controller process, found {len(found)}")
-    return int(found[0])
-
-
-def _cpu(pid: int) -> int:
-    """utime + stime + cutime + cstime, in clock ticks: the process and the children it waited for."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15])
-
-
-def _peak_rss(pid: int) -> int:
-    return int(re.search(r"VmHWM:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text()).group(1))
 
 
 def _metrics() -> str:

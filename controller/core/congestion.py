@@ -46,7 +46,7 @@ class CongestionConfig:
         """Calm: little traffic, little loss, or no classes competing (a lone flow's own loss, once the
         flood has gone, is nothing the reservation is for)."""
         low_loss = self.loss_ratio > 0 and sample.loss_ratio < self.clear_loss_ratio
-        quiet = sample.utilisation < self.clear_utilisation or low_loss or not sample.competing
+        quiet = sample.utilisation < self.clear_utilisation or low_loss or sample.alone
         return quiet and not self.is_hot(sample)
 
 
@@ -58,7 +58,8 @@ class PortSample:
     drops_ps: float      # queue drops + port tx drops per second
     capacity_bps: float
     contention: str | None = None   # which class is short of its reservation, and who takes it
-    competing: bool = True          # two or more classes active, or the port has no classes
+    competing: bool = True          # two or more classes active (lately), or the port has no classes
+    alone: bool = False             # fewer than two classes active now
 
     def __post_init__(self) -> None:
         if self.capacity_bps <= 0:

@@ -63,11 +63,11 @@ def test_a_lone_flow_losing_packets_at_capacity_programs_nothing(net):
 
 
 def test_a_blip_programs_nothing(net):
-    """Three full-size UDP packets and three drops in 10 ms: however the fast polls fall, no two in a row
-    see UDP at 5 % of the port or more."""
+    """Three full-size UDP packets and three drops within one fast poll's window: one hot sample, not two."""
     up(net, "auto")
     lone_tcp(net)
-    net.app.advance(3.013)
+    net.app.advance(3.0)
+    net.app.advance(net.app.switches[1].next_fast - net.app.clock + 0.01)   # just after a fast poll
     net.s1.class_load = {TCP: 0.96 * CAPACITY, UDP: 3 * 1500 * 8 / 0.01}
     net.s1.drop_load = {(1, 0): 300.0}
     net.app.advance(0.01)
@@ -92,9 +92,9 @@ def test_the_flood_ending_rolls_back_after_the_hold_by_steering_out(net):
     udp_flood(net, 8e6)
     net.app.advance(2.0)
     lone_tcp(net, drops_ps=1.2)                    # TCP alone again: no classes compete
-    net.app.advance(2.5)
+    net.app.advance(2.9)                           # the hold is 3 s
     assert [d["action"] for d in net.app.decisions] == ["program"]
-    net.app.advance(1.0)
+    net.app.advance(2.0)                           # (UDP counts as competing for a second after it stopped)
     assert [d["action"] for d in net.app.decisions] == ["program", "rollback"]
     assert net.s1.steering() == set() and mode(net) == "reserve"
 
@@ -109,3 +109,17 @@ def test_counting_meters_are_ours_and_told_from_policing_ones():
     assert is_ours(counting_meter_id(0)) and counting_meter_id(0) == METER_BASE | 0x8001
     assert counted_rule(counting_meter_id(41)) == 41 and counted_rule(meter_id(2)) is None
     assert act.StatsRequest(1, act.PORTS, 1).port == 1
+
+
+def test_a_flood_that_silences_tcp_at_once_is_still_answered(net):
+    """10 Mbit/s into a 25-packet FIFO can stop a TCP sender within one fast poll (retransmission
+    timeouts): the class that was active a moment ago, while the port drops packets, is starved, not idle."""
+    up(net, "auto")
+    lone_tcp(net)
+    net.app.advance(3.0)
+    onset = net.app.clock
+    net.s1.class_load = {UDP: 10e6}                 # TCP offers nothing any more
+    net.s1.drop_load = {(1, 0): (10e6 - CAPACITY) / 8 / 1500}
+    net.app.advance(0.5)
+    (decision,) = net.app.decisions
+    assert decision["action"] == "program" and decision["time"] - onset <= 0.15

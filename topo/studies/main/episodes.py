@@ -7,7 +7,7 @@ other than the default one (the bottleneck's class byte counters, sampled every 
 second), i.e. when steering into the reservation took effect. `decision_seconds` is the same from
 the controller's log, for comparison. Recovery = onset → the end of the first TCP receiver interval
 (0.1 s long), after the onset pushed TCP below `recovered_share` of its reservation (a dip that
-starts before the steering), whose mean is back at or above it; 0 when TCP never fell. The end of an
+starts before the steering took effect), whose mean is back at or above it; 0 when TCP never fell. The end of an
 interval is an upper bound, never flattering by a partial one. A dip later in the episode, such as
 the one a roll-back causes, is not the onset's. Times are seconds from the TCP flow's start.
 """
@@ -42,8 +42,8 @@ def episodes(steps: list[dict], decisions: list[dict], tcp_series: list[dict], r
     for episode in found:
         if episode["decision_seconds"] is not None:
             until = episode["rolled_back_s"] if episode["rolled_back_s"] is not None else float("inf")
-            episode["recovery_seconds"] = _recovery(tcp_series, episode["onset_s"], episode["programmed_s"],
-                                                    until, bar)
+            steered = episode["steered_s"] if episode["steered_s"] is not None else episode["programmed_s"]
+            episode["recovery_seconds"] = recovery(tcp_series, episode["onset_s"], steered, until, bar)
     return found
 
 
@@ -60,7 +60,9 @@ def steered_at(arrivals: list[tuple[float, dict[str, int]]], onset: float) -> fl
     return None
 
 
-def _recovery(series: list[dict], onset: float, programmed: float, until: float, bar: float) -> float | None:
+def recovery(series: list[dict], onset: float, programmed: float, until: float, bar: float) -> float | None:
+    """Seconds from `onset` to the end of the first interval back at `bar` after a dip that began by
+    `programmed` (0 without one; None if TCP was not back before `until`)."""
     after = [i for i in series if i["t"] + i["seconds"] > onset and i["t"] < until]
     dip = next((k for k, i in enumerate(after) if i["t"] <= programmed and (i["tcp_mbps"] or 0) < bar), None)
     if dip is None:
