@@ -89,9 +89,10 @@ def decide(tracker: RateTracker, state: SwitchState, port_no: int, counters: Rep
     # The class flows count what the queues carry: tcp in queue 0's share, udp in queue 1's.
     flows = {name: tracker.flow(DP_ID, port_no * 2 + k, FlowCounters(c.tx_bytes, c.tx_packets), now)
              for k, (name, c) in enumerate(zip(("tcp", "udp"), queue_counters))}
-    if port is None or None in queues:
+    known = [queue for queue in queues if queue is not None]
+    if port is None or len(known) < len(queues):
         return False, None
-    drops_ps = sum(queue.tx_errors_ps or 0.0 for queue in queues)
+    drops_ps = sum(queue.tx_errors_ps or 0.0 for queue in known)
     class_bps = {name: rates.bps for name, rates in flows.items() if rates is not None and rates.bps is not None}
     return True, state.observe(port_no, port, drops_ps, class_bps, now)
 

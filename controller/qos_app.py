@@ -48,6 +48,7 @@ from controller.adapters.worker import Worker  # noqa: E402
 from controller.compat import (  # noqa: E402
     CONF,
     DEAD_DISPATCHER,
+    FRAMEWORK,
     MAIN_DISPATCHER,
     App,
     EventBase,
@@ -157,7 +158,8 @@ class QosController(App):
                           hub.spawn(self._watch_remotes),
                           hub.spawn(serve, self._api_sock, make_app(self, self.settings.api_token)),
                           hub.spawn(serve, self._metrics_sock, make_wsgi_app(self.registry))]
-        LOG.info("REST on %s:%d, metrics on %s:%d", *self.settings.api, *self.settings.metrics)
+        LOG.info("under %s; REST on %s:%d, metrics on %s:%d", "os-ken" if FRAMEWORK == "os_ken" else "Ryu",
+                 *self.settings.api, *self.settings.metrics)
         return thread
 
     def stop(self):

@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(openvswitch-switch mininet iperf3 prometheus ethtool iproute2 iputils-ping
-          python3-venv python3-pip docker-compose qemu-system-x86 debootstrap)
+PACKAGES=(openvswitch-switch mininet iperf3 irtt prometheus ethtool iproute2 iputils-ping
+          python3-venv python3-pip docker-compose qemu-system-x86 debootstrap
+          sudo python-is-python3 systemd)   # `sudo python topo/run.py`; systemd-analyze checks the service unit
 WMEM=8388608   # docs/datapath.md (one full queue can stall every port): set before ovs-vswitchd starts
 
 say() { echo "setup: $*"; }
@@ -23,6 +24,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   trap 'rm -f /usr/sbin/policy-rc.d' EXIT
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   rm -f /usr/sbin/policy-rc.d; trap - EXIT
+  # Debian enables an irtt server on every address at boot; the study starts its own inside Mininet hosts.
+  if [[ " ${missing[*]} " == *" irtt "* ]]; then
+    systemctl disable irtt.service >/dev/null 2>&1 || true
+  fi
 fi
 
 before=$(cat /proc/sys/net/core/wmem_default)
@@ -37,16 +42,25 @@ elif [ "$before" -lt "$WMEM" ]; then
 fi
 ovs-vsctl --timeout=10 show >/dev/null
 
-if [ ! -x .venv/bin/python ]; then
-  say "creating .venv"
-  /usr/bin/python3 -m venv --system-site-packages .venv
-fi
-stamp=.venv/.requirements.sha256
-if ! sha256sum --status -c "$stamp" 2>/dev/null; then
-  say "installing Python requirements"
-  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
-  sha256sum requirements.txt > "$stamp"
-fi
+# venv DIR REQUIREMENTS: make DIR (with the system's packages, for Debian's Mininet) and install what
+# REQUIREMENTS pins, unless the pins are what was installed last time.
+venv() {
+  local dir=$1 reqs=$2 stamp=$1/.requirements.sha256 sum
+  [ -x "$dir/bin/python" ] || { say "creating $dir"; /usr/bin/python3 -m venv --system-site-packages "$dir"; }
+  sum=$(cat "$reqs" requirements/*.txt | sha256sum)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]; then
+    say "installing $reqs into $dir"
+    "$dir/bin/pip" install -q --disable-pip-version-check -r "$reqs"
+    echo "$sum" > "$stamp"
+  fi
+}
+venv .venv requirements.txt
+venv .venv-ryu requirements/ryu.txt    # Ryu's eventlet pin clashes with os-ken's: a venv of its own
 .venv/bin/python -c "import mininet.net, os_ken, ovsdbapp, prometheus_client" 2>/dev/null \
-  || { echo "setup: the venv cannot import its packages; remove .venv and run again" >&2; exit 1; }
+  || { echo "setup: .venv cannot import its packages; remove it and run again" >&2; exit 1; }
+.venv-ryu/bin/ryu-manager --version >/dev/null 2>&1 \
+  || { echo "setup: .venv-ryu's ryu-manager does not start; remove .venv-ryu and run again" >&2; exit 1; }
+# The commands as users type them: ryu-manager and osken-manager on PATH, running this checkout's venvs.
+ln -sfn "$PWD/.venv-ryu/bin/ryu-manager" /usr/local/bin/ryu-manager
+ln -sfn "$PWD/.venv/bin/osken-manager" /usr/local/bin/osken-manager
 say "ready"

@@ -79,7 +79,21 @@ EXPORTED_METRICS: dict[str, str] = {
     # launcher
     "ovsqos_study_flow_throughput_bytes_per_second": "gauge",
     "ovsqos_study_udp_offered_bytes_per_second": "gauge",
+    "ovsqos_study_probe_rtt_seconds": "histogram",
 }
+HISTOGRAM_SERIES = ("_bucket", "_count", "_sum")   # what a query names of a histogram: counters all
+
+
+def series_names() -> dict[str, str]:
+    """Every series name a query may use, with its type: a histogram's as counters."""
+    names = {}
+    for name, kind in EXPORTED_METRICS.items():
+        if kind == "histogram":
+            names.update({name + suffix: "counter" for suffix in HISTOGRAM_SERIES})
+        else:
+            names[name] = kind
+    return names
+
 
 # Values for Grafana's built-in variables. The rate window spans several 1 s
 # scrapes; Grafana itself uses max(4 * scrape interval, step + scrape interval).

@@ -7,7 +7,7 @@ set -euo pipefail
 
 SUITE=bookworm
 MIRROR=http://deb.debian.org/debian
-PACKAGES=(linux-image-amd64 initramfs-tools kmod procps openvswitch-switch mininet iperf3 prometheus
+PACKAGES=(linux-image-amd64 initramfs-tools kmod procps openvswitch-switch mininet iperf3 irtt prometheus
           ethtool iproute2 iputils-ping python3 python3-venv
           # what the project's venv (--system-site-packages) takes from Debian rather than PyPI, as
           # on the host (`.venv/bin/python -m pip check` is clean); debootstrap resolves no virtual

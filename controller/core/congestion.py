@@ -110,6 +110,11 @@ class PortCongestion:
     def congested(self) -> bool:
         return self._congested
 
+    @property
+    def resting(self) -> bool:
+        """Not congested and no hot sample in a row: a sample that is not hot changes nothing."""
+        return not self._congested and self._hot_streak == 0
+
     def adopt(self) -> None:
         """The port was found with its reservation in force (a controller before this one decided so):
         congested until it has been calm for the hold time, as if this detector had decided it."""

@@ -10,6 +10,7 @@ may name a `base:` file and override its fields (load_document).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import math
 import os
@@ -21,7 +22,7 @@ from typing import Any
 
 from controller.core.congestion import CongestionConfig
 from controller.core.document import load_yaml
-from controller.core.errors import PolicyError
+from controller.core.errors import PolicyError as PolicyError  # re-exported: the error of a bad policy
 
 QUEUE_MODES = ("fifo", "reserve", "auto")
 QOS_TYPES = ("linux-htb", "linux-hfsc")                      # OVS QoS types with min/max queues on Linux
@@ -100,7 +101,11 @@ class SwitchPolicy:
     ovsdb: str | None = None    # the OVSDB remote its bridge is in; None: whichever holds its dp_id
 
     def port(self, port_no: int) -> PortPolicy | None:
-        return next((p for p in self.ports if p.port_no == port_no), None)
+        return self._by_number.get(port_no)
+
+    @functools.cached_property
+    def _by_number(self) -> dict[int, PortPolicy]:     # asked per port and poll: a scan would be O(ports)
+        return {p.port_no: p for p in self.ports}
 
 
 @dataclass(frozen=True)

@@ -73,15 +73,17 @@ def fifo_qos(port: PortPolicy, userspace: bool) -> QosSpec:
 
 
 def reserve_qos(policy: Policy, port: PortPolicy, userspace: bool) -> QosSpec:
-    """An HTB class per traffic class; queue 0 keeps what the classes do not reserve."""
+    """An HTB class per traffic class; queue 0 keeps what the classes do not reserve. In queue order, as
+    OVSDB's queues read back (a policy may list its classes in any order)."""
     cap = port.capacity_bps
+    ordered = sorted(policy.classes, key=lambda c: c.queue)
     classes = [QueueSpec(c.queue, max(int(cap * c.min_share), 1), int(cap * c.max_share), c.name, c.priority)
-               for c in policy.classes]
+               for c in ordered]
     # Queue 0 keeps exactly the rest; HTB needs a positive rate, and 1 % keeps ARP and
     # unclassified traffic alive even when the classes reserve everything.
     default_min = max(cap - sum(q.min_bps for q in classes), cap // 100)
     queues = [QueueSpec(0, default_min, cap, "default"), *classes]
-    marks = tuple((c.dscp, c.queue) for c in policy.classes)
+    marks = tuple((c.dscp, c.queue) for c in ordered)
     return QosSpec("reserve", cap, tuple(queues), marks, leaf_spec(port, userspace), port.qos_type)
 
 

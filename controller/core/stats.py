@@ -85,19 +85,22 @@ def _scales(counters_type: Any) -> tuple[int, ...]:
 _PORT_SCALES, _QUEUE_SCALES, _FLOW_SCALES = _scales(PortCounters), _scales(QueueCounters), _scales(FlowCounters)
 
 
-def _deltas(old: tuple[int, ...], new: tuple[int, ...]) -> list[int | None] | None:
-    """Increase of each counter (None if unsupported), or None if any counter was reset."""
-    deltas: list[int | None] = []
-    for before, after in zip(old, new):
+def _rates(old: tuple[int, ...], new: tuple[int, ...], scales: tuple[int, ...],
+           interval: float) -> list[float | None] | None:
+    """Each counter's increase per second, scaled (None if unsupported), or None if any counter was reset."""
+    if old == new:          # an idle port's: most of them, every poll
+        return [None if value == ALL_ONES else 0.0 for value in new]
+    rates: list[float | None] = []
+    for before, after, scale in zip(old, new, scales):
         if before == ALL_ONES or after == ALL_ONES:
-            deltas.append(None)
+            rates.append(None)
         elif after >= before:
-            deltas.append(after - before)
+            rates.append((after - before) * scale / interval)
         elif before > _WRAP_FLOOR:
-            deltas.append(after + _COUNTER_SPAN - before)
+            rates.append((after + _COUNTER_SPAN - before) * scale / interval)
         else:
             return None
-    return deltas
+    return rates
 
 
 class RateTracker:
@@ -146,11 +149,10 @@ class RateTracker:
         interval = now - previous.at
         if interval > self._max_gap:
             return None  # an average over a long gap would hide the bursts in it
-        deltas = _deltas(previous.values, values)
-        if deltas is None:
+        rates = _rates(previous.values, values, scales, interval)
+        if rates is None:
             return None  # switch restarted or port re-created: start again from this sample
-        return [None if delta is None else delta * scale / interval
-                for delta, scale in zip(deltas, scales)], interval
+        return rates, interval
 
 
 class Multipart:

@@ -28,6 +28,7 @@ from controller.core.meters import MeterChanges, meter_id
 from controller.core.plan import ABSENT, ActualFlow, FlowChanges, plan, steered_ports
 from controller.core.poll import PollRound
 from controller.core.queues import OvsdbQos, QosSpec
+from controller.core.stats import PortCounters
 from controller.core.switch_state import SwitchState
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class Switch:
         self.fast: PollRound | None = None                # a fast poll of the watched ports, under way
         self.next_fast: float | None = None               # its timer in force
         self.watched: frozenset[int] = frozenset()        # `auto` ports near their capacity: fast polled
+        self.sending: set[int] | None = None              # ports whose tx counters moved at the last poll
         self.swept = 0.0
         self.ovsdb_generation: tuple[int, ...] = ()       # what OVSDB held at the last reconcile
         self._xid = 0
@@ -315,9 +317,13 @@ class Switch:
             self._answered(round_, now)
 
     def port_stats(self, reply: ev.PortStatsReply, now: float) -> None:
-        for port_no, counters in reply.ports.items():
-            self.ctl.snapshot.ports[(self.dp_id, port_no)] = counters
         round_ = self._round(reply.xid)
+        ports = self.ctl.snapshot.ports
+        if round_ is not None and not round_.fast:
+            self.sending = {port_no for port_no, counters in reply.ports.items()
+                            if _sent(ports.get((self.dp_id, port_no)), counters)}
+        for port_no, counters in reply.ports.items():
+            ports[(self.dp_id, port_no)] = counters
         if round_ is not None:
             round_.ports = {**(round_.ports or {}), **reply.ports}
             round_.at["ports"] = now
@@ -355,14 +361,23 @@ class Switch:
         # from what we hold): a flow changed in place is found within WHOLE_TABLE_POLLS polls.
         self.table_polls = (self.table_polls + 1) % WHOLE_TABLE_POLLS
         whole = self.table_polls == 0
-        waiting = {self.ask(act.FLOWS if whole else act.CLASSIFIED_FLOWS)}
-        if not whole:
+        waiting = set()
+        if whole:
+            waiting.add(self.ask(act.FLOWS))
+        else:
+            # A switch without classified flows has no class rates to read; one added is counted.
+            if self.flows is None or any(cookie & CLASSIFIED for cookie in self.flows):
+                waiting.add(self.ask(act.CLASSIFIED_FLOWS))
             self.ask(act.FLOW_COUNT)
         if self.meters or (self.state and self.state.meters):
             waiting.add(self.ask(act.METER_STATS))
             if whole:
                 self.ask(act.METER_CONFIG)
-        waiting |= {self.ask(act.QUEUES), self.ask(act.PORTS)}
+        # A port that sent nothing since the last poll has queue counters that did not move either: a
+        # switch of idle ports has its queues read with the whole table only (its ports are still read).
+        if whole or self.sending is None or self.sending:
+            waiting.add(self.ask(act.QUEUES))
+        waiting.add(self.ask(act.PORTS))
         self.poll = PollRound(due.due, now, waiting)
         if now - self.swept > TC_SWEEP_SECONDS:
             self.swept = now
@@ -408,6 +423,10 @@ class Switch:
             port = rates.port(self.dp_id, port_no, port_counters, round_.at["ports"])
             if port is None or self.state is None:
                 continue
+            if not port.tx_pps and not port.tx_drops_ps and not drops.get(port_no) and self.state.resting(port_no):
+                self.watched -= {port_no}
+                self.ctl.snapshot.congested[(self.dp_id, port_no)] = False
+                continue    # it sent nothing, dropped nothing and is at rest: most ports, most polls
             self._watch(port_no, port.tx_bps)
             # A port fast polls watch is decided by them alone: a slow poll's sample would be a second long.
             if not round_.fast and fast and port_no in self.watched:
@@ -611,3 +630,9 @@ def _queues(spec: QosSpec | None) -> str:
         return "queues removed"
     return f"{spec.mode} queues " + ", ".join(f"{q.queue_id}:{q.traffic_class} {q.min_bps}-{q.max_bps} bit/s"
                                               for q in spec.queues)
+
+
+def _sent(before: PortCounters | None, after: PortCounters) -> bool:
+    """Whether a port sent, or failed to send, anything between two readings (unknown: yes)."""
+    return before is None or (before.tx_packets, before.tx_dropped, before.tx_errors) != \
+        (after.tx_packets, after.tx_dropped, after.tx_errors)

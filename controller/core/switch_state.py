@@ -84,6 +84,11 @@ class SwitchState:
         detector = self._detectors.get(port_no)
         return bool(detector and detector.congested)
 
+    def resting(self, port_no: int) -> bool:
+        """Whether an idle sample would change nothing for the port (true of a port without a detector)."""
+        detector = self._detectors.get(port_no)
+        return detector is None or detector.resting
+
     def rule_class(self, cookie: int) -> tuple[int, str] | None:
         """(output port, class) of the classified rule behind a flow's cookie."""
         index = rule_index(cookie)

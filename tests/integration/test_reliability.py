@@ -208,8 +208,9 @@ def test_200_concurrent_requests_all_answer_and_leave_ovsdb_flows_and_tc_as_the_
         iface = f"{bridge}p2"
         classes = set(re.findall(r"class htb (1:[0-9a-f]+) ", sh("tc", "class", "show", "dev", iface)))
         filters = set(re.findall(r"flowid (1:[0-9a-f]+)", sh("tc", "filter", "show", "dev", iface, "parent", "1:")))
-        assert (classes - {"1:fffe"}, filters) == (({"1:1", "1:2", "1:3"}, {"1:2", "1:3"}) if mode == "reserve"
-                                                   else ({"1:1"}, set()))
+        # reserve's: the default class and tcp's, udp's and voice's (queues 1, 2, 3), each of these marked
+        assert (classes - {"1:fffe"}, filters) == (({"1:1", "1:2", "1:3", "1:4"}, {"1:2", "1:3", "1:4"})
+                                                   if mode == "reserve" else ({"1:1"}, set()))
 
 
 # --- drift -------------------------------------------------------------------------------------------
@@ -257,9 +258,14 @@ def test_a_port_qdisc_deleted_by_hand_is_rebuilt(controller):
 # --- restart -----------------------------------------------------------------------------------------
 
 def test_a_restart_with_a_policy_in_force_changes_nothing_and_drops_no_packet_of_a_tcp_flow(tmp_path):
-    """Mininet's study network under reserve; a TCP flow runs while the controller is stopped and started."""
     config = controller_config(tmp_path / "qos.conf")
-    proc = start_controller(config, tmp_path / "first.log")
+    assert_a_restart_is_hitless(tmp_path, lambda log: start_controller(config, log))
+
+
+def assert_a_restart_is_hitless(tmp_path, start) -> None:
+    """Mininet's study network under reserve; a TCP flow runs while the controller (`start(log)` starts it
+    and returns its process) is stopped and started."""
+    proc = start(tmp_path / "first.log")
     script = tmp_path / "flow.py"
     script.write_text(RESTART_FLOW)
     flow = subprocess.Popen([sys.executable, str(script), str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
@@ -270,7 +276,7 @@ def test_a_restart_with_a_policy_in_force_changes_nothing_and_drops_no_packet_of
         time.sleep(3)
         stopped = time.time()
         stop_controller(proc, clear=False)            # SIGTERM: flows and queues stay
-        proc = start_controller(config, tmp_path / "second.log")
+        proc = start(tmp_path / "second.log")
         wait(lambda: in_sync_study(), 20, "the restarted controller in sync")
         synced = time.time()
         out, err = flow.communicate(timeout=60)

@@ -11,6 +11,7 @@ import pytest
 from tests.dashboard_queries import all_dashboard_expressions
 from tests.integration.conftest import NOTHING_LEFT, requires_ovs
 from topo.harness.prometheus import api, serving
+from topo.net import iperf
 
 pytestmark = requires_ovs
 
@@ -114,11 +115,34 @@ def test_auto_programs_once_per_episode_and_recovers(run):
     assert [d["action"] for d in auto["decisions"]] == ["program", "rollback"]
     (episode,) = auto["episodes"]
     assert summary["policies"]["auto"]["reaction_seconds"] == [episode["reaction_seconds"]]
-    assert 0 < episode["reaction_seconds"] <= 4
+    # Flood onset to UDP landing in its own class on the switch: the goal is 0.15 s (bench/reaction.py
+    # measures it over many onsets); 0.5 s holds on a loaded CI host.
+    assert 0 < episode["reaction_seconds"] <= 0.5
     assert episode["recovery_seconds"] is not None and episode["recovery_seconds"] <= 5
     for udp in (10, 12):
         auto = step(summary, "auto", udp)
         assert holds_or_says_why(auto, auto["tcp_mbps"] >= 0.8 * step(summary, "reserve", udp)["tcp_mbps"]), auto
+
+
+def test_the_voice_probe_waits_behind_the_flood_in_the_fifo_but_not_in_its_reserved_class(run):
+    out, summary, _ = run
+    for policy in ("none", "police", "reserve", "auto"):
+        unloaded = summary["policies"][policy]["probe_unloaded_rtt_ms"]
+        assert 0 < unloaded < 20, (policy, unloaded)
+    for udp in (8, 12):
+        none, reserve, auto = (step(summary, p, udp) for p in ("none", "reserve", "auto"))
+        # A full 25-packet FIFO at 5 Mbit/s holds tens of ms; the voice class is served first.
+        assert none["probe_rtt_ms"]["median"] > 10, none
+        for held in (reserve, auto):
+            assert held["probe_rtt_ms"]["p95"] < none["probe_rtt_ms"]["median"] / 3, (held, none)
+            assert held["probe_loss_percent"] <= 2 < none["probe_loss_percent"], (held, none)
+        for policy in ("none", "reserve", "auto"):     # a packet every 20 ms over the measured window
+            row = next(r for r in run_of(summary, policy)["steps"] if r["udp_mbps_offered"] == udp)
+            assert row["probe_packets"] >= 0.8 * (row["end_s"] - row["start_s"] - 1) / 0.02, row
+            assert row["tcp_rtt_ms"] > 0
+    table = (out / "table.md").read_text()
+    assert "| unloaded |" in table and (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "raw" / "reserve" / "1" / "probe.json").stat().st_size > 10_000
 
 
 def test_results_hold_raw_json_summary_table_and_figure(run):
@@ -129,7 +153,7 @@ def test_results_hold_raw_json_summary_table_and_figure(run):
         # Past a pipe's 64 KiB: the iperf3 client of the default run once blocked writing this to a pipe.
         assert tcp.stat().st_size > 64 * 1024
         intervals = json.loads(tcp.read_text())["server_output_json"]["intervals"]
-        assert {round(i["sum"]["seconds"], 2) for i in intervals[:-1]} == {0.25}
+        assert {round(i["sum"]["seconds"], 2) for i in intervals[:-1]} == {iperf.RECEIVER_SECONDS}
         assert json.loads((raw / "udp_12mbps.json").read_text())["end"]["sum"]["packets"] > 0
     env = summary["environment"]
     assert {"kernel", "ovs_version", "datapath", "missing"} <= set(env)

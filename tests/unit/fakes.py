@@ -517,6 +517,9 @@ class Harness:
 # --- the study topology under the app ---------------------------------------------------------------
 
 S1 = {1: "s1-eth1", 2: "s1-eth2", 3: "s1-eth3"}
+# The study policies' flows (policies/bases/study.yaml): how many on each switch, and s1's classified ones.
+S1_FLOWS, S2_FLOWS = 7, 6
+TCP, UDP, VOICE = COOKIE | CLASSIFIED | 4, COOKIE | CLASSIFIED | 3, COOKIE | CLASSIFIED | 7
 S2 = {1: "s2-eth1", 3: "s2-eth3", 4: "s2-eth4"}
 CAPACITY = 5_000_000
 

@@ -44,6 +44,17 @@ def test_a_cold_sample_between_hot_ones_restarts_the_count():
     assert feed(detector, [HOT], start=5.0) == [(PROGRAM, 5.0)]
 
 
+def test_a_detector_rests_only_while_not_congested_and_without_a_hot_sample_in_a_row():
+    # The switch skips an idle port's sample while its detector rests: that sample must change nothing.
+    detector = PortCongestion(CongestionConfig(samples=3))
+    assert detector.resting
+    feed(detector, [HOT])
+    assert not detector.resting                  # an idle sample now would end the streak
+    feed(detector, [CALM])
+    assert detector.resting
+    assert not congested_detector().resting      # an idle sample now would count towards calm
+
+
 def test_high_utilisation_without_loss_never_programs():
     detector = PortCongestion(DEFAULT)
     assert feed(detector, [FULL_NO_LOSS] * 100) == []

@@ -9,9 +9,9 @@ from controller.core.controller import CONFIRM_SECONDS, NOT_CONNECTED
 from controller.core.errors import PolicyError
 from controller.core.flows import CLASSIFIED, COOKIE
 from controller.core.plan import FOREIGN
-from tests.unit.fakes import flood, mode, shipped, up
+from tests.unit.fakes import S1_FLOWS, S2_FLOWS, TCP, UDP, VOICE, flood, mode, shipped, up
 
-MARKS = {(family, dscp, cls) for family in ("ipv4", "ipv6") for dscp, cls in ((1, "1:2"), (2, "1:3"))}
+MARKS = {(family, dscp, cls) for family in ("ipv4", "ipv6") for dscp, cls in ((1, "1:2"), (2, "1:3"), (3, "1:4"))}
 
 
 # --- a policy put, confirmed --------------------------------------------------------------------
@@ -19,9 +19,9 @@ MARKS = {(family, dscp, cls) for family in ("ipv4", "ipv6") for dscp, cls in ((1
 def test_a_policy_is_answered_once_switches_flows_queues_and_filters_hold_it(net):
     result = up(net)
     assert result == {"applied": "reserve", "changed": True, "in_sync": True}
-    assert len(net.s1.table) == 4 and len(net.s2.table) == 4
+    assert len(net.s1.table) == S1_FLOWS and len(net.s2.table) == S2_FLOWS
     assert mode(net) == "reserve" and mode(net, "s2-eth1") == "fifo"
-    assert net.s1.steering() == {COOKIE | CLASSIFIED | 3, COOKIE | CLASSIFIED | 4}   # the classified rules steer
+    assert net.s1.steering() == {TCP, UDP, VOICE}   # the classified rules steer
     assert net.app.tc.filters("s1-eth1") == MARKS
     assert {leaf.kind for leaf in net.app.tc.leaves("s1-eth1").values()} == {"pfifo_head_drop"}
     assert all(type(m).__name__ in ("OFPFlowMod", "OFPBarrierRequest", "OFPFlowStatsRequest",
@@ -54,8 +54,8 @@ def test_flows_steer_into_queues_only_once_ovsdb_holds_them(net):
     steering_sent_while(net, record)
     net.app.request("set_policy", shipped("reserve"))
     assert record[0] == ("queues", 0)                                   # the queues first, nothing steered yet
-    assert [r for r in record if r[0] == "steer"] == [("steer", "reserve")] * 2   # then the steering, on them
-    assert mode(net) == "reserve" and len(net.s1.steering()) == 2
+    assert [r for r in record if r[0] == "steer"] == [("steer", "reserve")] * 3   # then the steering, on them
+    assert mode(net) == "reserve" and len(net.s1.steering()) == 3
 
 
 def test_the_same_policy_put_again_changes_nothing(net):
@@ -96,9 +96,9 @@ def test_auto_programs_by_steering_into_its_ready_classes_and_rolls_back_by_stee
     for _ in range(2):                              # the first poll only reads the counters
         flood(net, tcp_bps=2.5e6, udp_bps=2.5e6)   # TCP well short of its 4 Mbit/s reservation
         net.app.poll()
-    assert net.s1.steering() == {COOKIE | CLASSIFIED | 3, COOKIE | CLASSIFIED | 4}
+    assert net.s1.steering() == {TCP, UDP, VOICE}
     assert [d["action"] for d in net.app.decisions] == ["program"]
-    assert record == [("steer", "reserve"), ("steer", "reserve")]   # one flow batch: no QoS change at all
+    assert record == [("steer", "reserve")] * 3     # one flow batch: no QoS change at all
     record.clear()
     for _ in range(6):                              # calm: the port idles for the hold time
         net.app.poll()
@@ -145,7 +145,7 @@ def test_flows_deleted_on_the_switch_are_back_after_the_next_poll(net):
     up(net)
     net.s1.table.clear()
     net.app.poll()
-    assert len(net.s1.table) == 4 and net.s1.steering()
+    assert len(net.s1.table) == S1_FLOWS and net.s1.steering()
     assert net.app.snapshot.drift_repairs == {"flows": 1}
 
 
@@ -162,6 +162,39 @@ def test_a_steady_switch_sends_its_whole_flow_table_once_every_ten_polls(net):
     assert net.app.snapshot.drift_repairs == {}
 
 
+def queue_reads(dp) -> int:
+    return sum(type(m).__name__ == "OFPQueueStatsRequest" for m in dp.sent)
+
+
+def test_a_switch_whose_ports_send_nothing_has_its_queues_read_once_every_ten_polls_until_one_sends(net):
+    up(net)
+    net.app.poll()                               # the first reading of every port: a baseline
+    net.app.poll()                               # nothing moved since
+    before = queue_reads(net.s1)
+    for _ in range(20):
+        net.app.poll()
+    assert queue_reads(net.s1) - before == 2
+    net.s1.queues[(1, 1)] = (15_000, 10, 0)
+    net.s1.load = {1: 120_000}                   # port 1 sends: its queues are read at the next poll
+    net.app.poll()
+    before = queue_reads(net.s1)
+    net.app.poll()
+    assert queue_reads(net.s1) - before == 1
+    assert net.app.snapshot.queues[1][(1, 1)].tx_bytes == 15_000
+
+
+def classified_reads(dp) -> int:
+    return sum(type(m).__name__ == "OFPFlowStatsRequest" and bool(m.cookie_mask & CLASSIFIED) for m in dp.sent)
+
+
+def test_classified_flows_are_read_each_poll_from_a_switch_that_has_some_only(net):
+    up(net, "none")                              # s2 under none: output flows only
+    s1, s2 = classified_reads(net.s1), classified_reads(net.s2)
+    for _ in range(9):
+        net.app.poll()
+    assert classified_reads(net.s1) - s1 == 9 and classified_reads(net.s2) == s2
+
+
 def test_a_flow_changed_in_place_is_put_back_within_ten_polls(net):
     up(net)
     (entry,) = [e for (prio, _), e in net.s1.table.items() if prio == 1000 and e.cookie == COOKIE | 1]
@@ -176,7 +209,7 @@ def test_a_classified_flow_changed_in_place_is_put_back_at_the_next_poll(net):
     (entry,) = [e for e in net.s1.table.values() if e.cookie == COOKIE | CLASSIFIED | 3]
     entry.instructions = []
     net.app.poll()
-    assert entry.instructions and net.s1.steering() == {COOKIE | CLASSIFIED | 3, COOKIE | CLASSIFIED | 4}
+    assert entry.instructions and net.s1.steering() == {TCP, UDP, VOICE}
 
 
 def test_a_qos_cleared_in_ovsdb_is_back_after_the_next_poll(net):
@@ -299,7 +332,7 @@ def test_a_malformed_state_file_starts_without_a_policy_and_leaves_the_switches_
     restarted.connect(net.s2)
     restarted.poll()
     assert restarted.mode == "unset" and restarted.policy is None
-    assert net.s1.flow_mods() == [] and len(net.s1.table) == 4 and mode(net) == "reserve"
+    assert net.s1.flow_mods() == [] and len(net.s1.table) == S1_FLOWS and mode(net) == "reserve"
 
 
 def test_a_policy_put_live_is_checked_as_the_offline_checker_checks_it(net):
@@ -323,7 +356,7 @@ def test_a_switch_of_the_policy_that_is_not_connected_is_named_and_changed_when_
     result, _ = net.app.request("set_policy", shipped("reserve"))
     assert result["in_sync"] is False and result["not_in_sync"] == {"0000000000000002": NOT_CONNECTED}
     net.app.connect(net.s2)
-    assert len(net.s2.table) == 4 and mode(net, "s2-eth1") == "fifo"
+    assert len(net.s2.table) == S2_FLOWS and mode(net, "s2-eth1") == "fifo"
     net.app.disconnect(net.s2)
     result, _ = net.app.request("clear_policy")      # s2 keeps ours until it is back
     assert result["not_in_sync"] == {"0000000000000002": NOT_CONNECTED} and mode(net, "s2-eth1") == "fifo"

@@ -34,6 +34,7 @@ from tests.dashboard_queries import (  # noqa: E402
     iter_panels,
     load_dashboard,
     metric_names,
+    series_names,
     substitute_variables,
     variable_queries,
 )
@@ -124,8 +125,10 @@ def test_dashboard_expressions_pass_promtool(tmp_path):
 def test_exported_metric_names_follow_conventions():
     for name, kind in EXPORTED_METRICS.items():
         assert re.fullmatch(r"ovsqos_[a-z0-9]+(?:_[a-z0-9]+)*", name), name
-        assert kind in {"counter", "gauge"}, name
-        if kind == "counter":
+        assert kind in {"counter", "gauge", "histogram"}, name
+        if kind == "histogram":
+            assert name.endswith("_seconds") or name.endswith("_bytes"), f"histogram {name} needs its base unit"
+        elif kind == "counter":
             assert name.endswith("_total"), f"counter {name} must end in _total"
         else:
             assert not name.endswith("_total"), f"gauge {name} must not end in _total"
@@ -162,14 +165,14 @@ def test_dashboards_use_only_exported_metrics():
     for q in queries:
         names = metric_names(q.expr)
         assert names, f"{q.dashboard} / {q.panel}: no metric name found in {q.expr!r}"
-        unknown = names - EXPORTED_METRICS.keys()
+        unknown = names - series_names().keys()
         assert not unknown, f"{q.dashboard} / {q.panel}: unknown metrics {unknown} in {q.expr!r}"
 
 
 def test_counters_are_only_used_through_rate_or_increase_or_raw():
     """A counter inside a *_over_time or aggregation without rate() is a bug,
     except when plotted raw (cumulative event counts)."""
-    counters = {n for n, kind in EXPORTED_METRICS.items() if kind == "counter"}
+    counters = {n for n, kind in series_names().items() if kind == "counter"}
     for q in all_dashboard_expressions():
         for name in metric_names(q.expr) & counters:
             for match in re.finditer(rf"\b{name}\b", q.expr):

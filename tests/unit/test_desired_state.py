@@ -71,12 +71,13 @@ def test_reserve_leaves_unclassified_flows_and_the_other_switch_alone():
     assert actions(state, 0) == (("output", 1),)
     assert actions(state, 1) == (("output", 3),)
     s2 = SwitchState(RESERVE, RESERVE.switch(2), userspace=True)
-    assert [e.actions for e in s2.flows(s2.reserving)] == [(("output", 4),), (("output", 1),), (("output", 4),), (("output", 4),)]
+    assert [e.actions for e in s2.flows(s2.reserving)] == [(("output", 4),), (("output", 1),), (("output", 4),), (("output", 4),),
+                                                          (("output", 1),), (("output", 3),)]
 
 
 def test_flow_entries_keep_the_policy_priority_and_match():
     entries = desired_flows(RESERVE, s1(RESERVE), frozenset({1}), mark_dscp=False)
-    assert [e.priority for e in entries] == [1000, 1000, 40000, 40000]
+    assert [e.priority for e in entries] == [1000, 1000, 40000, 40000, 1000, 2000, 50000]
     assert dict(entries[UDP_RULE].match) == {"in_port": 3, "eth_type": 0x0800, "ip_proto": 17}
 
 
@@ -123,17 +124,18 @@ def test_reserve_has_the_default_queue_and_one_queue_per_class():
     assert spec.mode == "reserve"
     assert spec.max_bps == CAPACITY
     by_class = {q.traffic_class: q for q in spec.queues}
-    assert [q.queue_id for q in spec.queues] == [0, 1, 2]
-    assert by_class["tcp"] == QueueSpec(1, 4_000_000, 5_000_000, "tcp")    # min 80 % of capacity
-    assert by_class["udp"] == QueueSpec(2, 500_000, 5_000_000, "udp", priority=1)
+    assert [q.queue_id for q in spec.queues] == [0, 1, 2, 3]               # in queue order, as OVSDB reads back
+    assert by_class["tcp"] == QueueSpec(1, 4_000_000, 5_000_000, "tcp", priority=1)   # min 80 % of capacity
+    assert by_class["udp"] == QueueSpec(2, 500_000, 5_000_000, "udp", priority=2)
+    assert by_class["voice"] == QueueSpec(3, 250_000, 500_000, "voice", priority=0)   # served first
     assert by_class["default"].queue_id == 0
     assert by_class["default"].max_bps == CAPACITY
-    assert spec.marks == ((1, 1), (2, 2))
+    assert spec.marks == ((1, 1), (2, 2), (3, 3))
 
 
 def test_the_default_queue_keeps_exactly_what_the_classes_do_not_reserve():
     spec = reserve_qos(RESERVE, s1(RESERVE).port(1), userspace=False)
-    assert spec.queues[0].min_bps == 500_000
+    assert spec.queues[0].min_bps == 250_000
     assert sum(q.min_bps for q in spec.queues) == CAPACITY
 
 
@@ -141,6 +143,7 @@ def test_reserve_honours_max_shares_and_keeps_one_percent_for_the_default_queue(
     doc = load_document(POLICIES / "reserve.yaml")
     doc["classes"] = {"tcp": {"queue": 1, "min": "60%", "max": "70%", "dscp": 10},
                       "udp": {"queue": 2, "min": "40%", "max": "50%", "dscp": 46}}
+    del doc["switches"]["s1"]["flows"][6]          # the voice flow: no voice class here
     policy = parse_policy(doc)
     spec = reserve_qos(policy, policy.switch(1).port(1), userspace=False)
     assert [(q.queue_id, q.min_bps, q.max_bps) for q in spec.queues] == [

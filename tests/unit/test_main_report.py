@@ -8,7 +8,7 @@ from controller.core.policy import load_policy
 from topo.harness.fidelity import Sample
 from topo.harness.report import write_json
 from topo.net.traffic import Flow, Pause, Ran
-from topo.studies.main.report import UNFAITHFUL, aggregate, figure, summarise_run, table
+from topo.studies.main.report import UNFAITHFUL, aggregate, figure, latency_figure, summarise_run, table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 RESERVE = load_policy("policies/reserve.yaml")
@@ -158,3 +158,81 @@ def test_the_figure_has_a_panel_for_udp_alone(tmp_path):
     figure(summary(), plain)
     figure(with_alone(summary(), 4.0, 0.0), beside)
     assert beside.read_bytes().startswith(PNG_MAGIC) and beside.stat().st_size > plain.stat().st_size
+
+
+# --- the latency probe ------------------------------------------------------------------------------
+
+def irtt_doc(rtts_ms, start=T0, interval=0.02):
+    """irtt's JSON for packets sent every `interval` from `start`; None for a lost one."""
+    trips = []
+    for k, rtt in enumerate(rtts_ms):
+        sent = {"client": {"send": {"wall": int((start + k * interval) * 1e9)}}}
+        trips.append({"seqno": k, "lost": "true" if rtt is None else "false", "timestamps": sent,
+                      **({} if rtt is None else {"delay": {"rtt": int(rtt * 1e6)}})})
+    return {"round_trips": trips}
+
+
+def probed_run(rtts_ms, tcp_drops=0, classes_drops=0):
+    """A 3 s run whose step is [0, 2] (measured over [1, 2]), the probe throughout and unloaded before."""
+    tcp = tcp_ran([4.8e6] * 12)
+    probe_ran = Ran(Flow("probe", "h2", "h3", 3), T0, T0 + 3, irtt_doc(rtts_ms, T0 + 0.01))   # off the edges
+    unloaded = Ran(Flow("probe_unloaded", "h2", "h3", 1), T0 - 2, T0 - 1, irtt_doc([0.4] * 50, T0 - 2))
+    bottleneck = samples(3.0, tcp_drops)
+    if classes_drops:
+        bottleneck = [Sample(s.t, {**s.classes, "1:1": ClassCounters(k, k, classes_drops * k)}, 0, None)
+                      for k, s in enumerate(bottleneck)]
+    return summarise_run(5_000_000, 1.0, (0,), RESERVE, tcp, [Ran(Pause(2), T0, T0 + 2.0)], bottleneck, {}, {}, [],
+                         None, probe_ran, unloaded)
+
+
+def test_a_steps_latency_is_the_probes_packets_sent_inside_its_window():
+    # 50 packets in the settling second at 1 ms, then 50 at 30 ms of which the tenth is lost
+    rtts = [1.0] * 50 + [30.0] * 9 + [None] + [30.0] * 40 + [5.0] * 50
+    run = probed_run(rtts)
+    (step,) = run["steps"]
+    assert step["probe_rtt_ms"]["median"] == 30.0 and step["probe_rtt_ms"]["p95"] == 30.0
+    assert step["probe_packets"] == 50 and step["probe_loss_percent"] == 2.0
+    assert run["probe_unloaded"]["probe_rtt_ms"]["median"] == 0.4
+    # the packet was lost where no queue dropped: the step says the emulator, not the policy, decided
+    assert step["faithful"] is False and "lost outside the queues" in step["fidelity_notes"][-1]
+
+
+def test_a_probe_packet_the_queue_dropped_leaves_the_step_faithful():
+    rtts = [1.0] * 50 + [30.0] * 9 + [None] + [30.0] * 40 + [5.0] * 50
+    (step,) = probed_run(rtts, classes_drops=1)["steps"]
+    assert step["faithful"] is True, step["fidelity_notes"]
+
+
+def latency_summary():
+    runs = []
+    for extra in (0.0, 10.0, 20.0):
+        run = probed_run([1.0] * 50 + [20.0 + extra] * 50 + [5.0] * 50)
+        runs.append(run)
+    combined = aggregate(runs)
+    return {"bottleneck_mbps": 5, "scenario": {"repeat": 3}, "policies": {"reserve": combined}}
+
+
+def test_repeats_give_the_median_of_each_percentile_and_of_the_unloaded_rtt():
+    policy = latency_summary()["policies"]["reserve"]
+    (step,) = policy["steps"]
+    assert step["probe_rtt_ms"]["median"] == 30.0
+    assert (step["probe_rtt_p95_ms_min"], step["probe_rtt_p95_ms_max"]) == (20.0, 40.0)
+    assert policy["probe_unloaded_rtt_ms"] == 0.4
+
+
+def test_the_table_has_a_latency_section_starting_with_the_unloaded_rtt():
+    lines = table(latency_summary()).splitlines()
+    start = lines.index("| UDP offered (Mbit/s) | reserve: RTT (ms) | reserve: lost |")
+    assert lines[start + 2:] == ["| unloaded | 0.4 | – |", "| 0 | 30.0 / 30.0 | 0 % |"]
+
+
+def test_no_probe_no_latency_section_nor_figure(tmp_path):
+    assert "RTT" not in table(summary())
+    assert latency_figure(summary(), tmp_path / "latency.png") is False
+    assert not (tmp_path / "latency.png").exists()
+
+
+def test_the_latency_figure_is_a_png(tmp_path):
+    path = tmp_path / "latency.png"
+    assert latency_figure(latency_summary(), path) is True
+    assert path.read_bytes().startswith(PNG_MAGIC) and path.stat().st_size > 5000

@@ -9,7 +9,7 @@ from topo.harness import capabilities as cap
 from topo.harness.capabilities import choose_tcp
 from topo.harness.fidelity import Sample
 from topo.harness.report import Panel, bar_figure, group_reasons, jain_index, markdown_table
-from topo.net.traffic import Flow, Ping, Ran
+from topo.net.traffic import Flow, Ping, Probe, Ran
 from topo.studies import STUDIES
 from topo.studies.aqm import discipline_result, parse_ping
 from topo.studies.aqm import table as aqm_table
@@ -232,6 +232,18 @@ def test_discipline_result():
     assert r["backlog"] == {"mean_packets": 20, "max_packets": 30, "mean_bytes": 20 * 1514, "max_bytes": 30 * 1514,
                             "samples": 2}
     assert r["leaf_kinds_seen"] == ["pfifo"] and r["congestion_control"] == ["cubic"]
+    assert "probe_rtt_ms" not in r                 # a run without the probe
+
+
+def test_discipline_result_reads_the_probe_over_the_common_window():
+    runs = [ran(f"snd{i}-rcv{i}", f"snd{i}", f"rcv{i}", iperf_tcp([1] * 8, [1] * 8, 0, server_bps=[2e6] * 4), 100.0)
+            for i in range(1, 6)]
+    trips = [{"lost": "false", "timestamps": {"client": {"send": {"wall": int((100.01 + k * 0.02) * 1e9)}}},
+              "delay": {"rtt": int((90 if k < 50 else 40) * 1e6)}} for k in range(250)]    # 40 ms from 101 s on
+    probed = Ran(Probe("probe", "snd1", "rcv1", 5), 100.0, 105.0, {"round_trips": trips})
+    r = discipline_result([*runs, probed], (101.0, 104.0), 10_000_000, [], "", {"pfifo"}, probed=probed)
+    assert (r["probe_rtt_ms"]["median"], r["probe_rtt_ms"]["p95"]) == (40.0, 40.0)
+    assert (r["probe_packets"], r["probe_loss_percent"]) == (150, 0.0)
 
 
 def test_aqm_table_lists_unavailable_disciplines():
@@ -241,9 +253,13 @@ def test_aqm_table_lists_unavailable_disciplines():
     text = aqm_table({"scenario": {"bottleneck": 10_000_000, "queue_packets": 100, "seconds": 10,
                                    "congestion_control": "cubic"},
                       "disciplines": {"fifo": row}, "unavailable": {"sfq": "kernel lacks sch_sfq"}})
-    assert "| fifo | 9.60 | 96.00 | 1.23 | 40 | 50.0/110.2/125.0 | 80.0/100.0 | 0.97 | yes |" in text
+    assert "| fifo | 9.60 | 96.00 | 1.23 | 40 | 50.0/110.2/125.0 | – | 80.0/100.0 | 0.97 | yes |" in text
     assert "not run: sfq (kernel lacks sch_<name>)" in text
     assert "| RED | 5.53 |" in text
+    probed = {**row, "probe_rtt_ms": {"median": 61.04, "p95": 98.5}, "probe_loss_percent": 1.5}
+    text = aqm_table({"scenario": {"bottleneck": 10_000_000, "queue_packets": 100, "seconds": 10,
+                                   "congestion_control": "cubic"}, "disciplines": {"fifo": probed}, "unavailable": {}})
+    assert "| 50.0/110.2/125.0 | 61.0/98.5, 1.5 % | 80.0/100.0 |" in text
 
 
 # --- shared pieces --------------------------------------------------------------------------

@@ -39,7 +39,7 @@ def test_every_shipped_policy_loads_under_its_file_name(path):
 @pytest.mark.parametrize("name", STUDY)
 def test_the_study_policies_share_classes_and_topology(name):
     policy = load_policy(POLICIES / f"{name}.yaml")
-    assert {c.name for c in policy.classes} == {"tcp", "udp"}
+    assert {c.name for c in policy.classes} == {"voice", "tcp", "udp"}
     assert [s.name for s in policy.switches] == ["s1", "s2"]
     assert [s.dp_id for s in policy.switches] == [1, 2]
     assert [p.capacity_bps for s in policy.switches for p in s.ports] == [5_000_000, 5_000_000]
@@ -320,9 +320,9 @@ def test_loading_a_binary_file_names_its_path(tmp_path):
         load_policy(path)
 
 
-def test_class_priority_is_validated_and_tcp_borrows_first_in_the_shipped_policies():
+def test_class_priority_is_validated_and_voice_is_served_first_and_tcp_borrows_before_udp_in_the_shipped_policies():
     reserve = load_policy(POLICIES / "reserve.yaml")
-    assert {c.name: c.priority for c in reserve.classes} == {"tcp": 0, "udp": 1}
+    assert {c.name: c.priority for c in reserve.classes} == {"voice": 0, "tcp": 1, "udp": 2}
     doc = {"name": "p", "classes": {"tcp": {"queue": 1, "priority": 9}}, "switches": {"s1": {"dp_id": 1}}}
     with pytest.raises(PolicyError, match=r"^classes\.tcp\.priority: 9 is not a whole number from 0 to 7$"):
         parse_policy(doc)

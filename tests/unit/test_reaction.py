@@ -4,11 +4,8 @@ fresh where flow counters lag), and while it carries half its capacity or more i
 fast_poll_interval. A flood onset there is answered within two fast polls, by one flow batch; a lone
 flow's loss (BBR's start-up), a one-poll blip or an idle port program nothing and cost nothing."""
 from controller.core import actions as act
-from controller.core.flows import CLASSIFIED, COOKIE
 from controller.core.meters import COUNTING_BAND, METER_BASE, counting_meter_id
-from tests.unit.fakes import CAPACITY, mode, up
-
-TCP, UDP = COOKIE | CLASSIFIED | 4, COOKIE | CLASSIFIED | 3     # rules 3 and 2 of s1
+from tests.unit.fakes import CAPACITY, TCP, UDP, VOICE, mode, up  # noqa: E402   rules 3, 2 and 6 of s1
 
 
 def lone_tcp(net, drops_ps: float = 0.0) -> None:
@@ -31,11 +28,11 @@ def fast_requests(net) -> int:
 def test_auto_classes_are_ready_and_its_classified_flows_pass_counting_meters(net):
     up(net, "auto")
     assert mode(net) == "reserve" and net.s1.steering() == set()
+    band = (COUNTING_BAND.rate_kbps, COUNTING_BAND.burst_kbits)
     assert {m: (d.bands[0].rate, d.bands[0].burst_size) for m, d in net.s1.meters.items()} == {
-        counting_meter_id(2): (COUNTING_BAND.rate_kbps, COUNTING_BAND.burst_kbits),
-        counting_meter_id(3): (COUNTING_BAND.rate_kbps, COUNTING_BAND.burst_kbits)}
+        counting_meter_id(2): band, counting_meter_id(3): band, counting_meter_id(6): band}
     metered = {e.cookie: net.s1.meters_of(e) for e in net.s1.table.values() if net.s1.meters_of(e)}
-    assert metered == {UDP: {counting_meter_id(2)}, TCP: {counting_meter_id(3)}}
+    assert metered == {UDP: {counting_meter_id(2)}, TCP: {counting_meter_id(3)}, VOICE: {counting_meter_id(6)}}
     assert net.s2.meters == {}                     # no auto port there
     up_reserve = net.app.request("set_policy", __import__("tests.unit.fakes", fromlist=["x"]).shipped("reserve"))
     assert up_reserve[0]["in_sync"] and net.s1.meters == {}     # nor on a port that always reserves
@@ -52,7 +49,7 @@ def test_a_flood_onset_beside_a_lone_flow_is_answered_within_two_fast_polls(net)
     net.app.advance(0.5)
     (decision,) = net.app.decisions
     assert decision["action"] == "program" and decision["time"] - onset <= 0.15, decision["time"] - onset
-    assert net.s1.steering() == {TCP, UDP}
+    assert net.s1.steering() == {TCP, UDP, VOICE}
 
 
 def test_a_lone_flow_losing_packets_at_capacity_programs_nothing(net):

@@ -134,6 +134,26 @@ def test_udp_alone_runs_after_tcp_in_a_lane_of_its_own():
     assert len(lanes(parse_scenario({"lone_udp_mbps": 0}))) == 2
 
 
+def test_a_trial_is_planned_as_long_as_it_runs_so_the_progress_bar_never_steps_back():
+    import io
+
+    from topo.harness.progress import ProgressBar
+    from topo.net.traffic import planned_seconds
+    from topo.studies.main import TCP_GONE_SECONDS, UNLOADED_SECONDS, lanes
+    scenario = parse_scenario({"udp_steps_mbps": [0, 4], "step_seconds": 5, "cooldown_seconds": 2})
+    tcp_lane, *_ = lanes(scenario, probe=True)
+    # UDP alone waits out TCP (its 12 s and a slack second per step), then runs its 5 s
+    assert planned_seconds(lanes(scenario, probe=True)) == tcp_lane[0].seconds + TCP_GONE_SECONDS + 5 == 21
+    assert UNLOADED_SECONDS > 0
+    out = io.StringIO()
+    bar = ProgressBar(total=20, stream=out)
+    bar.start_part("none", 0)
+    bar.tick("UDP 4 Mbit/s alone", 12)         # the first part ran past its planned 10 s
+    bar.start_part("reserve", 10)
+    bar.tick("UDP 0 Mbit/s", 0.5)
+    assert [line.split("]")[1].split()[0] for line in out.getvalue().splitlines()] == ["60%", "60%"]
+
+
 def test_the_launcher_holds_a_policed_class_to_its_min_share_of_the_bottleneck_or_the_given_rate():
     from controller.core.policy import Police, parse_policy
     from topo.studies.base import policy_document

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from controller.core.controller import Standby
-from tests.unit.fakes import FakeSwitch, flood, mode, up
+from tests.unit.fakes import S1_FLOWS, FakeSwitch, flood, mode, up
 
 MASTER, SLAVE = FakeSwitch.ofproto.OFPCR_ROLE_MASTER, FakeSwitch.ofproto.OFPCR_ROLE_SLAVE
 
@@ -92,7 +92,7 @@ def test_a_deposed_active_that_resumes_writes_nothing_anywhere(pair):
     # It could not know it was deposed (OpenFlow 1.3 tells a demoted master nothing) until the switch
     # refused its first batch; it learnt the new generation id, failed to claim a newer one (OVSDB: not
     # the lock's owner), stood down, and tried nothing more. Nothing of it took effect.
-    assert writes(net.s1) == ["OFPFlowMod", "OFPFlowMod"] and writes(net.s2) == []
+    assert writes(net.s1) == ["OFPFlowMod"] * 3 and writes(net.s2) == []   # one batch: the three steering flows
     assert active.role == "standby" and net.s1.generation == 2
     assert {key: list(entry.instructions) for key, entry in net.s1.table.items()} == table
     assert mode(net) == "reserve" and net.s1.steering()   # the new active's reservation stands
@@ -118,7 +118,7 @@ def test_a_role_request_refused_as_stale_is_claimed_again_above_the_switchs_gene
     up(net)
     assert net.s1.role == MASTER and net.s1.generation_id == 58 == net.ovsdb.generation_ids
     assert net.s2.generation_id == 58                # every switch follows the newest claim
-    assert len(net.s1.table) == 4 and mode(net) == "reserve"
+    assert len(net.s1.table) == S1_FLOWS and mode(net) == "reserve"
 
 
 def test_a_stale_refusal_after_the_claim_is_claimed_again_and_written_after(net):
@@ -128,7 +128,7 @@ def test_a_stale_refusal_after_the_claim_is_claimed_again_and_written_after(net)
     net.app.disconnect(net.s1)
     net.app.connect(net.s1)                          # our claim (1) is stale: learn 1000, claim 1001
     net.app.poll()
-    assert net.s1.generation_id == 1001 and len(net.s1.table) == 4
+    assert net.s1.generation_id == 1001 and len(net.s1.table) == S1_FLOWS
 
 
 def test_a_connection_claiming_a_live_switchs_datapath_id_does_not_displace_it(net):
@@ -140,7 +140,7 @@ def test_a_connection_claiming_a_live_switchs_datapath_id_does_not_displace_it(n
     net.app.disconnect(impostor, rival)              # its departure does not forget the switch
     net.s1.table.clear()
     net.app.poll()
-    assert len(net.s1.table) == 4 and "0000000000000001" in net.app.request("status")[0]["switches"]
+    assert len(net.s1.table) == S1_FLOWS and "0000000000000001" in net.app.request("status")[0]["switches"]
     _, error = net.app.request("clear_policy")
     assert error is None and net.s1.table == {} and mode(net) is None
 

@@ -24,6 +24,7 @@ import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -342,7 +343,7 @@ def missing(caps: list[Capability]) -> list[str]:
     return [cap.name for cap in caps if not cap.available]
 
 
-def environment(caps: list[Capability]) -> dict[str, object]:
+def environment(caps: list[Capability]) -> dict[str, Any]:
     by_name = {cap.name: cap for cap in caps}
     ovs = by_name.get("ovs")
     return {

@@ -24,6 +24,8 @@ queue is read when the sampling starts and when it ends. `assess` then judges a 
   (the studied mechanism, not the emulator).
 - receiver silent: the iperf3 receiver reported nothing for over a second.
 - datapath starved: ovs-vswitchd waited for a CPU more than 25 % of the window.
+- probe lost outside its queue: the latency probe lost more packets than its queue (its class, or the
+  default one) dropped (probe_lost_outside).
 A step is faithful when none fires. The thresholds hold on a quiet 2-core host (none fired in its
 runs) and each signal fired in a run built to trigger it.
 """
@@ -38,6 +40,7 @@ from controller.adapters.tc import ClassCounters, Tc
 from topo.net.iperf import Interval, longest_gap
 
 SAMPLE_SECONDS = 0.25
+DEFAULT_CLASS = "1:1"        # OVS's linux-htb queue 0
 FINE_SECONDS = 0.01
 LOST_FACTOR, LOST_SLACK = 2.0, 10
 LOSS_LEAD_SECONDS = 1.0      # a sender interval (0.5 s) and the 200 ms minimum RTO, with room
@@ -178,7 +181,9 @@ def assess(samples: list[Sample], start: float, end: float, capacity_bps: float,
 
 def _queue_deltas(samples: list[Sample], tcp_class: str | None) -> tuple[int, int, int, int]:
     """(drops, packets sent, TCP's drops, bytes sent) over the samples; a class that appeared or went
-    (auto programs and rolls back queues) counts from when it is in two consecutive samples."""
+    counts from when it is in two consecutive samples. TCP's drops are its class's while that class
+    carries bytes (steered), else every class's (an auto port's classes are there while nothing is
+    steered into them)."""
     drops = packets = tcp_drops = sent = 0
     for a, b in zip(samples, samples[1:]):
         # OVS's HTB parent class 1:fffe holds the sum of its children: count the children only.
@@ -187,8 +192,31 @@ def _queue_deltas(samples: list[Sample], tcp_class: str | None) -> tuple[int, in
         drops += sum(d.values())
         packets += sum(b.classes[c].packets - a.classes[c].packets for c in common)
         sent += sum(b.classes[c].bytes - a.classes[c].bytes for c in common)
-        tcp_drops += d[tcp_class] if tcp_class in d else sum(d.values())
+        if tcp_class is not None and tcp_class in common and b.classes[tcp_class].bytes > a.classes[tcp_class].bytes:
+            tcp_drops += d[tcp_class]       # steered
+        else:
+            tcp_drops += sum(d.values())
     return drops, packets, tcp_drops, sent
+
+
+def probe_lost_outside(samples: list[Sample], start: float, end: float, step: dict,
+                       voice_class: str | None) -> str | None:
+    """A note when the latency probe lost more packets in [start, end] than the queue it went through
+    dropped (from a second before the window, as for TCP): lost where the policy does not act, the
+    emulator's doing. Its queue is its own class while that class carries bytes, else the default one."""
+    lost = round((step.get("probe_loss_percent") or 0) * (step.get("probe_packets") or 0) / 100)
+    if not lost:
+        return None
+    inside = [s for s in samples if start - LOSS_LEAD_SECONDS <= s.t <= end]
+    if len(inside) < 2:
+        return None
+    first, last = inside[0].classes, inside[-1].classes
+    steered = voice_class in first and voice_class in last and last[voice_class].bytes > first[voice_class].bytes
+    queue = voice_class if steered else DEFAULT_CLASS
+    dropped = last[queue].drops - first[queue].drops if queue in first and queue in last else 0
+    if lost <= dropped:
+        return None
+    return f"probe: {lost} packets lost, their queue ({queue}) dropped {dropped}: lost outside the queues"
 
 
 def _longest_stall(samples: list[Sample], received: list[Received], start: float, end: float,

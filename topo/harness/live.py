@@ -1,8 +1,11 @@
-"""Live study metrics for Prometheus: per-flow throughput every second while a study runs.
+"""Live study metrics for Prometheus: per-flow throughput every second while a study runs, and
+the latency probe's round trips as they come.
 
 Throughput is read from the switch that delivers to the receiver: s2's per-protocol
 accounting flows (policies' priority-40000 entries from the bottleneck port) count what
-reached h4, whatever the policy did on s1. Exported on 127.0.0.1:9102 by default.
+reached h4, whatever the policy did on s1. The probe's RTTs are read from the irtt client's
+per-packet lines as it writes them, into a histogram (its _count's rate is the echoes per
+second: 50 when nothing is lost). Exported on 127.0.0.1:9102 by default.
 """
 from __future__ import annotations
 
@@ -10,8 +13,15 @@ import re
 import subprocess
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
+
+from topo.net import probe as irtt
+
+# From the path's own RTT (under a millisecond here) to a full 25-packet FIFO at 5 Mbit/s and beyond.
+RTT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 
 _FLOW = re.compile(r"n_bytes=(\d+), priority=40000,(tcp|udp),in_port=1\b")
 
@@ -35,6 +45,10 @@ class LiveThroughput:
                                  ["flow", "protocol", "policy", "udp_offered_bps"], registry=self.registry)
         self._offered = Gauge("ovsqos_study_udp_offered_bytes_per_second",
                               "UDP rate the current study step offers", ["policy"], registry=self.registry)
+        self._rtt = Histogram("ovsqos_study_probe_rtt_seconds", "Round-trip time of the latency probe's packets",
+                              ["policy"], buckets=RTT_BUCKETS, registry=self.registry)
+        self._tailing = threading.Event()        # set: the current tail stops
+        self._tails: list[threading.Thread] = []
         self._bridge, self._flow = bridge, flow
         self._policy: str | None = None
         self._offered_bps = 0
@@ -52,12 +66,24 @@ class LiveThroughput:
             self._policy, self._offered_bps = policy, int(udp_mbps * 1e6)
             self._offered.labels(policy).set(self._offered_bps / 8)
 
+    def probe(self, path: Path) -> None:
+        """Follow the probe client's output at `path` (it may not exist yet) until the next probe or close()."""
+        self._tailing.set()
+        self._tailing = threading.Event()
+        tail = threading.Thread(target=follow, args=(path, self._tailing, self._observe), daemon=True)
+        tail.start()
+        self._tails.append(tail)
+
     def close(self) -> None:
         self._stop.set()
+        self._tailing.set()
         self._thread.join()
+        for tail in self._tails:
+            tail.join()
 
     def _run(self) -> None:
-        last, last_at = None, None
+        last: dict[str, int] | None = None
+        last_at = 0.0
         while not self._stop.wait(1.0 - (time.monotonic() % 1.0)):
             done = subprocess.run(["ovs-ofctl", "--no-names", "-O", "OpenFlow13", "dump-flows", self._bridge],
                                   capture_output=True, text=True)
@@ -71,3 +97,25 @@ class LiveThroughput:
                             self._throughput.labels(f"{self._flow}/{proto}", proto, self._policy,
                                                     str(self._offered_bps)).set(rate)
             last, last_at = counts, now
+
+    def _observe(self, line: str) -> None:
+        rtt = irtt.live_rtt(line)
+        with self._lock:
+            if rtt is not None and self._policy:
+                self._rtt.labels(self._policy).observe(rtt)
+
+
+def follow(path: Path, done: threading.Event, on_line: Callable[[str], None]) -> None:
+    """Each whole line written to `path` (which may not exist yet), as it is written, until `done`."""
+    while not path.exists():
+        if done.wait(0.05):
+            return
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        partial = ""
+        while True:
+            partial += lines.readline()
+            if partial.endswith("\n"):
+                on_line(partial)
+                partial = ""
+            elif done.wait(0.05):       # nothing new: the writer has not finished its next line yet
+                return

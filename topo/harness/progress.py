@@ -14,12 +14,14 @@ class ProgressBar:
         self.tty = stream.isatty()
         self.part, self.offset, self.label = "", 0.0, ""
         self._last_line = 0.0
+        self._done = 0.0
 
     def start_part(self, part: str, offset: float) -> None:
         self.part, self.offset = part, offset
 
     def tick(self, label: str, elapsed: float) -> None:
-        done = min(1.0, (self.offset + elapsed) / self.total)
+        # Never back: a part that ran past its planned length is caught up with, not undone.
+        done = self._done = max(self._done, min(1.0, (self.offset + elapsed) / self.total))
         filled = int(done * self.WIDTH)
         line = f"[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done:4.0%}  {self.part}: {label}"
         if self.tty:

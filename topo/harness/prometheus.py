@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from topo.harness.host import RunRecord, end
 
@@ -100,7 +101,7 @@ def _running(config: Path, data: Path, listen: tuple[str, int], log_path: Path, 
         end(proc, 20)
 
 
-def api(url: str, path: str, timeout: float = 60, **params) -> dict | list:
+def api(url: str, path: str, timeout: float = 60, **params) -> Any:
     """One Prometheus HTTP API call's data."""
     with urllib.request.urlopen(f"{url}{path}?{urllib.parse.urlencode(params)}", timeout=timeout) as resp:
         body = json.load(resp)

@@ -70,6 +70,8 @@ def network(topo, datapath: str, record: RunRecord | None = None, controller_por
             record.network(bridges=[], hosts={h.name: h.pid for h in net.hosts},
                            links=[i.name for s in net.switches for i in s.intfList() if i.name != "lo"])
         net.start()
+        # Every host knows every other's MAC: the policies forward unicast only (no flow floods ARP).
+        net.staticArp()
         for host in net.hosts:
             for intf in host.intfList():
                 # The userspace datapath never fills in TCP checksums left to offload (docs/datapath.md).

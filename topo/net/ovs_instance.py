@@ -148,7 +148,7 @@ def ovs_instance(name: str = "ovs2", address: str = "127.0.0.2", port: int = 664
         end(instance.ovsdb_server, 10)
 
 
-def switch_on(instance: OvsInstance) -> type[OVSSwitch]:
+def switch_on(instance: OvsInstance) -> type:
     """Mininet's OVSSwitch with every ovs-vsctl and ovs-ofctl it runs pointed at `instance`."""
     db, env = f"--db={instance.unix}", f"OVS_RUNDIR={instance.rundir}"
 

@@ -1,10 +1,12 @@
-"""The traffic runner every study uses: iperf3 flows, pauses and pings across a network.
+"""The traffic runner every study uses: iperf3 flows, pauses, pings and irtt latency probes across a
+network.
 
 Traffic is a list of lanes that run at the same time; within a lane each item starts when the one
 before it ends, so the main study's UDP steps follow each other without overlapping however late
 a test's closing exchange comes through a congested queue. Every flow has its own iperf3 server.
 Every process writes to a file under the trial's raw folder (topo/net/network.py says why), and
-the JSON is read once the process has exited.
+the JSON is read once the process has exited. A probe has an irtt server of its own, stopped when the
+runner is done (irtt servers run until they are stopped).
 
 iperf3 (3.12, and upstream still) opens a UDP test with one datagram each way and no retransmission:
 the client sends its connect datagram, then sleeps in recv() on the UDP socket for up to 30 s
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from topo.net import iperf
+from topo.net import iperf, probe
 from topo.net.network import Network
 
 SLACK_SECONDS = 30.0      # beyond an item's length: a closing exchange through a full queue
@@ -70,7 +72,17 @@ class Ping:
     label: str = ""
 
 
-Item = Flow | Pause | Ping
+@dataclass(frozen=True)
+class Probe:
+    """An isochronous flow measured with irtt (topo/net/probe.py): a voice call's packets every 20 ms."""
+    name: str
+    src: str
+    dst: str
+    seconds: float
+    label: str = ""
+
+
+Item = Flow | Pause | Ping | Probe
 
 
 @dataclass
@@ -84,10 +96,17 @@ class Ran:
     error: str | None = None            # why a flow's test failed (iperf3's own message)
     connect_restarts: int = 0           # times a UDP test was started again, its connect datagram lost
 
+    @property
+    def flow(self) -> Flow:
+        """The item, which must be an iperf3 flow."""
+        if not isinstance(self.item, Flow):
+            raise TypeError(f"{self.item} is not a flow")
+        return self.item
+
     def require(self) -> dict[str, Any]:
         """The flow's JSON, or TrafficError when its test failed."""
-        if self.error:
-            raise TrafficError(self.error)
+        if self.error or self.doc is None:
+            raise TrafficError(self.error or f"{self.item} left no result")
         return self.doc
 
 
@@ -105,6 +124,11 @@ class _Running:
     asleep_since: float | None = None   # a UDP client in its connect wait, since when
 
 
+def planned_seconds(lanes: list[list[Item]]) -> float:
+    """How long the lanes take as planned: the longest lane's items one after the other."""
+    return max((sum(item.seconds for item in lane) for lane in lanes), default=0.0)
+
+
 def run(net: Network, lanes: list[list[Item]], raw_dir: Path, connect_wait: float,
         tick: Callable[[str, float], None] = lambda label, elapsed: None,
         on_start: Callable[[Item], None] = lambda item: None) -> list[Ran]:
@@ -114,8 +138,11 @@ def run(net: Network, lanes: list[list[Item]], raw_dir: Path, connect_wait: floa
     raw_dir.mkdir(parents=True, exist_ok=True)
     servers = _Servers(net, raw_dir)
     try:
-        for flow in (item for lane in lanes for item in lane if isinstance(item, Flow)):
-            servers.start(flow)
+        for item in (item for lane in lanes for item in lane):
+            if isinstance(item, Flow):
+                servers.start(item)
+            elif isinstance(item, Probe):
+                servers.start_probe(item)
         servers.wait_listening()
         done = _drive(net, lanes, raw_dir, servers, connect_wait, tick, on_start)
     finally:
@@ -174,8 +201,9 @@ class _Servers:
     def __init__(self, net: Network, raw_dir: Path):
         self._net, self._raw_dir = net, raw_dir
         self.ports: dict[str, int] = {}
-        self._starting: list[tuple[Any, int]] = []
+        self._starting: list[tuple[Any, int, str]] = []   # (process, port, tcp or udp)
         self._all: list[Any] = []
+        self._probes: list[Any] = []
         self._next = iperf.BASE_PORT
 
     def start(self, flow: Flow) -> None:
@@ -183,20 +211,30 @@ class _Servers:
         suffix = f".{port}" if flow.name in self.ports else ""
         self.ports[flow.name] = port
         proc = self._net.popen(flow.dst, iperf.server_args(port), self._raw_dir / f"{flow.name}.server{suffix}.json")
-        self._starting.append((proc, port))
+        self._starting.append((proc, port, "tcp"))
         self._all.append(proc)
+
+    def start_probe(self, item: Probe) -> None:
+        proc = self._net.popen(item.dst, probe.server_args(self._net.host(item.dst).IP()),
+                               self._raw_dir / f"{item.name}.server.txt")
+        self._starting.append((proc, probe.PORT, "udp"))
+        self._probes.append(proc)
 
     def wait_listening(self) -> None:
         deadline = time.monotonic() + LISTEN_SECONDS
-        for proc, port in self._starting:
-            while not _listening(proc.pid, port):
+        for proc, port, protocol in self._starting:
+            while not _listening(proc.pid, port, protocol):
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise TrafficError(f"the iperf3 server for port {port} did not start listening")
+                    raise TrafficError(f"the {protocol} server for port {port} did not start listening")
                 time.sleep(0.02)
         self._starting.clear()
 
     def stop(self) -> None:
-        """Each server's own exit once its test is over (its JSON written), else a kill."""
+        """Each iperf3 server's own exit once its test is over (its JSON written), else a kill; the irtt
+        servers, which serve until stopped, at once."""
+        for proc in self._probes:
+            proc.terminate()
+            proc.wait()
         deadline = time.monotonic() + EXIT_SECONDS
         for proc in self._all:
             try:
@@ -211,6 +249,7 @@ def _restart(net: Network, state: _Running, servers: _Servers, raw_dir: Path) ->
     state.proc.terminate()
     state.proc.wait()
     item = state.ran.item
+    assert isinstance(item, Flow), item      # only a UDP test is restarted (its connect datagram lost)
     servers.start(item)
     servers.wait_listening()
     state.proc = _start(net, item, raw_dir, servers.ports)
@@ -219,14 +258,15 @@ def _restart(net: Network, state: _Running, servers: _Servers, raw_dir: Path) ->
     state.deadline = state.ran.started + item.seconds + SLACK_SECONDS
 
 
-def _listening(pid: int, port: int) -> bool:
-    """Whether `pid`'s network namespace has a TCP socket listening on `port`."""
-    for table in ("tcp", "tcp6"):
+def _listening(pid: int, port: int, protocol: str = "tcp") -> bool:
+    """Whether `pid`'s network namespace has a TCP socket listening on `port` (or a UDP one bound to it)."""
+    state = "0A" if protocol == "tcp" else "07"    # LISTEN; a bound UDP socket shows CLOSE
+    for table in (protocol, protocol + "6"):
         try:
             lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
         except OSError:
             continue
-        if any(f[1].rsplit(":", 1)[1] == f"{port:04X}" and f[3] == "0A" for f in (line.split() for line in lines)):
+        if any(f[1].rsplit(":", 1)[1] == f"{port:04X}" and f[3] == state for f in (line.split() for line in lines)):
             return True
     return False
 
@@ -253,6 +293,10 @@ def _start(net: Network, item: Item, raw_dir: Path, ports: dict[str, int]):
     if isinstance(item, Ping):
         return net.popen(item.src, ["ping", "-D", "-i", str(item.interval), "-w", f"{item.seconds:g}",
                                     net.host(item.dst).IP()], raw_dir / f"{item.name}.txt")
+    if isinstance(item, Probe):
+        return net.popen(item.src, probe.client_args(net.host(item.dst).IP(), item.seconds,
+                                                     str(raw_dir / f"{item.name}.json")),
+                         raw_dir / f"{item.name}.txt")
     return net.popen(item.src, iperf.client_args(net.host(item.dst).IP(), ports[item.name], item.seconds,
                                                  udp_mbps=item.udp_mbps, congestion_control=item.congestion_control,
                                                  parallel=item.parallel),
@@ -263,6 +307,13 @@ def _collect(ran: Ran, raw_dir: Path) -> None:
     item = ran.item
     if isinstance(item, Ping):
         ran.text = (raw_dir / f"{item.name}.txt").read_text()
+    elif isinstance(item, Probe):
+        path = raw_dir / f"{item.name}.json"
+        try:
+            ran.doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            stderr = (raw_dir / f"{item.name}.txt.stderr").read_text().strip()
+            ran.error = f"irtt wrote no JSON ({path.name}): {stderr[:200]}"
     elif isinstance(item, Flow):
         path = raw_dir / f"{item.name}.json"
         try:
@@ -287,4 +338,6 @@ def _describe(item: Item) -> str:
     if isinstance(item, Flow):
         what = f"UDP {item.udp_mbps:g} Mbit/s" if item.udp_mbps is not None else "TCP"
         return f"{what} iperf3 {item.name} ({item.src} -> {item.dst})"
+    if isinstance(item, Probe):
+        return f"irtt probe {item.name} ({item.src} -> {item.dst})"
     return f"ping {item.name}" if isinstance(item, Ping) else "pause"

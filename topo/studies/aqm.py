@@ -2,7 +2,9 @@
 
 The study (docs/references.md, section 4) compared RED, SFQ and REM on an ns-2 dumbbell. Here: five TCP flows
 sndI → rcvI at once through the 10 Mbit/s bottleneck of policy `dumbbell`, and a ping from snd1 to
-rcv1 every 0.2 s for the delay under load, once per discipline on a fresh network.
+rcv1 every 0.2 s for the delay under load, once per discipline on a fresh network; beside the ping,
+the main study's latency probe (a voice call's packets, topo/net/probe.py) from snd1 to rcv1, so that
+disciplines and reservations are read on one scale.
 
 Where the discipline sits: OVS's classless QoS types (linux-sfq, linux-codel, linux-fq_codel) install
 their qdisc as the port's root with no rate limit, so they cannot make a 10 Mbit/s bottleneck of a
@@ -29,7 +31,8 @@ from topo.harness import capabilities
 from topo.harness.fidelity import Sample
 from topo.harness.launch import Host
 from topo.harness.report import Panel, bar_figure, jain_index, markdown_table, reasons_text
-from topo.net.traffic import Flow, Ping, Ran
+from topo.net import probe
+from topo.net.traffic import Flow, Item, Ping, Probe, Ran
 from topo.studies.base import (
     BOTTLENECK,
     Settings,
@@ -141,15 +144,16 @@ def parse_ping(text: str) -> tuple[list[tuple[float, float]], int, int]:
 
 def discipline_result(ran: list[Ran], span: tuple[float, float], bottleneck_bps: int,
                       samples: list[Sample], ping_text: str, queues_seen: set[str],
-                      leaf_drops: int = 0) -> dict[str, Any]:
+                      leaf_drops: int = 0, probed: Ran | None = None) -> dict[str, Any]:
     """Throughput, utilisation, loss, delay and backlog of one discipline's run, over `span`. A queue's
     drops are the most of its class's count and its own (`leaf_drops`): HTB counts what the queue
     refuses at enqueue, an AQM counts what it drops at dequeue too."""
     runs = flows_of(ran)
     flows = [received_mbps(run, span) for run in runs]
     total = round(sum(flows), 3)
-    sent_packets = sum(run.doc["end"]["sum_sent"]["bytes"] / run.doc["start"]["tcp_mss_default"] for run in runs)
-    retransmits = sum(run.doc["end"]["sum_sent"]["retransmits"] for run in runs)
+    docs = [run.require() for run in runs]
+    sent_packets = sum(doc["end"]["sum_sent"]["bytes"] / doc["start"]["tcp_mss_default"] for doc in docs)
+    retransmits = sum(doc["end"]["sum_sent"]["retransmits"] for doc in docs)
     counted = [(s.t, s.classes[QUEUED_CLASS]) for s in samples if QUEUED_CLASS in s.classes]
     queued = [c for t, c in counted if span[0] <= t <= span[1]]
     replies, transmitted, received = parse_ping(ping_text)
@@ -168,19 +172,21 @@ def discipline_result(ran: list[Ran], span: tuple[float, float], bottleneck_bps:
                     "max_packets": max((q.backlog_packets for q in queued), default=None),
                     "mean_bytes": _mean([q.backlog_bytes for q in queued]),
                     "max_bytes": max((q.backlog_bytes for q in queued), default=None), "samples": len(queued)},
+        **(probe.summary(probe.round_trips(probed.doc), *span) if probed is not None and probed.doc else {}),
         "leaf_kinds_seen": sorted(queues_seen),
-        "congestion_control": sorted({run.doc["end"].get("sender_tcp_congestion") for run in runs}),
+        "congestion_control": sorted({doc["end"].get("sender_tcp_congestion") for doc in docs}),
     }
 
 
 def table(summary: dict[str, Any]) -> str:
     head = ["discipline", "throughput (Mbit/s)", "utilisation (%)", "loss rate (%)", "queue drops",
-            "delay min/mean/max (ms)", "backlog mean/max (packets)", "Jain's index", "faithful"]
+            "delay min/mean/max (ms)", "probe RTT median/p95 (ms), lost", "backlog mean/max (packets)",
+            "Jain's index", "faithful"]
     rows = []
     for name, r in summary["disciplines"].items():
         delay, backlog = r["delay_ms"], r["backlog"]
         rows.append([name, r["throughput_mbps"], _percent(r["utilisation"]), _percent(r["loss_rate"]),
-                     r["queue_drops"], "/".join(_num(delay[k]) for k in ("min", "mean", "max")),
+                     r["queue_drops"], "/".join(_num(delay[k]) for k in ("min", "mean", "max")), _probe_cell(r),
                      f"{_num(backlog['mean_packets'])}/{_num(backlog['max_packets'])}", r["jain_index"],
                      faithful_cell(r)])
     scenario = summary["scenario"]
@@ -207,8 +213,9 @@ def figure(summary: dict[str, Any], path) -> None:
     bar_figure(path, f"{PAIRS} TCP flows through a {bottleneck:g} Mbit/s bottleneck, per queue discipline", groups, [
         Panel("throughput (Mbit/s)", {"all flows": [r["throughput_mbps"] for r in rows]},
               line=(bottleneck, "bottleneck")),
-        Panel("ping RTT under load (ms)", {"mean": [r["delay_ms"]["mean"] for r in rows],
-                                           "max": [r["delay_ms"]["max"] for r in rows]}),
+        Panel("RTT under load (ms)", {"ping mean": [r["delay_ms"]["mean"] for r in rows],
+                                      "ping max": [r["delay_ms"]["max"] for r in rows],
+                                      "probe p95": [r.get("probe_rtt_ms", {}).get("p95") for r in rows]}),
         Panel("backlog (packets)", {"mean": [r["backlog"]["mean_packets"] for r in rows],
                                     "max": [r["backlog"]["max_packets"] for r in rows]}),
         Panel("loss rate (%)", {"retransmits / sent": [_scaled(r["loss_rate"], 100) for r in rows]}),
@@ -218,8 +225,10 @@ def figure(summary: dict[str, Any], path) -> None:
 def _one_discipline(discipline: str, plan: Plan, ctx: TrialContext) -> dict[str, Any]:
     pairs = [(f"snd{i}", f"rcv{i}") for i in range(1, PAIRS + 1)]
     seconds = plan.setup.seconds
-    lanes = [[Flow(f"{s}-{d}", s, d, seconds, congestion_control=plan.cc, label=discipline)] for s, d in pairs]
+    lanes: list[list[Item]] = [[Flow(f"{s}-{d}", s, d, seconds, congestion_control=plan.cc, label=discipline)]
+                               for s, d in pairs]
     lanes.append([Ping("ping", "snd1", "rcv1", seconds + 1, PING_INTERVAL)])
+    lanes.append([Probe("probe", "snd1", "rcv1", seconds + 1)])
     with network_under(ctx, DumbbellTopo(n=PAIRS), plan.documents[discipline], pairs) as net:
         ran, monitor = measure(ctx, net, lanes, plan.setup)
     kind, seen = tc_kind(discipline, ctx.host.datapath), monitor.queues.get(QUEUED_CLASS, set())
@@ -228,9 +237,20 @@ def _one_discipline(discipline: str, plan: Plan, ctx: TrialContext) -> dict[str,
                          f"(seen: {sorted(seen) or 'nothing'})")
     span = common_window(ran, seconds)
     ping = next(r for r in ran if isinstance(r.item, Ping))
+    probed = next(r for r in ran if isinstance(r.item, Probe))
     leaf_drops = monitor.leaf_drops.get(QUEUED_CLASS, 0)
-    return {**discipline_result(ran, span, plan.setup.bottleneck_bps, monitor.samples, ping.text, seen, leaf_drops),
+    result = discipline_result(ran, span, plan.setup.bottleneck_bps, monitor.samples, ping.text or "", seen, leaf_drops,
+                               probed)
+    return {**result,
             **trial_fidelity(monitor.samples, span, plan.setup.bottleneck_bps, ran, leaf_drops=leaf_drops)}
+
+
+def _probe_cell(result: dict[str, Any]) -> str:
+    rtt = result.get("probe_rtt_ms")
+    if not rtt:
+        return "–"
+    lost = result.get("probe_loss_percent")
+    return f"{_num(rtt['median'])}/{_num(rtt['p95'])}, {'–' if lost is None else f'{lost:g} %'}"
 
 
 def _mean(values: list[float]) -> float | None:

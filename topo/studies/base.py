@@ -253,7 +253,7 @@ def common_window(ran: list[Ran], seconds: float) -> tuple[float, float]:
 
 def received_mbps(ran: Ran, span: tuple[float, float]) -> float:
     """The receiver's mean rate over `span`."""
-    return round((iperf.window_mean_bps(iperf.received(ran.doc), ran.started, *span) or 0.0) / 1e6, 3)
+    return round((iperf.window_mean_bps(iperf.received(ran.require()), ran.started, *span) or 0.0) / 1e6, 3)
 
 
 def trial_fidelity(samples: list[fidelity.Sample], span: tuple[float, float], capacity_bps: int,
@@ -263,11 +263,11 @@ def trial_fidelity(samples: list[fidelity.Sample], span: tuple[float, float], ca
     `rtt_seconds`: the delay added to the path, both ways; with `queue_packets` it tells whether the
     queue holds the bandwidth-delay product. `loss_percent`: the loss set on the path. `leaf_drops`:
     what the bottleneck's queue itself dropped (an AQM's dequeue drops)."""
-    tcp = [r for r in flows_of(ran) if r.item.udp_mbps is None]
-    retransmits = sum(iperf.window_retransmits(iperf.sent(r.doc), r.started, *span) for r in tcp)
+    tcp = [r for r in flows_of(ran) if r.flow.udp_mbps is None]
+    retransmits = sum(iperf.window_retransmits(iperf.sent(r.require()), r.started, *span) for r in tcp)
     short_queue = queue_packets is not None and fidelity.bdp_packets(capacity_bps, rtt_seconds) > queue_packets
     return fidelity.assess(samples, *span, capacity_bps, None, retransmits if tcp else None,
-                           [fidelity.Received(iperf.received(r.doc), r.started) for r in tcp], short_queue,
+                           [fidelity.Received(iperf.received(r.require()), r.started) for r in tcp], short_queue,
                            (loss_percent or 0.0) / 100, leaf_drops)
 
 

@@ -54,7 +54,10 @@ def delay_seconds(delay: str | None) -> float:
     """'150ms' → 0.15 (None: no added delay)."""
     if delay is None:
         return 0.0
-    number, unit = _DELAY.match(delay).groups()
+    found = _DELAY.match(delay)
+    if not found:
+        raise ValueError(f"{delay!r} is not a delay such as 150ms")
+    number, unit = found.groups()
     return float(number) * _DELAY_UNIT[unit]
 
 
@@ -121,7 +124,7 @@ def _one_algorithm(algorithm: str, plan: Plan, ctx: TrialContext) -> dict[str, A
     with network_under(ctx, topo, plan.document, [("h1", "h4")]) as net:
         ran, monitor = measure(ctx, net, [[Flow(f"h1-h4_{algorithm}", "h1", "h4", plan.setup.seconds,
                                                 congestion_control=algorithm, label=f"TCP {algorithm}")]], plan.setup)
-    return {**sender_metrics(ran[0].doc),
+    return {**sender_metrics(ran[0].require()),
             **trial_fidelity(monitor.samples, common_window(ran, plan.setup.seconds), plan.setup.bottleneck_bps, ran,
                              2 * delay_seconds(plan.delay), plan.setup.queue_packets, plan.loss)}
 

@@ -1,7 +1,9 @@
-"""The main study: TCP h1 → h4 throughout, UDP h1 → h4 stepping up, under each policy in turn.
+"""The main study: TCP h1 → h4 throughout, UDP h1 → h4 stepping up, under each policy in turn, and a
+latency probe h2 → h3 (a voice call's packets, topo/net/probe.py) across the same bottleneck.
 
-Each policy (× each repetition) runs on a fresh network. Prometheus records the controller and the
-live per-flow throughput; `auto` runs are also scored by their congestion episodes.
+Each policy (× each repetition) runs on a fresh network. Before the traffic the probe runs alone for
+a few seconds: the unloaded RTT. Prometheus records the controller, the live per-flow throughput and
+the probe's RTT; `auto` runs are also scored by their congestion episodes.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from topo.harness.launch import Host, note
 from topo.harness.prometheus import query_range, tcp_throughput_query
 from topo.net import traffic
 from topo.net.bridges import idle_bridges, policy_switches
-from topo.net.traffic import Flow, Pause
+from topo.net.traffic import Flow, Pause, Probe
 from topo.studies.base import Study, Trial, TrialContext, UsageError, network_under, policy_document
 from topo.studies.main import report
 from topo.studies.main.episodes import episodes
@@ -32,7 +34,10 @@ SLACK_PER_STEP = 1           # TCP outlasts the steps: a UDP test's control exch
 IDLE_PORTS_PER_BRIDGE = 20   # --idle-ports: as bench/scale.py lays them out
 IDLE_CAPACITY = "100Mbit"
 LONE_UDP = "udp_alone"
+PROBE, UNLOADED = "probe", "probe_unloaded"
 TCP_GONE_SECONDS = 2         # after TCP's -t: its last segments and close are through
+LATENCY_FIGURE = "latency.png"
+UNLOADED_SECONDS = 4         # the probe alone before the traffic: the path's own RTT
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class Plan:
     scenario: Scenario
     documents: dict[str, dict]          # policy name → document, in run order
     ovs_instances: int = 1              # 2: s2 on a second OVS
+    probe: bool = True                  # the latency probe h2 → h3
 
 
 class MainStudy(Study):
@@ -76,6 +82,9 @@ class MainStudy(Study):
                        help="auto: record series in the Prometheus on 127.0.0.1:9090, or start Debian's "
                             "with its data in DIR/prometheus; none: no time series")
         p.add_argument("--metrics-port", type=int, default=9102, help="launcher exporter port on 127.0.0.1")
+        p.add_argument("--probe", choices=("irtt", "none"), default="irtt",
+                       help="irtt: a voice call's packets h2 -> h3 every 20 ms, marked EF, measured for RTT, "
+                            "jitter and loss (default); none: no latency probe")
 
     def plan(self, args: argparse.Namespace) -> Plan:
         try:
@@ -90,7 +99,7 @@ class MainStudy(Study):
         for name in args.policy:
             doc = policy_document(name, scenario.bottleneck_bps, scenario.queue_packets, police_bps=police_bps)
             documents[doc["name"]] = doc
-        return Plan(scenario, documents, args.ovs_instances)
+        return Plan(scenario, documents, args.ovs_instances, args.probe == "irtt")
 
     def trials(self, plan: Plan, host: Host) -> list[Trial]:
         scenario, env = plan.scenario, host.environment
@@ -101,8 +110,9 @@ class MainStudy(Study):
         if scenario.delay and not delay:
             note(f"netem is missing from this kernel: the {scenario.delay} delay is NOT applied")
         repeat = scenario.repeat
-        return [Trial(label=name if repeat == 1 else f"{name} {r}/{repeat}", raw=f"{name}/{r}",
-                      seconds=scenario.tcp_seconds, run=partial(_run_policy, name, doc, scenario, delay))
+        seconds = (UNLOADED_SECONDS if plan.probe else 0) + traffic.planned_seconds(lanes(scenario, plan.probe))
+        return [Trial(label=name if repeat == 1 else f"{name} {r}/{repeat}", raw=f"{name}/{r}", seconds=seconds,
+                      run=partial(_run_policy, name, doc, scenario, delay, plan.probe))
                 for name, doc in plan.documents.items() for r in range(1, repeat + 1)]
 
     def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
@@ -131,6 +141,7 @@ class MainStudy(Study):
 
     def figure(self, summary: dict[str, Any], path: Path) -> None:
         report.figure(summary, path)
+        report.latency_figure(summary, path.with_name(LATENCY_FIGURE))
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:
@@ -153,9 +164,9 @@ def _scenario(args: argparse.Namespace) -> Scenario:
     return scenario
 
 
-def lanes(scenario: Scenario) -> list[list[traffic.Item]]:
+def lanes(scenario: Scenario, probe: bool = False) -> list[list[traffic.Item]]:
     """TCP for the whole run; beside it the UDP steps one after the other, then TCP alone; once TCP has
-    ended, UDP alone (a lane of its own that waits out TCP)."""
+    ended, UDP alone (a lane of its own that waits out TCP); with `probe`, the probe throughout TCP."""
     tcp_length = int(scenario.tcp_seconds + SLACK_PER_STEP * len(scenario.udp_steps_mbps))
     tcp = Flow("tcp", "h1", "h4", tcp_length, congestion_control=scenario.tcp_congestion_control,
                parallel=scenario.tcp_flows)
@@ -163,30 +174,41 @@ def lanes(scenario: Scenario) -> list[list[traffic.Item]]:
         Pause(scenario.step_seconds, label="UDP 0 Mbit/s") if rate == 0 else
         Flow(f"udp_{rate:g}mbps", "h1", "h4", int(scenario.step_seconds), udp_mbps=rate, label=f"UDP {rate:g} Mbit/s")
         for rate in scenario.udp_steps_mbps]
-    ran = [[tcp], [*steps, Pause(scenario.cooldown_seconds, label="cooldown, TCP alone")]]
+    ran: list[list[traffic.Item]] = [[tcp], [*steps, Pause(scenario.cooldown_seconds, label="cooldown, TCP alone")]]
     if scenario.lone_udp:
         ran.append([Pause(tcp_length + TCP_GONE_SECONDS),
                     Flow(LONE_UDP, "h1", "h4", int(scenario.step_seconds), udp_mbps=scenario.lone_udp,
                          label=f"UDP {scenario.lone_udp:g} Mbit/s alone")])
+    if probe:
+        ran.append([Probe(PROBE, "h2", "h3", tcp_length)])
     return ran
 
 
-def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None, ctx: TrialContext) -> dict:
+def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None, probe: bool,
+                ctx: TrialContext) -> dict:
     policy = parse_policy(document)
 
     def on_start(item: traffic.Item) -> None:
         # UDP's offered rate as each step starts; not for TCP, nor the unlabelled wait before UDP alone.
-        if ctx.live and (item.udp_mbps is not None if isinstance(item, Flow) else bool(item.label)):
-            ctx.live.step(name, item.udp_mbps if isinstance(item, Flow) else 0.0)
+        if ctx.live and isinstance(item, Probe):
+            ctx.live.probe(ctx.raw_dir / f"{item.name}.txt")
+        elif ctx.live and isinstance(item, Flow) and item.udp_mbps is not None:
+            ctx.live.step(name, item.udp_mbps)
+        elif ctx.live and isinstance(item, Pause) and item.label:
+            ctx.live.step(name, 0.0)
 
+    reach = [("h1", "h4"), *([("h2", "h3")] if probe else [])]
     with idle_bridges(scenario.idle_ports, IDLE_PORTS_PER_BRIDGE, record=ctx.host.record) as idle, \
-            network_under(ctx, StudyTopo(delay=delay), with_idle_ports(document, idle), [("h1", "h4")]) as net:
+            network_under(ctx, StudyTopo(delay=delay), with_idle_ports(document, idle), reach) as net:
+        wait = traffic.connect_seconds(scenario.bottleneck_bps, scenario.queue_packets)
+        unloaded = traffic.run(net, [[Probe(UNLOADED, "h2", "h3", UNLOADED_SECONDS, label="unloaded RTT")]],
+                               ctx.raw_dir, wait, ctx.tick)[0] if probe else None
+        before = UNLOADED_SECONDS if probe else 0.0
         started = time.time()
-        planned = lanes(scenario)
+        planned = lanes(scenario, probe)
         auto = any(p.queues == "auto" for sw in policy.switches for p in sw.ports)
         with Monitor(BOTTLENECK, fine=auto) as monitor:
-            wait = traffic.connect_seconds(scenario.bottleneck_bps, scenario.queue_packets)
-            ran = traffic.run(net, planned, ctx.raw_dir, wait, ctx.tick, on_start)
+            ran = traffic.run(net, planned, ctx.raw_dir, wait, lambda label, t: ctx.tick(label, before + t), on_start)
         tc = Tc()
         try:
             classes, leaves = tc.classes(BOTTLENECK), tc.leaves(BOTTLENECK)
@@ -197,9 +219,10 @@ def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None
     tcp = by_item[id(planned[0][0])]
     tcp.require()
     steps = [by_item[id(item)] for item in planned[1][:len(scenario.udp_steps_mbps)]]
-    alone = by_item[id(planned[2][1])] if len(planned) > 2 else None
+    alone = next((by_item[id(lane[1])] for lane in planned[2:] if isinstance(lane[0], Pause)), None)
+    probed = next((by_item[id(lane[0])] for lane in planned[2:] if isinstance(lane[0], Probe)), None)
     result = report.summarise_run(scenario.bottleneck_bps, scenario.settle_seconds, scenario.udp_steps_mbps, policy,
-                                  tcp, steps, monitor.samples, classes, leaves, decisions, alone)
+                                  tcp, steps, monitor.samples, classes, leaves, decisions, alone, probed, unloaded)
     reservation = report.reservation_mbps(policy, scenario.bottleneck_bps)
     if reservation is not None and decisions:
         arrivals = [(round(t - tcp.started, 3), counts) for t, counts in monitor.arrivals]
@@ -216,7 +239,7 @@ def with_idle_ports(document: dict, bridges: list) -> dict:
 
 def _recorded(url: str, policies: dict[str, dict], data_dir: Path) -> dict[str, Any]:
     """What Prometheus holds of each policy's TCP throughput: the query and its points."""
-    recorded = {"url": url, "data_dir": str(data_dir), "queries": {}}
+    recorded: dict[str, Any] = {"url": url, "data_dir": str(data_dir), "queries": {}}
     for name, result in policies.items():
         runs = result["repetitions"]
         expr = tcp_throughput_query(name)

@@ -3,7 +3,9 @@
 A step's TCP and UDP rates are what the receivers got, averaged over the step with its first
 (settling) second left out. With --repeat N each step reports the median of the N runs, with the
 minimum, the maximum and the per-run values beside it; a step is faithful only if it was in every
-run, and its notes say which run the emulator failed in.
+run, and its notes say which run the emulator failed in. The latency probe's packets sent in the same
+window give the step's RTT distribution, jitter and loss; TCP's own RTT is the median of its sender's
+smoothed RTT over the window.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from controller.core.plan import htb_classid
 from controller.core.policy import Policy
 from topo.harness import fidelity
 from topo.harness.report import jain_index, plt
-from topo.net import iperf
+from topo.net import iperf, probe
 from topo.net.traffic import Ran
 
 UNFAITHFUL = "†"
@@ -24,7 +26,11 @@ UNFAITHFUL = "†"
 
 def tcp_class(policy: Policy) -> str | None:
     """The HTB class TCP is steered to while a port reserves, if the policy has a tcp class."""
-    found = next((c for c in policy.classes if c.name == "tcp"), None)
+    return class_of(policy, "tcp")
+
+
+def class_of(policy: Policy, name: str) -> str | None:
+    found = next((c for c in policy.classes if c.name == name), None)
     return htb_classid(found.queue) if found else None
 
 
@@ -46,13 +52,17 @@ def step_window(ran: Ran) -> tuple[float, float]:
 
 def summarise_run(capacity_bps: int, settle: float, steps_mbps: tuple[float, ...], policy: Policy,
                   tcp: Ran, steps: list[Ran], samples: list[fidelity.Sample], classes: dict[str, ClassCounters],
-                  leaves: dict[str, Leaf], decisions: list[dict], alone: Ran | None = None) -> dict[str, Any]:
-    """One run of one policy: its steps (with their fidelity), the cooldown, UDP alone after TCP, the TCP
-    series, the bottleneck's HTB classes at the end and the controller's decisions. Times are from TCP's
-    start."""
+                  leaves: dict[str, Leaf], decisions: list[dict], alone: Ran | None = None,
+                  probed: Ran | None = None, unloaded: Ran | None = None) -> dict[str, Any]:
+    """One run of one policy: its steps (with their fidelity and latency), the cooldown, UDP alone after
+    TCP, the TCP series, the probe's unloaded RTT, the bottleneck's HTB classes at the end and the
+    controller's decisions. Times are from TCP's start."""
     t0 = tcp.started
-    received, sent = iperf.received(tcp.doc), iperf.sent(tcp.doc)
-    streams = iperf.received_streams(tcp.doc)
+    doc = tcp.require()
+    received, sent = iperf.received(doc), iperf.sent(doc)
+    streams = iperf.received_streams(doc)
+    trips = probe.round_trips(probed.doc) if probed is not None and probed.doc else None
+    voice = class_of(policy, "voice")
     rows = []
     for rate, ran in zip(steps_mbps, steps):
         start, end = step_window(ran)
@@ -74,6 +84,11 @@ def summarise_run(capacity_bps: int, settle: float, steps_mbps: tuple[float, ...
                                    [fidelity.Received(received, t0)]))
         if ran.error:
             row.update(faithful=False, fidelity_notes=[*row["fidelity_notes"], f"the UDP test failed: {ran.error}"])
+        if trips is not None:
+            row.update(probe.summary(trips, *window), tcp_rtt_ms=_tcp_rtt_ms(doc, t0, *window))
+            note = fidelity.probe_lost_outside(samples, *window, row, voice)
+            if note:
+                row.update(faithful=False, fidelity_notes=[*row["fidelity_notes"], note])
         rows.append(row)
     last_end = step_window(steps[-1])[1]
     cooldown = (last_end + settle, tcp.ended)
@@ -90,8 +105,25 @@ def summarise_run(capacity_bps: int, settle: float, steps_mbps: tuple[float, ...
                              "limit_packets": leaves[cid].limit if cid in leaves else None}
                        for cid, c in sorted(classes.items())},
         "decisions": [{**d, "t": round(d["time"] - t0, 3)} for d in decisions],
+        **({"probe_unloaded": _unloaded(unloaded)} if unloaded is not None else {}),
+        **({"probe_error": probed.error} if probed is not None and probed.error else {}),
         "t0": t0,
     }
+
+
+def _unloaded(ran: Ran) -> dict[str, Any]:
+    """The probe alone on the path, before any traffic."""
+    if not ran.doc:
+        return {"error": ran.error}
+    trips = probe.round_trips(ran.doc)
+    return probe.summary(trips, trips[0].sent, trips[-1].sent) if trips else {"error": "no packet sent"}
+
+
+def _tcp_rtt_ms(doc: dict[str, Any], t0: float, start: float, end: float) -> float | None:
+    """The median of the TCP sender's smoothed RTT over the intervals that overlap [start, end]."""
+    rtts = [stream["rtt"] / 1000 for interval in doc.get("intervals", []) for stream in interval["streams"]
+            if "rtt" in stream and t0 + interval["sum"]["end"] > start and t0 + interval["sum"]["start"] < end]
+    return round(median(rtts), 2) if rtts else None
 
 
 def _alone(ran: Ran, settle: float, t0: float) -> dict[str, Any]:
@@ -99,7 +131,7 @@ def _alone(ran: Ran, settle: float, t0: float) -> dict[str, Any]:
     start, end = step_window(ran)
     delivered = None if ran.error or not ran.doc else \
         iperf.window_mean_bps(iperf.received(ran.doc), start, start + settle, end)
-    return {"udp_mbps_offered": ran.item.udp_mbps, "udp_mbps_delivered": _mbps(delivered),
+    return {"udp_mbps_offered": ran.flow.udp_mbps, "udp_mbps_delivered": _mbps(delivered),
             "udp_lost_percent": None if ran.error else
             (ran.doc or {}).get("end", {}).get("sum", {}).get("lost_percent"),
             "start_s": round(start - t0, 3), "end_s": round(end - t0, 3), **({"error": ran.error} if ran.error else {})}
@@ -121,6 +153,11 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if "tcp_flows_mbps" in first:
             row["tcp_flows_mbps"] = [_median(list(rates)) for rates in zip(*(s["tcp_flows_mbps"] for s in per))]
             row["tcp_jain_index"] = _median([s["tcp_jain_index"] for s in per])
+        if "probe_rtt_ms" in first:
+            row["probe_rtt_ms"] = {q: _median([s["probe_rtt_ms"][q] for s in per]) for q in first["probe_rtt_ms"]}
+            row.update(_spread("probe_rtt_p95_ms", [s["probe_rtt_ms"]["p95"] for s in per]))
+            row.update({key: _median([s[key] for s in per])
+                        for key in ("probe_ipdv_p95_ms", "probe_loss_percent", "tcp_rtt_ms")})
         steps.append(row)
     episodes = [e for run in runs for e in run.get("episodes", [])]
     alone = [run["udp_alone"] for run in runs if "udp_alone" in run]
@@ -128,7 +165,10 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         alone_row = {"udp_mbps_offered": alone[0]["udp_mbps_offered"],
                      **_spread("udp_mbps_delivered", [a["udp_mbps_delivered"] for a in alone]),
                      "udp_lost_percent": _median([a["udp_lost_percent"] for a in alone])}
+    unloaded = [run["probe_unloaded"]["probe_rtt_ms"]["median"] for run in runs
+                if "probe_rtt_ms" in run.get("probe_unloaded", {})]
     return {"steps": steps, **({"udp_alone": alone_row} if alone else {}), "repetitions": runs,
+            **({"probe_unloaded_rtt_ms": _median(unloaded)} if unloaded else {}),
             "reaction_seconds": [e["reaction_seconds"] for e in episodes],
             "recovery_seconds": [e["recovery_seconds"] for e in episodes]}
 
@@ -161,7 +201,66 @@ def table(summary: dict[str, Any]) -> str:
     if notes:
         text += f"\n{UNFAITHFUL} not faithful (the emulator, not the policy, decided):\n" + \
                 "".join(f"- {note}\n" for note in notes)
-    return text
+    latency = latency_table(summary)
+    return text + ("\n" + latency if latency else "")
+
+
+def latency_table(summary: dict[str, Any]) -> str:
+    """The probe's RTT per offered UDP rate, one column pair per policy: median / p95 (ms), and its loss;
+    the first row is the probe alone, before any traffic. Empty when no run had a probe."""
+    policies = {n: p for n, p in summary["policies"].items() if "probe_rtt_ms" in p["steps"][0]}
+    if not policies:
+        return ""
+    names = list(policies)
+    lines = ["Latency probe (a voice call's packets h2 -> h3 every 20 ms, EF) round-trip time, median / p95:", "",
+             "| UDP offered (Mbit/s) | " + " | ".join(f"{n}: RTT (ms) | {n}: lost" for n in names) + " |",
+             "|---:|" + "---:|---:|" * len(names)]
+    unloaded = [_ms(policies[n].get("probe_unloaded_rtt_ms")) for n in names]
+    lines.append("| unloaded | " + " | ".join(f"{u} | –" for u in unloaded) + " |")
+    for i, first in enumerate(policies[names[0]]["steps"]):
+        cells = []
+        for n in names:
+            step = policies[n]["steps"][i]
+            rtt, lost = step["probe_rtt_ms"], step["probe_loss_percent"]
+            cells += [f"{_ms(rtt['median'])} / {_ms(rtt['p95'])}", "–" if lost is None else f"{lost:g} %"]
+        lines.append(f"| {first['udp_mbps_offered']:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def latency_figure(summary: dict[str, Any], path: Path) -> bool:
+    """The probe's RTT per offered UDP rate as box plots, a box per policy at each step (whiskers p5 to
+    p95, log scale), and each policy's unloaded median as a dotted line. False when no run had a probe."""
+    policies = {n: p for n, p in summary["policies"].items() if "probe_rtt_ms" in p["steps"][0]}
+    if not policies:
+        return False
+    fig, ax = plt.subplots(figsize=(9, 4.2), dpi=120)
+    width = 0.8 / len(policies)
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    steps = [s["udp_mbps_offered"] for s in next(iter(policies.values()))["steps"]]
+    for k, (name, result) in enumerate(policies.items()):
+        colour = cycle[k % len(cycle)]
+        boxes = [{"med": r["median"], "q1": r["p25"], "q3": r["p75"], "whislo": r["p5"], "whishi": r["p95"],
+                  "fliers": []} for r in (s["probe_rtt_ms"] for s in result["steps"])]
+        placed = [(i + (k - (len(policies) - 1) / 2) * width, b) for i, b in enumerate(boxes) if b["med"] is not None]
+        if placed:
+            ax.bxp([b for _, b in placed], positions=[x for x, _ in placed], widths=width * 0.9, patch_artist=True,
+                   boxprops={"facecolor": colour, "alpha": 0.6}, medianprops={"color": "black"}, manage_ticks=False)
+        ax.plot([], [], color=colour, linewidth=8, alpha=0.6, label=name)
+        if result.get("probe_unloaded_rtt_ms"):
+            ax.axhline(result["probe_unloaded_rtt_ms"], color=colour, linestyle=":", linewidth=1)
+    ax.plot([], [], color="grey", linestyle=":", label="unloaded median")
+    ax.set_xticks(range(len(steps)), [f"{s:g}" for s in steps])
+    ax.set_yscale("log")
+    ax.set_xlabel("offered UDP rate (Mbit/s)")
+    ax.set_ylabel("probe RTT (ms)")
+    ax.set_title(f"Latency under load: a voice call's RTT through the {summary['bottleneck_mbps']:g} Mbit/s "
+                 "bottleneck (box p25–p75, whiskers p5–p95)", fontsize=10)
+    ax.grid(alpha=0.3, axis="y", which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
 
 
 def figure(summary: dict[str, Any], path: Path) -> None:
@@ -241,6 +340,10 @@ def _ranged(step: dict, key: str) -> str:
     if low is None or high is None or low == high:
         return f"{value:.2f}"
     return f"{value:.2f} ({low:.2f}–{high:.2f})"
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
 
 
 def _mbps(bps: float | None) -> float | None:

@@ -1,0 +1,69 @@
+"""`ryu-manager controller/qos_app.py`: the same app under Ryu (csle-ryu-fork, in .venv-ryu: its eventlet
+pin clashes with os-ken's), controlling the main study's network. The launcher uses the controller it
+finds on 127.0.0.1:6653, as a user who started one by hand would have it do; the study's reserve and auto
+then hold what they hold under os-ken (test_study.py)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.integration.conftest import (
+    NOTHING_LEFT,
+    REPO,
+    controller_config,
+    leftovers,
+    requires_ovs,
+    stop_controller,
+)
+
+RYU = REPO / ".venv-ryu" / "bin" / "ryu-manager"
+pytestmark = [requires_ovs, pytest.mark.needs(not RYU.exists(), "needs .venv-ryu (scripts/setup.sh makes it)")]
+
+
+def start_ryu(config, log):
+    import time
+    import urllib.request
+    out = open(log, "w")
+    proc = subprocess.Popen([str(RYU), "--config-file", str(config), "controller/qos_app.py"], stdout=out,
+                            stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            urllib.request.urlopen("http://127.0.0.1:8080/qos/v1/status", timeout=1)
+            return proc
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"ryu-manager did not serve the API: {log.read_text()[-2000:]}")
+
+
+def step(summary, policy, udp):
+    return next(s for s in summary["policies"][policy]["steps"] if s["udp_mbps_offered"] == udp)
+
+
+def test_the_main_studys_reserve_and_auto_under_a_controller_started_by_ryu_manager(tmp_path):
+    proc = start_ryu(controller_config(tmp_path / "qos.conf"), tmp_path / "ryu.log")
+    try:
+        out = tmp_path / "study"
+        done = subprocess.run([sys.executable, "topo/run.py", "--policy", "reserve", "auto", "--quick",
+                               "--prometheus", "none", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    finally:
+        stop_controller(proc)
+    log = (tmp_path / "ryu.log").read_text()
+    assert "under Ryu;" in log and "Traceback" not in log, log[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    reservation = summary["policies"]["reserve"]["tcp_reservation_mbps"]
+    for udp in (10, 12):
+        for policy in ("reserve", "auto"):
+            row = step(summary, policy, udp)
+            assert row["tcp_mbps"] >= 0.9 * reservation or (not row["faithful"] and row["fidelity_notes"]), row
+            assert row["probe_loss_percent"] <= 2, row
+    (run,) = summary["policies"]["auto"]["repetitions"]
+    assert [d["action"] for d in run["decisions"]] == ["program", "rollback"]
+    (episode,) = run["episodes"]
+    assert 0 < episode["reaction_seconds"] <= 0.5 and episode["recovery_seconds"] is not None
+    classes = {c["class"]: c for c in summary["policies"]["reserve"]["repetitions"][0]["tc_classes"].values()}
+    assert classes["udp"]["drops"] > 1000 and classes["tcp"]["bytes"] > 5 * classes["udp"]["bytes"]
+    assert leftovers() == NOTHING_LEFT

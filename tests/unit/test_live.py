@@ -1,0 +1,40 @@
+"""The live exporter follows the probe client's output as it is written, whole lines only."""
+import threading
+import time
+
+from topo.harness.live import follow
+from topo.net.probe import live_rtt
+
+
+def test_lines_are_read_as_written_and_a_half_written_one_waits(tmp_path):
+    path = tmp_path / "probe.txt"             # absent at first: the client has not started
+    seen: list[float | None] = []
+    done = threading.Event()
+    reader = threading.Thread(target=follow, args=(path, done, lambda line: seen.append(live_rtt(line))))
+    reader.start()
+    try:
+        time.sleep(0.1)
+        with path.open("w", encoding="utf-8") as out:
+            out.write("[Connected] connection established\nseq=0 rtt=1.5ms rd=1ms sd=0.5ms ipdv=n/a\nseq=1 rtt=2")
+            out.flush()
+            deadline = time.monotonic() + 5
+            while len(seen) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert seen == [None, 0.0015]       # the half-written line is not read as 2 s
+            out.write("50µs rd=1ms sd=1ms ipdv=750µs\n")
+            out.flush()
+            while len(seen) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        done.set()
+        reader.join()
+    assert seen == [None, 0.0015, 0.00025]
+
+
+def test_a_probe_that_never_started_is_given_up_when_done(tmp_path):
+    done = threading.Event()
+    reader = threading.Thread(target=follow, args=(tmp_path / "never.txt", done, print))
+    reader.start()
+    done.set()
+    reader.join(timeout=2)
+    assert not reader.is_alive()
