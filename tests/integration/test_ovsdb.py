@@ -19,6 +19,7 @@ pytestmark = requires_ovs
 POLICY = load_policy("policies/reserve.yaml")
 TC = Tc()
 PORT = POLICY.switch(1).port(1)
+QUEUES = len(POLICY.classes) + 1          # reserve's classes (tcp, udp, voice) and the default queue
 
 
 def sh(*args):
@@ -77,8 +78,8 @@ def test_reserve_then_fifo_then_remove(port):
     db, iface = port
     reserve = reserve_qos(POLICY, PORT, userspace=True)
     db.apply({iface: reserve}, {"policy": "reserve"})
-    assert len(rows("QoS", db.owner)) == 1 and len(rows("Queue", db.owner)) == 3
-    assert wait_classes(iface, 3) == {"1:1", "1:2", "1:3"}   # vswitchd applied it before apply() returned
+    assert len(rows("QoS", db.owner)) == 1 and len(rows("Queue", db.owner)) == QUEUES == 4
+    assert wait_classes(iface, QUEUES) == {"1:1", "1:2", "1:3", "1:4"}   # applied before apply() returned
     assert db.port_qos(iface) == reserve.ovsdb                # read back row by row
     # Userspace datapath: filters carry the class choice; they must be removable before a change.
     TC.replace_filters(iface, ((1, 1), (2, 2)))
@@ -142,7 +143,7 @@ def test_many_ports_change_in_one_transaction_and_orphans_are_swept(ports):
     spec = reserve_qos(POLICY, PORT, userspace=True)
     db.apply(dict.fromkeys(ifaces, spec), {"policy": "reserve"})
     assert all(db.port_qos(iface) == spec.ovsdb for iface in ifaces)
-    assert len(rows("QoS", db.owner)) == 50 and len(rows("Queue", db.owner)) == 150
+    assert len(rows("QoS", db.owner)) == 50 and len(rows("Queue", db.owner)) == 50 * QUEUES
     # A port that goes away (as a Mininet bridge does) leaves its QoS rows behind: they are swept.
     sh("ovs-vsctl", "del-port", ifaces[0])
     assert db.remove_orphans() == 4
