@@ -40,7 +40,7 @@ def _present() -> dict[str, set[str]]:
         return {line for line in subprocess.run(args, capture_output=True, text=True).stdout.splitlines() if line}
     def alive(pattern: str) -> set[str]:
         """Processes whose command line matches, zombies left out (a dead parent's are reaped by init later)."""
-        return {line for line in out("ps", "-eo", "pid=,stat=,args=") if pattern in line.split(None, 2)[-1]
+        return {line for line in out("ps", "-ww", "-eo", "pid=,stat=,args=") if pattern in line.split(None, 2)[-1]
                 and not line.split()[1].startswith("Z")}
     return {"bridges": out("ovs-vsctl", "list-br"),
             "qos": out("ovs-vsctl", "--columns=_uuid", "list", "QoS"),

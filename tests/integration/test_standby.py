@@ -77,7 +77,8 @@ def test_the_standby_takes_over_a_flood_within_5_s_keeping_every_row_and_answers
                                check=True)
             for client in (active, standby):
                 client.wait(lambda s: SWITCHES <= set(s["switches"]), 30, "both switches on both controllers")
-            active.put_policy(policy_document("auto", 5_000_000, 25))
+            document = policy_document("auto", 5_000_000, 25)
+            active.put_policy(document)
             net.popen("h4", ["iperf3", "-s", "-1", "-p", "5300"], tmp_path / "tcp-server.txt")
             time.sleep(0.3)
             net.popen("h1", ["iperf3", "-c", net.host("h4").IP(), "-p", "5300", "-t", "60"], tmp_path / "tcp.txt")
@@ -85,7 +86,8 @@ def test_the_standby_takes_over_a_flood_within_5_s_keeping_every_row_and_answers
             floods = [udp(pool, net, tmp_path, "flood", 14)]
             active.wait(lambda s: "program" in actions(active), 10, "the active one programming the reservation")
             rows = our_rows()
-            assert len(rows) == 6, rows          # s1-eth1: a QoS and 3 queues (default, tcp, udp); s2-eth1: 1 and 1
+            # s1-eth1: a QoS, the default queue and one per class; s2-eth1: a QoS and its default queue
+            assert len(rows) == 2 + 1 + len(document["classes"]) + 1, rows
             os.kill(first.pid, signal.SIGKILL)
             killed = time.monotonic()
             standby.wait(lambda s: s["role"] == "active", 5, "the standby active")
