@@ -87,6 +87,9 @@ NOTHING_LEFT = {"bridges": "", "qos": "", "queues": "", "iperf3": "", "controlle
 REPO = Path(__file__).resolve().parents[2]
 OSKEN = REPO / ".venv" / "bin" / "osken-manager"
 QUICK_STUDY_POLICIES = ("none", "police", "reserve", "auto")
+# A quick study of the flood's onset and its two heaviest steps only, nothing after TCP ends: what the
+# tests of another way to run the study (Ryu, a second OVS) compare with the main one.
+FLOOD_ONLY = ("--quick", "--udp-steps", "0,10,12", "--lone-udp", "0")
 
 
 @pytest.fixture(scope="session")

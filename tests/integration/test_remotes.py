@@ -13,6 +13,7 @@ import pytest
 
 from controller.adapters.ovsdb import DEFAULT_DB
 from tests.integration.conftest import (
+    FLOOD_ONLY,
     NOTHING_LEFT,
     REPO,
     controller_config,
@@ -170,7 +171,7 @@ def test_a_second_ovs_down_at_the_start_is_managed_once_it_answers(tmp_path):
 
 def test_the_main_study_with_s2_on_a_second_ovs_gives_the_same_result(tmp_path):
     out = tmp_path / "study"
-    done = subprocess.run([sys.executable, "topo/run.py", "--policy", "none", "reserve", "auto", "--quick",
+    done = subprocess.run([sys.executable, "topo/run.py", "--policy", "reserve", "auto", *FLOOD_ONLY,
                            "--ovs-instances", "2", "--prometheus", "none", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.integration.conftest import (
+    FLOOD_ONLY,
     NOTHING_LEFT,
     REPO,
     controller_config,
@@ -45,7 +46,7 @@ def test_the_main_studys_reserve_and_auto_under_a_controller_started_by_ryu_mana
     proc = start_ryu(controller_config(tmp_path / "qos.conf"), tmp_path / "ryu.log")
     try:
         out = tmp_path / "study"
-        done = subprocess.run([sys.executable, "topo/run.py", "--policy", "reserve", "auto", "--quick",
+        done = subprocess.run([sys.executable, "topo/run.py", "--policy", "reserve", "auto", *FLOOD_ONLY,
                                "--prometheus", "none", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
                               timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]

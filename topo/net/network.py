@@ -9,6 +9,7 @@ removes them if this one is killed.
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -70,6 +71,7 @@ def network(topo, datapath: str, record: RunRecord | None = None, controller_por
             record.network(bridges=[], hosts={h.name: h.pid for h in net.hosts},
                            links=[i.name for s in net.switches for i in s.intfList() if i.name != "lo"])
         net.start()
+        _wait_for_ofports(net.switches)
         # Every host knows every other's MAC: the policies forward unicast only (no flow floods ARP).
         net.staticArp()
         for host in net.hosts:
@@ -80,3 +82,21 @@ def network(topo, datapath: str, record: RunRecord | None = None, controller_por
     finally:
         wrapped.kill_all()
         net.stop()
+
+
+def _wait_for_ofports(switches, timeout: float = 20.0) -> None:
+    """Every switch port has its OpenFlow number before anyone names it in a policy. The switches can
+    be connected to the controller while a port is not: OVS leaves ofport at -1 when it could not
+    open the device at that moment, and opens it at its next reconfiguration (a link change wakes
+    it). A port still without a number after `timeout` stops the run with OVS's own reason."""
+    deadline = time.monotonic() + timeout
+    for switch in switches:
+        for intf in switch.intfList():
+            if intf.name == "lo":
+                continue
+            while (ofport := switch.vsctl("get", "Interface", intf.name, "ofport").strip()) in ("[]", "-1", ""):
+                if time.monotonic() > deadline:
+                    error = switch.vsctl("get", "Interface", intf.name, "error").strip()
+                    raise RuntimeError(f"OVS gave {switch.name}'s port {intf.name} no OpenFlow number in "
+                                       f"{timeout:.0f} s (ofport {ofport or '[]'}, error {error})")
+                time.sleep(0.1)

@@ -8,6 +8,7 @@ the probe's RTT; `auto` runs are also scored by their congestion episodes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from controller.adapters.tc import Tc
 from controller.core.policy import PolicyError, parse_policy, parse_rate
 from topo.harness.fidelity import Monitor
 from topo.harness.launch import Host, note
+from topo.harness.onsets import UdpOnsets
 from topo.harness.prometheus import query_range, tcp_throughput_query
 from topo.net import traffic
 from topo.net.bridges import idle_bridges, policy_switches
@@ -30,6 +32,7 @@ from topo.studies.main.scenario import Scenario, ScenarioError, load_scenario
 from topo.topos import StudyTopo
 
 BOTTLENECK = "s1-eth1"       # s1's port to s2: where h1 → h4 traffic queues
+UDP_INGRESS = "s1-eth3"      # s1's port to h1: where the UDP flood enters the switch
 SLACK_PER_STEP = 1           # TCP outlasts the steps: a UDP test's control exchange may start late
 IDLE_PORTS_PER_BRIDGE = 20   # --idle-ports: as bench/scale.py lays them out
 IDLE_CAPACITY = "100Mbit"
@@ -207,7 +210,8 @@ def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None
         started = time.time()
         planned = lanes(scenario, probe)
         auto = any(p.queues == "auto" for sw in policy.switches for p in sw.ports)
-        with Monitor(BOTTLENECK, fine=auto) as monitor:
+        udp = UdpOnsets(UDP_INGRESS)
+        with Monitor(BOTTLENECK, fine=auto) as monitor, udp if auto else contextlib.nullcontext():
             ran = traffic.run(net, planned, ctx.raw_dir, wait, lambda label, t: ctx.tick(label, before + t), on_start)
         tc = Tc()
         try:
@@ -226,8 +230,8 @@ def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None
     reservation = report.reservation_mbps(policy, scenario.bottleneck_bps)
     if reservation is not None and decisions:
         arrivals = [(round(t - tcp.started, 3), counts) for t, counts in monitor.arrivals]
-        result["episodes"] = episodes(result["steps"], result["decisions"], result["tcp_series"], reservation,
-                                      arrivals)
+        result["episodes"] = episodes([round(t - tcp.started, 3) for t in udp.starts], result["decisions"],
+                                      result["tcp_series"], reservation, arrivals)
     return {"policy": name, **result}
 
 

@@ -1,8 +1,8 @@
 """Congestion episodes of an `auto` run, measured from the recorded data (pure).
 
-An episode begins at the UDP onset (the first UDP step to start after the previous roll-back; a
-step starts when its data does) and holds one program decision. Its reaction is measured on the
-switch, not from the controller's log: from the onset to the first moment bytes land in a class
+An episode begins at the UDP onset, the first burst of UDP data to reach the switch after the previous
+roll-back (topo/harness/onsets.py), and holds one program decision. Its reaction is measured on the
+switch too, not from the controller's log: from the onset to the first moment bytes land in a class
 other than the default one (the bottleneck's class byte counters, sampled every hundredth of a
 second), i.e. when steering into the reservation took effect. `decision_seconds` is the same from
 the controller's log, for comparison. Recovery = onset → the end of the first TCP receiver interval
@@ -18,9 +18,10 @@ from typing import Any
 DEFAULT_CLASS = "1:1"
 
 
-def episodes(steps: list[dict], decisions: list[dict], tcp_series: list[dict], reservation_mbps: float,
+def episodes(udp_onsets: list[float], decisions: list[dict], tcp_series: list[dict], reservation_mbps: float,
              arrivals: list[tuple[float, dict[str, int]]], recovered_share: float = 0.8) -> list[dict[str, Any]]:
-    """`arrivals`: (seconds from TCP's start, HTB class → bytes sent so far) of the bottleneck."""
+    """`udp_onsets`: when each burst of UDP data reached the switch; `arrivals`: (time, HTB class → bytes
+    sent so far) of the bottleneck; both in seconds from TCP's start."""
     bar = recovered_share * reservation_mbps
     found: list[dict[str, Any]] = []
     since = float("-inf")
@@ -30,7 +31,7 @@ def episodes(steps: list[dict], decisions: list[dict], tcp_series: list[dict], r
                 found[-1]["rolled_back_s"] = decision["t"]
             since = decision["t"]
             continue
-        onset = next((s["start_s"] for s in steps if s["udp_mbps_offered"] > 0 and since <= s["start_s"]), None)
+        onset = next((t for t in udp_onsets if since <= t), None)
         steered = steered_at(arrivals, onset) if onset is not None else None
         episode = {"onset_s": onset, "steered_s": steered, "programmed_s": decision["t"], "rolled_back_s": None,
                    "reaction_seconds": None, "decision_seconds": None, "recovery_seconds": None}
