@@ -220,11 +220,14 @@ def test_discipline_result():
     runs = [ran(f"snd{i}-rcv{i}", f"snd{i}", f"rcv{i}",
                 iperf_tcp([1] * 8, [1] * 8, 0, retransmits=10, sent_bytes=1000 * MSS, server_bps=[2e6] * 4), 100.0,
                 congestion_control="cubic") for i in range(1, 6)]
-    queue = lambda packets: ClassCounters(1, 900, 12, packets * 1514, packets)  # noqa: E731
-    samples = [Sample(t, {"1:1": queue(n)}, None, None) for t, n in ((100.2, 5), (101.5, 10), (102.0, 30), (104.5, 0))]
+    # the link sends 10 Mbit/s: 1.25 MB a second on the class's byte counter
+    queue = lambda t, packets: ClassCounters(int(t * 1_250_000), 900, 12, packets * 1514, packets)  # noqa: E731
+    samples = [Sample(t, {"1:1": queue(t, n)}, None, None) for t, n in ((100.2, 5), (101.5, 10), (102.0, 30),
+                                                                        (104.5, 0))]
     r = discipline_result([*runs, Ran(Ping("ping", "snd1", "rcv1", 5), 100.0, 105.0)], (101.0, 104.0), 10_000_000,
                           samples, PING_TEXT, {"pfifo"})
     assert r["throughput_mbps"] == 10.0 and r["utilisation"] == 1.0 and r["jain_index"] == 1.0
+    assert r["flows_mbps"] == [2.0] * 5
     assert (r["retransmits"], r["packets_sent"], r["loss_rate"]) == (50, 5000, 0.01)
     assert (r["queue_drops"], r["queue_packets_sent"]) == (12, 900)
     assert r["delay_ms"] == {"min": 60.5, "mean": 70.5, "max": 80.5, "replies": 2, "ping_transmitted": 4,

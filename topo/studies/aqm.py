@@ -142,6 +142,16 @@ def parse_ping(text: str) -> tuple[list[tuple[float, float]], int, int]:
     return replies, int(totals.group(1)) if totals else 0, int(totals.group(2)) if totals else 0
 
 
+def _link_bps(counted: list[tuple[float, ClassCounters]]) -> float | None:
+    """What the bottleneck's class sent per second between its first and last sample (headers included).
+    The receivers' means cannot say it: over a window of a few seconds a receiver that read late
+    reports a burst, and on a busy host their sum exceeded the link by a fifth."""
+    if len(counted) < 2 or counted[-1][0] <= counted[0][0]:
+        return None
+    (t0, first), (t1, last) = counted[0], counted[-1]
+    return (last.bytes - first.bytes) * 8 / (t1 - t0)
+
+
 def discipline_result(ran: list[Ran], span: tuple[float, float], bottleneck_bps: int,
                       samples: list[Sample], ping_text: str, queues_seen: set[str],
                       leaf_drops: int = 0, probed: Ran | None = None) -> dict[str, Any]:
@@ -150,7 +160,6 @@ def discipline_result(ran: list[Ran], span: tuple[float, float], bottleneck_bps:
     refuses at enqueue, an AQM counts what it drops at dequeue too."""
     runs = flows_of(ran)
     flows = [received_mbps(run, span) for run in runs]
-    total = round(sum(flows), 3)
     docs = [run.require() for run in runs]
     sent_packets = sum(doc["end"]["sum_sent"]["bytes"] / doc["start"]["tcp_mss_default"] for doc in docs)
     retransmits = sum(doc["end"]["sum_sent"]["retransmits"] for doc in docs)
@@ -159,8 +168,10 @@ def discipline_result(ran: list[Ran], span: tuple[float, float], bottleneck_bps:
     replies, transmitted, received = parse_ping(ping_text)
     rtts = [rtt for t, rtt in replies if span[0] <= t <= span[1]]
     last: ClassCounters | None = counted[-1][1] if counted else None
+    link = _link_bps([(t, c) for t, c in counted if span[0] <= t <= span[1]])
     return {
-        "flows_mbps": flows, "throughput_mbps": total, "utilisation": round(total * 1e6 / bottleneck_bps, 3),
+        "flows_mbps": flows, "throughput_mbps": None if link is None else round(link / 1e6, 3),
+        "utilisation": None if link is None else round(link / bottleneck_bps, 3),
         "jain_index": round(jain_index(flows), 3) if any(flows) else None,
         "retransmits": retransmits, "packets_sent": round(sent_packets),
         "loss_rate": round(retransmits / sent_packets, 5) if sent_packets else None,
