@@ -13,7 +13,7 @@ import pytest
 from tests.integration.conftest import NOTHING_LEFT, leftovers, requires_ovs
 
 REPO = Path(__file__).resolve().parents[2]
-SHORT = ["--quick", "--udp-steps", "0,10", "--prometheus", "none"]
+SHORT = ["--quick", "--udp-steps", "0,10", "--lone-udp", "0", "--prometheus", "none"]
 pytestmark = requires_ovs
 
 
