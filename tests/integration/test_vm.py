@@ -38,7 +38,7 @@ def run(request):
     (REPO / "results").mkdir(exist_ok=True)
     out = Path(tempfile.mkdtemp(prefix="test-vm-", dir=REPO / "results"))
     argv = [sys.executable, "topo/run.py", "vm", "--", "--policy", "reserve", "--quick", "--datapath", "kernel",
-            "--delay", "5ms", "--udp-steps", f"0,{UDP:g}", "--prometheus", "none", "--out", str(out)]
+            "--delay", "5ms", "--udp-steps", f"0,{UDP:g}", "--lone-udp", "0", "--prometheus", "none", "--out", str(out)]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
