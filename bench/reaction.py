@@ -44,11 +44,10 @@ from topo.net.bridges import idle_bridges  # noqa: E402
 from topo.net.network import Network, network  # noqa: E402
 from topo.studies.base import check_path, policy_document, queues_in_force  # noqa: E402
 from topo.studies.main import IDLE_PORTS_PER_BRIDGE, with_idle_ports  # noqa: E402
-from topo.studies.main.episodes import recovery  # noqa: E402
+from topo.studies.main.episodes import recovery, steered_at  # noqa: E402
 from topo.topos import StudyTopo  # noqa: E402
 
 BOTTLENECK, CAPACITY, QUEUE = "s1-eth1", 5_000_000, 25
-DEFAULT_CLASS, UDP_CLASS = "1:1", "1:3"
 RESERVATION_MBPS, RECOVERED = 4.0, 0.8
 FLOOD_SECONDS, SLOT_SECONDS = 3.0, 9.0       # a flood, then calm past the 3 s hold and the roll-back
 SAMPLE_SECONDS = 0.005
@@ -182,9 +181,7 @@ class ClassSampler:
 def measure(rate: float, onset: float, samples: list, decisions: list[dict], received: list,
             tcp_start: float) -> dict:
     """One onset, timed on the switch (class counters) and on the receiver (TCP's 0.1 s intervals)."""
-    steered = next((t for (t, now), (_, before) in zip(samples[1:], samples)
-                    if t >= onset and any(n > before.get(c, n) for c, n in now.items()
-                                          if c not in (DEFAULT_CLASS,) and not c.endswith(":fffe"))), None)
+    steered = steered_at(samples, onset)
     decided = next((d["time"] for d in decisions if d["time"] >= onset - 0.05), None)
     series = [{"t": i.start, "seconds": i.end - i.start, "tcp_mbps": i.bps / 1e6} for i in received]
     # The dip the flood caused, before the steering took effect, and TCP back at the bar after it.

@@ -164,11 +164,12 @@ def discipline_result(ran: list[Ran], span: tuple[float, float], bottleneck_bps:
     sent_packets = sum(doc["end"]["sum_sent"]["bytes"] / doc["start"]["tcp_mss_default"] for doc in docs)
     retransmits = sum(doc["end"]["sum_sent"]["retransmits"] for doc in docs)
     counted = [(s.t, s.classes[QUEUED_CLASS]) for s in samples if QUEUED_CLASS in s.classes]
-    queued = [c for t, c in counted if span[0] <= t <= span[1]]
+    inside = [(t, c) for t, c in counted if span[0] <= t <= span[1]]
+    queued = [c for _, c in inside]
     replies, transmitted, received = parse_ping(ping_text)
     rtts = [rtt for t, rtt in replies if span[0] <= t <= span[1]]
     last: ClassCounters | None = counted[-1][1] if counted else None
-    link = _link_bps([(t, c) for t, c in counted if span[0] <= t <= span[1]])
+    link = _link_bps(inside)
     return {
         "flows_mbps": flows, "throughput_mbps": None if link is None else round(link / 1e6, 3),
         "utilisation": None if link is None else round(link / bottleneck_bps, 3),
