@@ -87,9 +87,11 @@ NOTHING_LEFT = {"bridges": "", "qos": "", "queues": "", "iperf3": "", "controlle
 REPO = Path(__file__).resolve().parents[2]
 OSKEN = REPO / ".venv" / "bin" / "osken-manager"
 QUICK_STUDY_POLICIES = ("none", "police", "reserve", "auto")
-# A quick study of the flood's onset and its two heaviest steps only, nothing after TCP ends: what the
-# tests of another way to run the study (Ryu, a second OVS) compare with the main one.
-FLOOD_ONLY = ("--quick", "--udp-steps", "0,10,12", "--lone-udp", "0")
+# A quick study of the main one's onset (2 Mbit/s) and its two heaviest steps only, nothing after TCP
+# ends: what the tests of another way to run the study (Ryu, a second OVS) compare with the main one. A
+# flood that starts at 10 Mbit/s drops 60 % of TCP's window before auto can answer, and TCP's own loss
+# recovery then took 4.9 s in one CI run: TCP's doing, not the controller's.
+FLOOD_ONLY = ("--quick", "--udp-steps", "0,2,10,12", "--lone-udp", "0")
 
 
 @pytest.fixture(scope="session")
