@@ -235,9 +235,11 @@ class QosController(App):
             self.parts.forget(dp.qos_conn)
             self._handle(ev.SwitchDown(dp.qos_conn))
 
-    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    # The state change, not the port status: the framework sends it once it has updated dp.ports, which
+    # it does in its own thread, so a port status may reach this app before dp.ports holds the port.
+    @set_ev_cls(ofp_event.EventOFPPortStateChange, MAIN_DISPATCHER)
     def _port_status(self, event):
-        dp = event.msg.datapath
+        dp = event.datapath
         if getattr(dp, "qos_conn", None) in self.datapaths:
             self._handle(ev.PortsChanged(dp.qos_conn, _ports(dp)))
 

@@ -29,7 +29,7 @@ from controller.core.meters import desired_meters
 from controller.core.policy import Policy, load_document, parse_policy
 from controller.core.queues import OvsdbQos
 from controller.core.stats import RateTracker
-from controller.core.switch import BRIDGE_RETRIES, UNKNOWN_METERS, Switch
+from controller.core.switch import BRIDGE_RETRIES, BRIDGE_RETRY_SECONDS, UNKNOWN_METERS, Switch
 from controller.core.telemetry import Snapshot
 
 LOG = logging.getLogger("qos")
@@ -157,7 +157,8 @@ class Controller:
                 sw.find_bridge(event.tries)
             case ev.PortsChanged():
                 sw.ports = event.ports
-                self.out.append(act.Later(0.2, ev.BridgeDue(sw.conn, 5)))   # OVSDB numbers new ports a moment later
+                # OVSDB numbers a new port a moment after the switch reports it: read until it has.
+                self.out.append(act.Later(BRIDGE_RETRY_SECONDS, ev.BridgeDue(sw.conn, BRIDGE_RETRIES)))
             case ev.PollDue():
                 sw.poll_due(event)
             case ev.RoleReply():
@@ -398,6 +399,7 @@ class Controller:
             sw = self.switches.get(switch.dp_id)
             if sw is None or sw.bridge is None:
                 continue
+            sw.find_bridge(0)     # OVSDB as it is now: it may have numbered a port since the last read
             check_ports(switch, set(sw.bridge.ports))
             if sw.cannot_police not in (None, UNKNOWN_METERS) and desired_meters(policy, switch):
                 policed = next(c.name for c in policy.classes if c.police and any(r.traffic_class == c.name

@@ -71,6 +71,7 @@ class Switch:
         self.table_polls = 0                              # polls since the whole flow table was read
         self.batches: dict[int, Batch] = {}               # barrier xid → batch
         self.busy: set[int] = set()                       # ports with a worker job in flight
+        self.checking: set[int] = set()                   # ... whose job only looks at tc (and puts it right)
         self.applied: dict[int, OvsdbQos | None] = {}     # what we last put in OVSDB
         self.tc_check: set[int] = set()                   # ports whose tc may have changed
         self.failed: set[int] = set()                     # ports whose last job failed: tried again next poll
@@ -484,6 +485,7 @@ class Switch:
         for result in results:
             job = result.job
             self.busy.discard(job.port_no)
+            self.checking.discard(job.port_no)
             key = f"port {job.port_no} ({job.iface})"
             if result.error:
                 if self.errors.get(key) != result.error:   # said once; retried on every poll
@@ -562,8 +564,12 @@ class Switch:
         self.rebuild -= started
         if jobs:
             self.busy |= started
+            self.checking |= {job.port_no for job in jobs if not job.qos}
             ctl.out.append(act.Submit(bridge.remote, tuple(jobs)))
-        self.in_sync = not (todo.flows or todo.meters or todo.qos or self.batches or self.busy or self.errors)
+        # A check is no change: netlink announces every qdisc and filter OVS or we put on a device, and the
+        # check that follows must not make a switch that holds its policy look out of sync meanwhile.
+        self.in_sync = not (todo.flows or todo.meters or todo.qos or self.batches or self.busy - self.checking
+                            or self.errors)
         self.settled = not (self.batches or self.busy or ((todo.flows or todo.meters) and not self.flows_failed
                                                           and not cannot) or todo.qos.keys() - self.failed)
         ctl.snapshot.in_sync[self.dp_id] = self.in_sync

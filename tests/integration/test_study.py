@@ -5,6 +5,7 @@ most tests here. Margins are wider than the issue's targets (which the README's 
 loaded 2-core machine passes, and a step the fidelity monitor marks as decided by the emulator must say why.
 """
 import json
+import statistics
 
 import pytest
 
@@ -153,7 +154,10 @@ def test_results_hold_raw_json_summary_table_and_figure(run):
         # Past a pipe's 64 KiB: the iperf3 client of the default run once blocked writing this to a pipe.
         assert tcp.stat().st_size > 64 * 1024
         intervals = json.loads(tcp.read_text())["server_output_json"]["intervals"]
-        assert {round(i["sum"]["seconds"], 2) for i in intervals[:-1]} == {iperf.RECEIVER_SECONDS}
+        # The receiver's timer is late now and then on a loaded host (0.11 s, then 0.09 s): its period is the
+        # median, and no interval is a whole poll long.
+        seconds = [i["sum"]["seconds"] for i in intervals[:-1]]
+        assert round(statistics.median(seconds), 2) == iperf.RECEIVER_SECONDS and max(seconds) < 0.5, seconds
         assert json.loads((raw / "udp_12mbps.json").read_text())["end"]["sum"]["packets"] > 0
     env = summary["environment"]
     assert {"kernel", "ovs_version", "datapath", "missing"} <= set(env)

@@ -3,6 +3,7 @@ congestion, drift, errors and restarts, with fake switches, OVSDB and tc (tests/
 real OpenFlow adapter and worker. What is asserted is what the switch and OVSDB end up holding, and what
 a client is told."""
 from collections import deque
+from dataclasses import replace
 
 from controller.core import events as ev
 from controller.core.controller import CONFIRM_SECONDS, NOT_CONNECTED
@@ -229,6 +230,13 @@ def test_filters_changed_on_the_device_are_fixed_when_netlink_says_so(net):
     assert net.app.snapshot.drift_repairs == {"tc": 1}
 
 
+def test_a_switch_holding_its_policy_stays_in_sync_while_its_tc_is_checked(net):
+    up(net)
+    net.app.handle(ev.TcChanged(frozenset({net.app.tc.ifindex("s1-eth1")})))   # OVS's or our own tc change
+    assert net.app.pending_jobs                  # the check, not yet done
+    assert net.app.request("status")[0]["switches"]["0000000000000001"]["in_sync"] is True
+
+
 def test_another_tools_qos_is_left_alone(net):
     net.ovsdb.qos["s1-eth1"] = FOREIGN
     up(net)
@@ -298,6 +306,35 @@ def test_a_change_that_never_settles_is_answered_when_its_time_is_up(net):
     net.app.advance(CONFIRM_SECONDS + 1)
     (answer,) = net.app.answers
     assert not answer.result["in_sync"] and list(answer.result["not_in_sync"]) == ["0000000000000001"]
+
+
+def test_a_port_ovsdb_numbered_after_the_last_read_can_be_named_at_once(net):
+    # OVS opens a device it could not open at first on a later reconfiguration; the port status that
+    # says so, and the re-read of OVSDB that follows it, come a moment after OVSDB numbers the port.
+    numbered = net.ovsdb.bridges[1]
+    net.ovsdb.bridges[1] = replace(numbered, ports={2: "s1-eth2", 3: "s1-eth3"})
+    net.s1.ports = frozenset({2, 3})
+    net.app.connect(net.s1)
+    net.app.connect(net.s2)
+    net.app.advance(20)                          # every re-read after the connection has run
+    net.ovsdb.bridges[1] = numbered
+    result, error = net.app.request("set_policy", shipped("reserve"))
+    assert error is None and result["in_sync"] and mode(net) == "reserve"
+
+
+def test_a_port_added_back_gets_its_queues_however_late_ovsdb_numbers_it(net):
+    up(net)
+    numbered = net.ovsdb.bridges[1]
+    net.ovsdb.bridges[1] = replace(numbered, ports={2: "s1-eth2", 3: "s1-eth3"})   # s1-eth1 deleted ...
+    net.ovsdb.qos.pop("s1-eth1")                                                 # ... and its QoS with it
+    net.app.handle(ev.PortsChanged(net.app.conn_of(net.s1), frozenset({2, 3})))
+    net.app.advance(20)
+    net.app.handle(ev.PortsChanged(net.app.conn_of(net.s1), frozenset({1, 2, 3})))   # back, not yet numbered
+    net.app.advance(3)
+    assert mode(net) is None
+    net.ovsdb.bridges[1] = numbered
+    net.app.advance(1)
+    assert mode(net) == "reserve"
 
 
 # --- OVSDB remotes ----------------------------------------------------------------------------------

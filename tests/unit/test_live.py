@@ -2,7 +2,7 @@
 import threading
 import time
 
-from topo.harness.live import follow
+from topo.harness.live import StudyGauges, follow
 from topo.net.probe import live_rtt
 
 
@@ -38,3 +38,25 @@ def test_a_probe_that_never_started_is_given_up_when_done(tmp_path):
     done.set()
     reader.join(timeout=2)
     assert not reader.is_alive()
+
+
+def throughput(gauges: StudyGauges) -> dict[tuple[str, str], float]:
+    """(protocol, udp_offered_bps) → bytes/s, as a scrape would find them now."""
+    return {(s.labels["protocol"], s.labels["udp_offered_bps"]): s.value
+            for metric in gauges.registry.collect() if metric.name == "ovsqos_study_flow_throughput_bytes_per_second"
+            for s in metric.samples}
+
+
+def test_a_new_step_keeps_the_last_rates_until_its_own_are_measured():
+    gauges = StudyGauges()
+    gauges.step("auto", 0)
+    gauges.delivered({"tcp": 0}, 10.0)
+    assert throughput(gauges) == {}                       # one count is no rate
+    gauges.delivered({"tcp": 500_000}, 11.0)
+    assert throughput(gauges) == {("tcp", "0"): 500_000}
+    gauges.step("auto", 2)
+    assert throughput(gauges) == {("tcp", "0"): 500_000}  # a scrape now still finds TCP
+    gauges.delivered({"tcp": 1_000_000, "udp": 250_000}, 12.0)
+    assert throughput(gauges) == {("tcp", "2000000"): 500_000}   # UDP's first count is no rate yet
+    gauges.delivered(None, 13.0)                          # s2 gone: the network is down
+    assert throughput(gauges) == {}

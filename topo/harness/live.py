@@ -35,10 +35,11 @@ def parse_delivered(dump: str) -> dict[str, int]:
     return found
 
 
-class LiveThroughput:
-    """Samples s2 each second and sets the study gauges; labels follow the current policy and step."""
+class StudyGauges:
+    """The study's series: labels follow the current policy and step, set from s2's byte counts and the
+    probe's lines."""
 
-    def __init__(self, port: int = 9102, bridge: str = "s2", flow: str = "h1-h4"):
+    def __init__(self, flow: str = "h1-h4"):
         self.registry = CollectorRegistry()
         self._throughput = Gauge("ovsqos_study_flow_throughput_bytes_per_second",
                                  "Throughput of a study flow as delivered to its receiver",
@@ -47,30 +48,60 @@ class LiveThroughput:
                               "UDP rate the current study step offers", ["policy"], registry=self.registry)
         self._rtt = Histogram("ovsqos_study_probe_rtt_seconds", "Round-trip time of the latency probe's packets",
                               ["policy"], buckets=RTT_BUCKETS, registry=self.registry)
-        self._tailing = threading.Event()        # set: the current tail stops
-        self._tails: list[threading.Thread] = []
-        self._bridge, self._flow = bridge, flow
+        self._flow = flow
         self._policy: str | None = None
         self._offered_bps = 0
+        self._last: dict[str, int] | None = None
+        self._last_at = 0.0
         self._lock = threading.Lock()
+
+    def step(self, policy: str, udp_mbps: float) -> None:
+        with self._lock:
+            self._policy, self._offered_bps = policy, int(udp_mbps * 1e6)
+            self._offered.clear()
+            self._offered.labels(policy).set(self._offered_bps / 8)
+
+    def delivered(self, counts: dict[str, int] | None, now: float) -> None:
+        """s2's bytes per protocol at `now` (None: s2 could not be read). The previous step's series give
+        way to this step's in one go, at the first rate measured in it: a scrape between the two would
+        find no throughput at all."""
+        last, last_at = self._last, self._last_at
+        self._last, self._last_at = counts, now
+        with self._lock:
+            self._throughput.clear()     # only the current step's series stay exported: dashboards sum them
+            if not (counts and last and self._policy):
+                return
+            for proto, nbytes in counts.items():
+                if proto in last and nbytes >= last[proto]:
+                    self._throughput.labels(f"{self._flow}/{proto}", proto, self._policy,
+                                            str(self._offered_bps)).set((nbytes - last[proto]) / (now - last_at))
+
+    def observe(self, line: str) -> None:
+        """One line of the probe client's output."""
+        rtt = irtt.live_rtt(line)
+        with self._lock:
+            if rtt is not None and self._policy:
+                self._rtt.labels(self._policy).observe(rtt)
+
+
+class LiveThroughput(StudyGauges):
+    """The gauges, exported over HTTP, with s2 sampled each second and the probe's output followed."""
+
+    def __init__(self, port: int = 9102, bridge: str = "s2", flow: str = "h1-h4"):
+        super().__init__(flow)
+        self._tailing = threading.Event()        # set: the current tail stops
+        self._tails: list[threading.Thread] = []
+        self._bridge = bridge
         self._stop = threading.Event()
         start_http_server(port, addr="127.0.0.1", registry=self.registry)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def step(self, policy: str, udp_mbps: float) -> None:
-        with self._lock:
-            # Only the current step's series stay exported: dashboards sum across steps.
-            self._throughput.clear()
-            self._offered.clear()
-            self._policy, self._offered_bps = policy, int(udp_mbps * 1e6)
-            self._offered.labels(policy).set(self._offered_bps / 8)
-
     def probe(self, path: Path) -> None:
         """Follow the probe client's output at `path` (it may not exist yet) until the next probe or close()."""
         self._tailing.set()
         self._tailing = threading.Event()
-        tail = threading.Thread(target=follow, args=(path, self._tailing, self._observe), daemon=True)
+        tail = threading.Thread(target=follow, args=(path, self._tailing, self.observe), daemon=True)
         tail.start()
         self._tails.append(tail)
 
@@ -82,27 +113,10 @@ class LiveThroughput:
             tail.join()
 
     def _run(self) -> None:
-        last: dict[str, int] | None = None
-        last_at = 0.0
         while not self._stop.wait(1.0 - (time.monotonic() % 1.0)):
             done = subprocess.run(["ovs-ofctl", "--no-names", "-O", "OpenFlow13", "dump-flows", self._bridge],
                                   capture_output=True, text=True)
-            now = time.monotonic()
-            counts = parse_delivered(done.stdout) if done.returncode == 0 else None
-            if counts and last and self._policy:
-                with self._lock:
-                    for proto, nbytes in counts.items():
-                        if proto in last and nbytes >= last[proto]:
-                            rate = (nbytes - last[proto]) / (now - last_at)
-                            self._throughput.labels(f"{self._flow}/{proto}", proto, self._policy,
-                                                    str(self._offered_bps)).set(rate)
-            last, last_at = counts, now
-
-    def _observe(self, line: str) -> None:
-        rtt = irtt.live_rtt(line)
-        with self._lock:
-            if rtt is not None and self._policy:
-                self._rtt.labels(self._policy).observe(rtt)
+            self.delivered(parse_delivered(done.stdout) if done.returncode == 0 else None, time.monotonic())
 
 
 def follow(path: Path, done: threading.Event, on_line: Callable[[str], None]) -> None:
