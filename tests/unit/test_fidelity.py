@@ -59,6 +59,21 @@ def test_drops_in_the_second_before_the_window_explain_the_retransmits_that_spil
     assert not long_before["faithful"]                       # the same drops over a second earlier explain nothing
 
 
+def test_drops_just_after_the_window_explain_the_retransmits_of_the_interval_that_overlaps_its_end():
+    # reserve: UDP's step ends, TCP takes the rate it left and its class drops 25 packets in the gap before
+    # the next step; the sender's interval [3.5, 4.0] overlaps a window ending at 3.7 and brings in their
+    # retransmits in part (measured: 24 of them, with no drop inside the window)
+    inside = samples(seconds=3.75, udp_drops=200)
+    last = inside[-1]
+    tcp_class = last.classes[TCP_CLASS]
+    gap = [Sample(3.95, {**last.classes, TCP_CLASS: ClassCounters(tcp_class.bytes + 50_000, tcp_class.packets + 40,
+                                                                 tcp_class.drops + 25)},
+                  last.datapath_wait_ns, last.cpu_pressure_us)]
+    retransmits = 24                             # over 2 * 0 + 10: the window's own drops do not explain them
+    assert assess(inside + gap, 0.0, 3.7, CAPACITY, TCP_CLASS, retransmits, FULL)["faithful"]
+    assert not assess(inside, 0.0, 3.7, CAPACITY, TCP_CLASS, retransmits, FULL)["faithful"]
+
+
 def test_without_a_tcp_class_every_drop_may_be_tcps():
     # a single FIFO (policy none): UDP's drops and TCP's share the queue
     verdict = assess(samples(udp_drops=200, classes=("1:1",)), 0.0, 4.0, CAPACITY, None, 400, FULL)

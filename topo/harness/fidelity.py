@@ -11,9 +11,12 @@ queue is read when the sampling starts and when it ends. `assess` then judges a 
 - lost outside the queue: TCP retransmitted more than twice what its queue dropped (plus 10, plus
   what a loss configured on the path, netem's, drops of the packets sent): its packets died
   somewhere the policy does not act (the batch losses controller/core/queues.py explains, a socket
-  overflow). The drops are counted from a second before the window: retransmits are read from the
-  sender's half-second intervals, so those of drops just before a window spill into it (auto's
-  FIFO, dropping until the controller programs the queues, right before a step's window opens).
+  overflow). The drops are counted from a second before the window to half a second after it:
+  retransmits are read from the sender's half-second intervals, so those of drops just before a
+  window spill into it (auto's FIFO, dropping until the controller programs the queues, right
+  before a step's window opens), and the interval that overlaps the window's end brings in part of
+  the retransmits of drops just after it (TCP's own class, which overflows as TCP takes the rate a
+  finished UDP step left, in the gap before the next).
 - stalled: TCP got under 5 % of the bottleneck for a second or more while its queue dropped
   nothing and the path is set to lose nothing, so no loss explains the stall (a retransmission
   timeout).
@@ -37,13 +40,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.adapters.tc import ClassCounters, Tc
-from topo.net.iperf import Interval, longest_gap
+from topo.net.iperf import REPORT_SECONDS, Interval, longest_gap
 
 SAMPLE_SECONDS = 0.25
 DEFAULT_CLASS = "1:1"        # OVS's linux-htb queue 0
 FINE_SECONDS = 0.01
 LOST_FACTOR, LOST_SLACK = 2.0, 10
 LOSS_LEAD_SECONDS = 1.0      # a sender interval (0.5 s) and the 200 ms minimum RTO, with room
+LOSS_TRAIL_SECONDS = REPORT_SECONDS   # a sender interval that overlaps the window's end counts in part
 STALL_SHARE, STALL_SECONDS = 0.05, 1.0
 IDLE_UTILISATION, IDLE_LOSS = 0.85, 0.01
 GAP_SECONDS = 1.0
@@ -158,7 +162,7 @@ def assess(samples: list[Sample], start: float, end: float, capacity_bps: float,
             notes.append(f"the bottleneck carried {utilisation:.0%} of its capacity while dropping "
                          f"{drops} packets: the senders did not fill an unsaturated queue (emulator too slow)")
         led_drops, _, led_tcp_drops, _ = _queue_deltas(
-            [s for s in samples if start - LOSS_LEAD_SECONDS <= s.t <= end], tcp_class)
+            [s for s in samples if start - LOSS_LEAD_SECONDS <= s.t <= end + LOSS_TRAIL_SECONDS], tcp_class)
         causes = max(led_drops, queue_drops_at_least) if tcp_class is None else led_tcp_drops
         if tcp_retransmits is not None and tcp_retransmits > LOST_FACTOR * (causes + path_loss * packets) + LOST_SLACK:
             notes.append(f"TCP retransmitted {tcp_retransmits} segments while its queue dropped {causes}: "
