@@ -70,8 +70,7 @@ class Switch:
         self.roles: dict[int, str] = {}                   # xid of a role request → ASKED or CLAIMED
         self.table_polls = 0                              # polls since the whole flow table was read
         self.batches: dict[int, Batch] = {}               # barrier xid → batch
-        self.busy: set[int] = set()                       # ports with a worker job in flight
-        self.checking: set[int] = set()                   # ... whose job only looks at tc (and puts it right)
+        self.busy: dict[int, bool] = {}                   # ports with a worker job in flight → it changes QoS
         self.applied: dict[int, OvsdbQos | None] = {}     # what we last put in OVSDB
         self.tc_check: set[int] = set()                   # ports whose tc may have changed
         self.failed: set[int] = set()                     # ports whose last job failed: tried again next poll
@@ -478,14 +477,13 @@ class Switch:
     def tc_changed(self, ports: set[int]) -> None:
         # A busy port is checked once its job is done: the job may have looked before the change.
         self.tc_check |= ports
-        if ports - self.busy:
+        if ports - self.busy.keys():
             self.reconcile()
 
     def jobs_done(self, results: list[JobResult]) -> None:
         for result in results:
             job = result.job
-            self.busy.discard(job.port_no)
-            self.checking.discard(job.port_no)
+            self.busy.pop(job.port_no, None)
             key = f"port {job.port_no} ({job.iface})"
             if result.error:
                 if self.errors.get(key) != result.error:   # said once; retried on every poll
@@ -552,7 +550,7 @@ class Switch:
         elif (todo.flows or todo.meters) and not self.batches and not self.flows_failed:
             self.errors.pop("meters", None)
             self._send_batch(todo.flows, todo.meters)
-        waiting = self.busy | self.failed
+        waiting = self.busy.keys() | self.failed
         jobs = [self._job(port_no, spec, True) for port_no, spec in todo.qos.items() if port_no not in waiting]
         for port_no in (self.tc_check | self.rebuild) - waiting - todo.qos.keys():
             spec = todo.specs.get(port_no)
@@ -563,12 +561,12 @@ class Switch:
         self.tc_check -= started
         self.rebuild -= started
         if jobs:
-            self.busy |= started
-            self.checking |= {job.port_no for job in jobs if not job.qos}
+            self.busy.update((job.port_no, job.qos) for job in jobs)
             ctl.out.append(act.Submit(bridge.remote, tuple(jobs)))
-        # A check is no change: netlink announces every qdisc and filter OVS or we put on a device, and the
-        # check that follows must not make a switch that holds its policy look out of sync meanwhile.
-        self.in_sync = not (todo.flows or todo.meters or todo.qos or self.batches or self.busy - self.checking
+        # A check (a job that changes no QoS) is no change: netlink announces every qdisc and filter OVS or
+        # we put on a device, and the check that follows must not make a switch that holds its policy look
+        # out of sync meanwhile.
+        self.in_sync = not (todo.flows or todo.meters or todo.qos or self.batches or any(self.busy.values())
                             or self.errors)
         self.settled = not (self.batches or self.busy or ((todo.flows or todo.meters) and not self.flows_failed
                                                           and not cannot) or todo.qos.keys() - self.failed)
