@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.core.controller import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
-from controller.core.document import load_json
+from controller.core.document import load_json, read_file
 from controller.core.errors import PolicyError
 
 
@@ -27,7 +27,7 @@ class StateFile:
         """(SAVED_ABSENT, None), (SAVED_CLEARED, None) or (SAVED_POLICY, document); a PolicyError names
         a damaged file, an OSError one that cannot be read."""
         try:
-            data = self.path.read_bytes()
+            data = read_file(self.path, str(self.path))
         except FileNotFoundError:
             return SAVED_ABSENT, None
         except OSError as err:

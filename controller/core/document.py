@@ -1,13 +1,17 @@
 """Reading policy documents (YAML files, JSON bodies) safely, before any of their fields is looked at.
 
-Pure. A document is refused, with one PolicyError that says why and how to fix it, when it is
-larger than MAX_BYTES, not UTF-8, not valid YAML/JSON, repeats a key (YAML and JSON parsers keep
+Pure (plain file reading aside). A document is refused, with one PolicyError that says why and how to
+fix it, when it is not a regular file (a FIFO would block its reader, a device never end), larger than
+MAX_BYTES, not UTF-8, not valid YAML/JSON, repeats a key (YAML and JSON parsers keep
 the last one silently), nests deeper than MAX_DEPTH, or expands to more than MAX_NODES values
 (YAML aliases can make a few lines stand for billions: the "billion laughs").
 """
 from __future__ import annotations
 
 import json
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -31,6 +35,22 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 raise PolicyError(f"line {mark.line + 1}: key {_shown(key)} appears twice in one mapping; keep one")
             seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+def read_file(path: str | Path, where: str) -> bytes:
+    """A regular file's bytes, refused with one PolicyError when it is anything else or larger than
+    MAX_BYTES (read no further than that). OSError (absent, unreadable) is the caller's to word.
+    O_NONBLOCK: opening a FIFO would otherwise wait for a writer; fstat then refuses it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise PolicyError(f"{where}: not a regular file (a directory, FIFO or device); give the path of a file")
+    with os.fdopen(fd, "rb") as file:
+        data = file.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise PolicyError(f"{where}: more than the {MAX_BYTES} bytes this file may have; check the path, or make "
+                          "it smaller")
+    return data
 
 
 def load_yaml(data: bytes | str, where: str) -> Any:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.core.congestion import CongestionConfig
-from controller.core.document import load_yaml
+from controller.core.document import load_yaml, read_file
 from controller.core.errors import PolicyError as PolicyError  # re-exported: the error of a bad policy
 
 QUEUE_MODES = ("fifo", "reserve", "auto")
@@ -134,7 +134,7 @@ def load_document(path: str | Path) -> Any:
 
 def _read(path: Path, where: str) -> Any:
     try:
-        data = path.read_bytes()
+        data = read_file(path, where)
     except OSError as err:
         raise PolicyError(f"{where}: cannot read policy file ({err.strerror}); check the path") from None
     return load_yaml(data, where)

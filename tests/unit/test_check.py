@@ -2,6 +2,8 @@
 (controller/core/normalised.py) and the check against live bridges (controller/core/bridges.py),
 all without Open vSwitch: OVSDB's answers are canned."""
 import json
+import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +27,12 @@ STUDY_BRIDGES = {1: {1, 2, 3}, 2: {1, 3, 4}}
 def run_checker(*args: str) -> subprocess.CompletedProcess:
     python = PYTHON if PYTHON.exists() else Path(sys.executable)
     return subprocess.run([str(python), "-m", "controller.check", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=30)
+                          timeout=30, preexec_fn=_memory_bound)
+
+
+def _memory_bound() -> None:
+    """A checker that reads a file whole dies of MemoryError here instead of exhausting the host's memory."""
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
 
 def write_policy(tmp_path: Path, document, name: str = "p.yaml") -> Path:
@@ -77,6 +84,19 @@ def test_the_checker_names_a_file_it_cannot_read_once(tmp_path):
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (f"error: {tmp_path / 'gone.yaml'}: cannot read policy file (No such file or directory); "
                            "check the path\n")
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "symlink to /dev/zero", "fifo"])
+def test_the_checker_refuses_a_device_or_fifo_in_one_line_and_exits_2(tmp_path, target):
+    path = Path(target) if target.startswith("/") else tmp_path / "p.yaml"
+    if target == "fifo":
+        os.mkfifo(path)
+    elif path != Path(target):
+        path.symlink_to("/dev/zero")
+    done = run_checker(str(path))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"error: {path}: not a regular file (a directory, FIFO or device); give the path of a "
+                           "file\n")
 
 
 def test_the_checker_prints_the_json_the_rest_api_takes(tmp_path):

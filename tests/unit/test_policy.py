@@ -1,7 +1,11 @@
 """controller/core/policy.py: the shipped policies, rates, shares, and one-line errors that name the field."""
 import copy
+import os
 import re
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -318,6 +322,45 @@ def test_loading_a_binary_file_names_its_path(tmp_path):
     path.write_bytes(b"\x1f\x8b\x08\x00\xff\xfe")
     with pytest.raises(PolicyError, match="^" + re.escape(f"{path}: ")):
         load_policy(path)
+
+
+def unblocked(read: Callable[[], Any]) -> Any:
+    """`read()`'s result or error, failing (instead of hanging the suite) if it blocks, as reading a FIFO
+    without a writer does."""
+    outcome: list[Any] = []
+
+    def attempt() -> None:
+        try:
+            outcome.append(read())
+        except Exception as err:   # noqa: BLE001 - handed to the test, which asserts what it is
+            outcome.append(err)
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert outcome, "still reading: it blocks on a file that is not a regular one"
+    return outcome[0]
+
+
+def not_a_file(tmp_path: Path, kind: str) -> Path:
+    """A FIFO, a directory or a file one byte over the limit, each where a policy or state file is expected."""
+    path = tmp_path / "p.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.write_bytes(b"#" * (1024 * 1024 + 1))
+    return path
+
+
+@pytest.mark.parametrize("kind, words", [("fifo", "not a regular file"), ("directory", "not a regular file"),
+                                         ("too large", "more than the 1048576 bytes")])
+def test_a_policy_file_that_is_not_a_regular_file_within_1_mib_is_refused_in_one_line(tmp_path, kind, words):
+    path = not_a_file(tmp_path, kind)
+    err = unblocked(lambda: load_document(path))
+    assert isinstance(err, PolicyError)
+    assert str(err).startswith(f"{path}: {words}") and "\n" not in str(err)
 
 
 def test_class_priority_is_validated_and_voice_is_served_first_and_tcp_borrows_before_udp_in_the_shipped_policies():

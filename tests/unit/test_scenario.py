@@ -3,6 +3,7 @@ import re
 
 import pytest
 
+from tests.unit.test_policy import not_a_file, unblocked
 from topo.studies.main.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
 
 
@@ -170,3 +171,12 @@ def test_the_launcher_does_not_load_eventlet_which_warns_on_its_stderr():
             "print(sorted(m for m in ('eventlet', 'ovs', 'os_ken') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=".")
     assert (done.stdout, done.stderr) == ("[]\n", "")
+
+
+@pytest.mark.parametrize("kind, words", [("fifo", "not a regular file"), ("directory", "not a regular file"),
+                                         ("too large", "more than the 1048576 bytes")])
+def test_a_scenario_file_that_is_not_a_regular_file_within_1_mib_is_refused_in_one_line(tmp_path, kind, words):
+    path = not_a_file(tmp_path, kind)
+    err = unblocked(lambda: load_scenario(path, {}))
+    assert isinstance(err, ScenarioError)
+    assert str(err).startswith(f"{path}: {words}") and "\n" not in str(err)

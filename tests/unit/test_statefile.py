@@ -8,6 +8,7 @@ import pytest
 from controller.adapters.statefile import StateFile
 from controller.core.controller import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
 from controller.core.errors import PolicyError
+from tests.unit.test_policy import not_a_file, unblocked
 
 
 def test_a_saved_policy_a_cleared_one_and_none_at_all(tmp_path):
@@ -37,3 +38,11 @@ def test_a_file_that_cannot_be_written_leaves_the_old_one_whole(tmp_path):
         StateFile(path).write({"name": object()})           # not JSON: nothing written
     assert json.loads(path.read_text())["policy"] == {"name": "old"}
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "too large"])
+def test_a_state_file_that_is_not_a_regular_file_within_1_mib_is_refused_in_one_line(tmp_path, kind):
+    path = not_a_file(tmp_path, kind)
+    err = unblocked(StateFile(path).read)
+    assert isinstance(err, PolicyError)
+    assert str(err).startswith(f"{path}: ") and "\n" not in str(err)

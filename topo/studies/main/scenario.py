@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from controller.core.document import read_file
 from controller.core.policy import PolicyError, parse_rate
 
 
@@ -68,7 +69,9 @@ def load_scenario(path: str | Path | None, overrides: dict[str, Any]) -> Scenari
     doc: dict[str, Any] = {}
     if path is not None:
         try:
-            doc = yaml.safe_load(Path(path).read_text()) or {}
+            doc = yaml.safe_load(read_file(path, str(path))) or {}
+        except PolicyError as err:
+            raise ScenarioError(str(err)) from None
         except (OSError, yaml.YAMLError) as err:
             raise ScenarioError(f"{path}: cannot read scenario ({err}); check the file") from None
         if not isinstance(doc, dict):
