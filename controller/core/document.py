@@ -30,8 +30,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
-            if key in seen:
-                mark = key_node.start_mark
+            mark = key_node.start_mark
+            try:
+                repeated = key in seen
+            except TypeError:   # a list or mapping (`? [a, b]`): not a key a Python dict can hold
+                raise PolicyError(f"line {mark.line + 1}: key {_shown(key)} is a list or mapping; a key is a name "
+                                  "or a number") from None
+            if repeated:
                 raise PolicyError(f"line {mark.line + 1}: key {_shown(key)} appears twice in one mapping; keep one")
             seen.add(key)
         return super().construct_mapping(node, deep)

@@ -363,6 +363,14 @@ def test_a_policy_file_that_is_not_a_regular_file_within_1_mib_is_refused_in_one
     assert str(err).startswith(f"{path}: {words}") and "\n" not in str(err)
 
 
+def test_a_key_that_is_a_list_or_a_mapping_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "k.yaml"
+    path.write_text("name: p\n? [a, b]\n: c\n")
+    with pytest.raises(PolicyError) as err:
+        load_document(path)
+    assert str(err.value) == f"{path}: line 2: key ['a', 'b'] is a list or mapping; a key is a name or a number"
+
+
 def test_class_priority_is_validated_and_voice_is_served_first_and_tcp_borrows_before_udp_in_the_shipped_policies():
     reserve = load_policy(POLICIES / "reserve.yaml")
     assert {c.name: c.priority for c in reserve.classes} == {"voice": 0, "tcp": 1, "udp": 2}
