@@ -91,7 +91,8 @@ def test_a_missing_base_is_refused_naming_both_files(here):
 def test_a_base_that_is_a_directory_is_refused(here):
     write(here, "a.yaml", "base: policies\n")
     Path("policies").mkdir()
-    assert refusal(Path("a.yaml")) == "a.yaml: base policies: cannot read policy file (Is a directory); check the path"
+    assert refusal(Path("a.yaml")) == ("a.yaml: base policies: not a regular file (a directory, FIFO or device); give "
+                                       "the path of a file")
 
 
 def test_an_unreadable_base_is_refused(here):
