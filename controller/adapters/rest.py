@@ -6,8 +6,11 @@
   GET    /qos/v1/status   switches, ports, queues in force, what is not in sync, decisions
 
 Every method but GET needs `Authorization: Bearer <api_token>` when a token is configured (and one
-must be where the API listens beyond loopback). Bodies over 1 MiB get 413. No traceback ever
-reaches a client: an unexpected error is a 500 that points to the controller's log.
+must be where the API listens beyond loopback). A body may come with Content-Length or chunked; over
+1 MiB it gets 413, and one cut short (or stalled past the server's socket timeout) 400. A request
+refused before its body is read has up to DRAIN_BYTES of it read and dropped first: closing a
+connection with unread input makes the kernel reset it, and the client would never see why. No
+traceback ever reaches a client: an unexpected error is a 500 that points to the controller's log.
 """
 from __future__ import annotations
 
@@ -24,6 +27,16 @@ from controller.core.document import MAX_BYTES, load_json
 from controller.core.errors import PolicyError, StorageError
 
 LOG = logging.getLogger(__name__)
+DRAIN_BYTES = 8 * MAX_BYTES
+_READ = "ovs-qos-controller.body_read"   # environ key: the body has been read from (a 100 Continue went out)
+
+
+class BodyError(ValueError):
+    """A request body that cannot be taken; `code` is the HTTP status that says so."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
 
 
 class Busy(RuntimeError):
@@ -59,6 +72,8 @@ def make_app(controller: Controller, token: str = "") -> Callable:
         else:
             try:
                 code, body = handler(req)
+            except BodyError as err:
+                code, body = err.code, {"error": str(err)}
             except PolicyError as err:
                 code, body = 400, {"error": str(err)}
             except (Busy, Standby) as err:
@@ -74,6 +89,8 @@ def make_app(controller: Controller, token: str = "") -> Callable:
         if code == 405:
             resp.allow = allowed
         resp.headers.update(headers)
+        if code >= 400:
+            _drain(req)
         return resp(environ, start_response)
     return app
 
@@ -84,6 +101,40 @@ def _authorised(req: Request, token: str) -> bool:
 
 
 def _body(req: Request) -> Any:
-    # Read at most one byte past the limit: a chunked body has no Content-Length to refuse it by.
-    data = req.body_file.read(MAX_BYTES + 1)
+    # WebOb reads a body without Content-Length only where the server sets wsgi.input_terminated, which
+    # eventlet.wsgi does not; its wsgi.input de-chunks a chunked body and ends where the body ends.
+    source = req.body_file_raw if _chunked(req) else req.body_file
+    req.environ[_READ] = True
+    try:
+        data = source.read(MAX_BYTES + 1)   # one byte past the limit: a chunked body has no length to refuse by
+    except OSError:   # the peer closed, or sent nothing for the server's socket timeout
+        raise BodyError(400, f"request body: ended before the {req.content_length} bytes its Content-Length "
+                             "says; send the whole body" if req.content_length is not None else
+                             "request body: its chunks ended or stalled before the last one; send the whole "
+                             "body") from None
+    except ValueError:   # eventlet's ChunkReadError
+        raise BodyError(400, "request body: not valid chunked encoding; send the body with Content-Length, "
+                             "or in well-formed chunks") from None
+    if len(data) > MAX_BYTES:
+        raise BodyError(413, f"request body: more than the {MAX_BYTES} bytes a policy may have")
     return load_json(data or b"null", "request body")
+
+
+def _chunked(req: Request) -> bool:
+    return req.content_length is None and "chunked" in req.headers.get("Transfer-Encoding", "").lower()
+
+
+def _drain(req: Request) -> None:
+    """Read and drop what is left of a refused request's body, up to DRAIN_BYTES. Not when the client
+    waits for '100 Continue' before sending it and none was sent (nothing read): reading would invite
+    the body being refused."""
+    waiting = req.headers.get("Expect", "").lower() == "100-continue" and not req.environ.get(_READ)
+    if waiting or not (req.content_length or _chunked(req)) or (req.content_length or 0) > DRAIN_BYTES:
+        return
+    left = DRAIN_BYTES
+    try:
+        while left > 0 and (data := req.body_file_raw.read(min(left, 1 << 16))):
+            left -= len(data)
+    except (OSError, ValueError):   # cut short, stalled or badly chunked: nothing more to drop
+        pass
+

@@ -176,6 +176,53 @@ def test_what_ovsdb_prometheus_or_a_log_cannot_carry_is_a_400_and_the_old_policy
     assert "Traceback" not in (tmp_path / "controller.log").read_text()
 
 
+def http(head: str, *body: bytes) -> tuple[int, dict]:
+    """A PUT of the policy as written here, byte for byte, and the controller's answer, read once all of
+    it is sent (as most clients do). A small send buffer: a body the server leaves unread cannot hide in
+    the host's buffers."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
+        sock.settimeout(30)
+        sock.connect(("127.0.0.1", 8080))
+        sock.sendall(f"PUT /qos/v1/policy HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{head}\r\n".encode())
+        for part in body:
+            sock.sendall(part)
+        response = b""
+        while data := sock.recv(65536):
+            response += data
+    status, _, content = response.partition(b"\r\n\r\n")
+    return int(status.split()[1]), json.loads(content)
+
+
+def chunks(data: bytes, size: int = 4096) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(data[k:k + size]), data[k:k + size])
+                    for k in range(0, len(data), size)) + b"0\r\n\r\n"
+
+
+def test_a_chunked_body_is_applied_over_one_mib_is_413_and_one_cut_short_is_a_400_without_a_traceback(
+        controller):  # noqa: F811
+    _, tmp_path, _ = controller
+    document = json.dumps(policy("chunked")).encode()
+    code, answer = http("Transfer-Encoding: chunked\r\n", chunks(document))
+    assert (code, answer["applied"]) == (200, "chunked") and in_sync("chunked")
+    assert http("Transfer-Encoding: chunked\r\n", chunks(b" " * (1300 * 1024) + document)) == \
+        (413, {"error": "request body: more than the 1048576 bytes a policy may have"})
+    assert http("Content-Length: 100\r\n", b'{"na') == \
+        (400, {"error": "request body: ended before the 100 bytes its Content-Length says; send the whole body"})
+    assert rest("GET", "/policy")[1]["name"] == "chunked"
+    assert "Traceback" not in (tmp_path / "controller.log").read_text()
+
+
+def test_with_a_token_an_unauthenticated_2_mib_put_reads_a_401(tmp_path):
+    token = "0123456789abcdef-token"
+    proc = start_controller(controller_config(tmp_path / "qos.conf", api_token=token), tmp_path / "controller.log")
+    try:
+        code, answer = http(f"Content-Length: {2 << 20}\r\n", b" " * (2 << 20))
+        assert code == 401 and "Authorization: Bearer" in answer["error"]
+    finally:
+        stop_controller(proc, clear=False)
+
+
 def test_a_read_only_state_directory_is_a_500_that_says_so_and_keeps_the_policy(tmp_path, bridges):  # noqa: F811
     state = tmp_path / "state"
     state.mkdir()

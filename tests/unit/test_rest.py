@@ -1,5 +1,6 @@
 """controller/adapters/rest.py: the REST API as a client sees it, in front of the real core
 (controller/core/controller.py) on the study's fake switches (tests/unit/fakes.py)."""
+import io
 import json
 from typing import Any
 
@@ -190,6 +191,57 @@ def test_deep_nesting_is_400_not_a_traceback(app, holder):
     assert code == 400 and body["error"].startswith("request body: nested deeper than 32 levels")
     code, _, body = call(app, "PUT", "/qos/v1/policy", b"[" * 40 + b"]" * 40)   # parses, then refused
     assert (code, body) == (400, {"error": "request body: nested deeper than 32 levels; a policy is not that deep"})
+
+
+def eventlet_request(body: bytes | io.BufferedReader, headers: dict[str, str]) -> Request:
+    """A PUT as eventlet.wsgi hands it to the app: its wsgi.input de-chunks a chunked body, and it sets no
+    wsgi.input_terminated."""
+    req = Request.blank("/qos/v1/policy", method="PUT", headers=headers)
+    req.environ["wsgi.input"] = io.BytesIO(body) if isinstance(body, bytes) else body
+    req.environ.pop("CONTENT_LENGTH", None)
+    if "Content-Length" in headers:
+        req.environ["CONTENT_LENGTH"] = headers["Content-Length"]
+    return req
+
+
+def answer(app, req: Request) -> tuple[int, dict]:
+    resp = req.get_response(app)
+    return resp.status_code, json.loads(resp.body)
+
+
+def test_a_chunked_body_is_read_whole_and_over_one_mib_is_413(app, holder):
+    chunked = {"Transfer-Encoding": "chunked"}
+    document = json.dumps(shipped("reserve")).encode()
+    assert answer(app, eventlet_request(document, chunked)) == (200, {"applied": "reserve", "changed": True,
+                                                                      "in_sync": True})
+    code, body = answer(app, eventlet_request(b" " * (1300 * 1024) + document, chunked))
+    assert (code, body) == (413, {"error": "request body: more than the 1048576 bytes a policy may have"})
+    assert holder.policy.name == "reserve"
+
+
+class Stalled(io.RawIOBase):
+    """A client that sent a few bytes of its body and then nothing: the server's read times out."""
+
+    def __init__(self):
+        self.sent = io.BytesIO(b'{"na')
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if n := self.sent.readinto(buffer):
+            return n
+        raise TimeoutError("timed out")
+
+
+@pytest.mark.parametrize("headers, words", [
+    ({"Content-Length": "100"}, "request body: ended before the 100 bytes its Content-Length says; send the whole "
+                                "body"),
+    ({"Transfer-Encoding": "chunked"}, "request body: its chunks ended or stalled before the last one; send the "
+                                       "whole body")])
+def test_a_body_cut_short_or_stalled_is_a_400_in_one_line(app, holder, headers, words):
+    assert answer(app, eventlet_request(io.BufferedReader(Stalled()), headers)) == (400, {"error": words})
+    assert holder.policy.name == "none"
 
 
 TOKEN = "s3cret-token"
