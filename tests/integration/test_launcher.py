@@ -111,3 +111,13 @@ def test_an_interrupted_run_keeps_the_summary_of_every_policy_that_finished(tmp_
     assert (summary["complete"], summary["interrupted"]) == (False, True)
     assert list(summary["policies"]) == ["none"] and len(summary["policies"]["none"]["steps"]) == 2
     assert leftovers() == NOTHING_LEFT
+
+
+def test_a_bad_flag_exits_2_in_one_line_and_starts_nothing(tmp_path):
+    namespaces = subprocess.run(["ip", "netns"], capture_output=True, text=True).stdout
+    done = subprocess.run([sys.executable, "topo/run.py", "--delay", "5parsecs", *SHORT, "--out", str(tmp_path / "r")],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == \
+        (2, "", "error: --delay: '5parsecs' is not a delay; write e.g. 5ms, 500us or 0.1s, or none\n")
+    assert leftovers() == NOTHING_LEFT and not (tmp_path / "r").exists()
+    assert subprocess.run(["ip", "netns"], capture_output=True, text=True).stdout == namespaces

@@ -4,6 +4,8 @@ import re
 import pytest
 
 from tests.unit.test_policy import not_a_file, unblocked
+from topo.studies import STUDIES
+from topo.studies.base import UsageError, check_out, parser_for
 from topo.studies.main.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
 
 
@@ -180,3 +182,25 @@ def test_a_scenario_file_that_is_not_a_regular_file_within_1_mib_is_refused_in_o
     err = unblocked(lambda: load_scenario(path, {}))
     assert isinstance(err, ScenarioError)
     assert str(err).startswith(f"{path}: {words}") and "\n" not in str(err)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--delay", "5parsecs"], "--delay: '5parsecs' is not a delay; write e.g. 5ms, 500us or 0.1s, or none"),
+    (["--metrics-port", "0"], "--metrics-port: 0 is not a TCP port; give one from 1 to 65535"),
+    (["--udp-steps", ""], "--udp-steps: '' is not a comma-separated list of numbers"),
+    (["--out", "{file}/run"], "--out {file}/run: {file} is not a folder; choose a folder's path"),
+])
+def test_a_bad_launcher_flag_is_one_line_naming_it_before_anything_starts(tmp_path, argv, message):
+    file = tmp_path / "file"
+    file.write_text("")
+    args = parser_for(STUDIES["main"], "topo/run.py").parse_args([a.format(file=file) for a in argv])
+    with pytest.raises(UsageError) as err:
+        check_out(args.out)
+        STUDIES["main"].plan(args)
+    assert str(err.value) == message.format(file=file)
+
+
+def test_a_scenario_file_delay_is_checked_too():
+    with pytest.raises(ScenarioError, match=r"^delay: '5 ms' is not a delay"):
+        parse_scenario({"delay": "5 ms"})
+    assert parse_scenario({"delay": "0.5ms"}).delay == "0.5ms" and parse_scenario({"delay": "none"}).delay is None

@@ -11,6 +11,7 @@ summary.json rewritten after every trial (an interrupted run keeps what finished
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -104,6 +105,7 @@ def parser_for(study: Study, prog: str) -> argparse.ArgumentParser:
 def run(study: Study, argv: list[str], prog: str) -> int:
     args = parser_for(study, prog).parse_args(argv)
     try:
+        check_out(args.out)
         plan = study.plan(args)
     except (UsageError, PolicyError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -138,6 +140,18 @@ def run(study: Study, argv: list[str], prog: str) -> int:
         print("interrupted: network, processes and queues cleaned up" +
               (f"; summary.json keeps the {len(done)} finished" if done else ""), file=sys.stderr)
         return 130
+
+
+def check_out(out: Path | None) -> None:
+    """--out: a folder the run can make (its missing parents too) and write in, checked before anything starts."""
+    if out is None:
+        return
+    folder = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
+    if not folder.is_dir():
+        raise UsageError(f"--out {out}: {folder} is not a folder; choose a folder's path")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"--out {out}: {folder} cannot be written here (read-only, or not yours); choose another "
+                         "folder")
 
 
 def _run_trials(study: Study, plan: Any, host: Host, args: argparse.Namespace, done: dict[str, dict]) -> dict:

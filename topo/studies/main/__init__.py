@@ -28,7 +28,7 @@ from topo.net.traffic import Flow, Pause, Probe
 from topo.studies.base import Study, Trial, TrialContext, UsageError, network_under, policy_document
 from topo.studies.main import report
 from topo.studies.main.episodes import episodes
-from topo.studies.main.scenario import Scenario, ScenarioError, load_scenario
+from topo.studies.main.scenario import Scenario, ScenarioError, load_scenario, parse_delay
 from topo.topos import StudyTopo
 
 BOTTLENECK = "s1-eth1"       # s1's port to s2: where h1 → h4 traffic queues
@@ -149,7 +149,10 @@ class MainStudy(Study):
 
 def _scenario(args: argparse.Namespace) -> Scenario:
     steps = None
-    if args.udp_steps:
+    parse_delay(args.delay, "--delay")
+    if not 1 <= args.metrics_port <= 65535:
+        raise ScenarioError(f"--metrics-port: {args.metrics_port} is not a TCP port; give one from 1 to 65535")
+    if args.udp_steps is not None:
         try:
             steps = [float(s) for s in args.udp_steps.split(",")]
         except ValueError:

@@ -5,6 +5,7 @@ Pure. Every problem is a ScenarioError naming the field.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,20 @@ import yaml
 from controller.core.document import read_file
 from controller.core.policy import PolicyError, parse_rate
 
+_DELAY = re.compile(r"^\d+(\.\d+)?(us|ms|s)$")   # what netem's `delay` takes
+
 
 class ScenarioError(ValueError):
     """A scenario that cannot run; the message names the field and the fix."""
+
+
+def parse_delay(value: Any, where: str) -> str | None:
+    """A one-way delay as netem takes it, e.g. 5ms; None for none."""
+    if value in (None, "", "none"):
+        return None
+    if not _DELAY.match(str(value)):
+        raise ScenarioError(f"{where}: {value!r} is not a delay; write e.g. 5ms, 500us or 0.1s, or none")
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -102,9 +114,11 @@ def parse_scenario(doc: dict[str, Any]) -> Scenario:
     for key in ("queue_packets", "tcp_flows", "repeat", "idle_ports"):
         if key in doc:
             values[key] = _whole(doc[key], key)
-    for key in ("delay", "tcp_congestion_control"):
-        if key in doc:
-            values[key] = None if doc[key] in (None, "", "none") else str(doc[key])
+    if "delay" in doc:
+        values["delay"] = parse_delay(doc["delay"], "delay")
+    if "tcp_congestion_control" in doc:
+        values["tcp_congestion_control"] = None if doc["tcp_congestion_control"] in (None, "", "none") else \
+            str(doc["tcp_congestion_control"])
     return Scenario(**values)
 
 
