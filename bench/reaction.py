@@ -45,9 +45,9 @@ from topo.net.network import Network, network  # noqa: E402
 from topo.studies.base import check_path, policy_document, queues_in_force  # noqa: E402
 from topo.studies.main import IDLE_PORTS_PER_BRIDGE, with_idle_ports  # noqa: E402
 from topo.studies.main.episodes import recovery, steered_at  # noqa: E402
-from topo.topos import StudyTopo  # noqa: E402
+from topo.topos import BOTTLENECK, StudyTopo  # noqa: E402
 
-BOTTLENECK, CAPACITY, QUEUE = "s1-eth1", 5_000_000, 25
+CAPACITY, QUEUE = 5_000_000, 25
 RESERVATION_MBPS, RECOVERED = 4.0, 0.8
 FLOOD_SECONDS, SLOT_SECONDS = 3.0, 9.0       # a flood, then calm past the 3 s hold and the roll-back
 SAMPLE_SECONDS = 0.005

@@ -41,8 +41,8 @@ from controller.adapters.listeners import (  # noqa: E402
 from controller.adapters.metrics import ControllerCollector  # noqa: E402
 from controller.adapters.ovsdb import LockHeld, Ovsdb  # noqa: E402
 from controller.adapters.remotes import Remotes, on_this_host  # noqa: E402
-from controller.adapters.rest import Busy, make_app  # noqa: E402
-from controller.adapters.statefile import StateFile  # noqa: E402
+from controller.adapters.rest import REQUESTS, Busy, make_app  # noqa: E402
+from controller.adapters.statefile import StateFile, load  # noqa: E402
 from controller.adapters.tc import Tc, TcEvents  # noqa: E402
 from controller.adapters.worker import Worker  # noqa: E402
 from controller.compat import (  # noqa: E402
@@ -63,6 +63,7 @@ from controller.core import actions as act  # noqa: E402
 from controller.core import events as ev  # noqa: E402
 from controller.core.controller import Controller  # noqa: E402
 from controller.core.errors import PolicyError  # noqa: E402
+from controller.core.policy import load_document  # noqa: E402
 from controller.core.stats import Multipart  # noqa: E402
 
 LOG = logging.getLogger("qos_app")
@@ -80,6 +81,8 @@ REPLIES = [ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPAggregateStatsRep
            ofp_event.EventOFPRoleReply, ofp_event.EventOFPEchoReply]
 
 
+
+
 class EventRequest(EventRequestBase):
     def __init__(self, op: str, arg: Any):
         super().__init__()
@@ -95,7 +98,7 @@ class EventReply(EventReplyBase):
 class EventCore(EventBase):
     """One of the core's events, from a timer, a worker, netlink or the OVSDB connectors."""
 
-    def __init__(self, event: Any):
+    def __init__(self, event: ev.Event):
         super().__init__()
         self.event = event
 
@@ -127,10 +130,11 @@ class QosController(App):
             hub.sleep(0.01)      # the first remote decides active or standby; one that hangs is waited for no more
         if self._held is not None:
             _fail(self._held, 1)
+        self.store = StateFile(settings.state_file)
         try:
-            self.core = Controller(self.ovsdb, StateFile(settings.state_file), owner=settings.owner,
-                                   policy_file=str(settings.policy) if settings.policy else None,
-                                   active=self.ovsdb.locked, wall=time.time)
+            self.core = Controller(self.ovsdb, owner=settings.owner, saved=load(self.store),
+                                   pinned=load_document(str(settings.policy)) if settings.policy else None,
+                                   active=self.ovsdb.locked, standby=settings.standby, wall=time.time)
         except PolicyError as err:
             _fail(err, 2)
         self.registry = CollectorRegistry()
@@ -151,9 +155,6 @@ class QosController(App):
         self.workers = {name: Worker(self.ovsdb.view(name), self.tc if on_this_host(name) else None, done,
                                      lambda: self.ovsdb.locked)
                         for name in self.ovsdb.names}
-        if self.core.active:
-            for worker in self.workers.values():
-                worker.sweep_orphans()   # rows of ours a dead run left on ports that are gone
         self._threads += [*(hub.spawn(w.run) for w in self.workers.values()), hub.spawn(self._watch_tc),
                           hub.spawn(self._watch_remotes),
                           hub.spawn(serve, self._api_sock, make_app(self, self.settings.api_token)),
@@ -182,24 +183,24 @@ class QosController(App):
                 wait = self.ovsdb.connect(name)
             except LockHeld as err:   # another controller of our owner is active, and this one is no standby
                 self._held, self._first_tried = err, True
-                if hasattr(self, "core"):   # found after the start: the process ends as it would have then
-                    print(f"error: {err}", file=sys.stderr, flush=True)
-                    _throw(SystemExit(1))
+                if hasattr(self, "core"):   # found after the start: the core decides
+                    self._post(ev.LockHeld(str(err)))
                 return
             self._first_tried |= name == self.ovsdb.names[0]
             if wait is None:
-                self._post(ev.RemotesChanged(self.ovsdb.connected(), (name,), self.ovsdb.locked, self.ovsdb.lock_taken))
+                self._post(self._remotes((name,)))
                 return
             hub.sleep(wait)
 
     def _watch_remotes(self) -> None:
-        """Each second: the active one's heartbeat, or the standby's watch over it; every remote's state and
-        the lock's, reported."""
+        """Each second: every remote's state and the lock's (the core beats, or watches the holder's beat)."""
         while True:
-            self.ovsdb.beat()
-            self.ovsdb.watch_active(time.monotonic())
-            self._post(ev.RemotesChanged(self.ovsdb.connected(), (), self.ovsdb.locked, self.ovsdb.lock_taken))
+            self._post(self._remotes())
             hub.sleep(1.0)
+
+    def _remotes(self, new: tuple[str, ...] = ()) -> ev.RemotesChanged:
+        return ev.RemotesChanged(self.ovsdb.connected(), new, self.ovsdb.locked, self.ovsdb.lock_taken,
+                                 self.ovsdb.heartbeat())
 
     def _watch_tc(self) -> None:
         assert self.tc is not None      # made in start(), before this greenthread
@@ -212,7 +213,7 @@ class QosController(App):
             events.close()
 
     # --- into the core ----------------------------------------------------------------------------------
-    def _post(self, event: Any) -> None:
+    def _post(self, event: ev.Event) -> None:
         """From any greenthread: hand `event` to the core in the event loop."""
         self.send_event(self.name, EventCore(event))
 
@@ -220,7 +221,7 @@ class QosController(App):
     def _core_event(self, wrapped: EventCore) -> None:
         self._handle(wrapped.event)
 
-    def _handle(self, event: Any) -> None:
+    def _handle(self, event: ev.Event) -> None:
         self._execute(self.core.handle(event, time.monotonic()))
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
@@ -262,26 +263,43 @@ class QosController(App):
 
     # --- out of the core -------------------------------------------------------------------------------
     def _execute(self, actions: list[act.Action]) -> None:
+        """What the core asked for. OVSDB transactions go to greenthreads, which report back by event; the
+        state file is local and small: written or read here, its outcome handled at once, in order."""
         for action in actions:
-            if isinstance(action, act.Send):
-                dp = self.datapaths.get(action.conn)
-                if dp is not None:
-                    for message in action.messages:
-                        dp.send_msg(openflow.message(dp, message))
-            elif isinstance(action, act.Submit):
-                worker = self.workers.get(action.remote)
-                if worker is not None:
-                    worker.submit(list(action.jobs))
-                    if action.sweep:
-                        worker.sweep_orphans()
-            elif isinstance(action, act.Answer):
-                self.reply_to_request(action.token, EventReply(action.token.src, action.result, action.error))
-            elif isinstance(action, act.Later):
-                hub.spawn_after(action.seconds, self._post, action.event)
-            elif isinstance(action, act.Close):
-                dp = self.datapaths.get(action.conn)
-                if dp is not None:
-                    dp.close()
+            match action:
+                case act.Send():
+                    dp = self.datapaths.get(action.conn)
+                    if dp is not None:
+                        for message in action.messages:
+                            dp.send_msg(openflow.message(dp, message))
+                case act.Submit():
+                    worker = self.workers.get(action.remote)
+                    if worker is not None:
+                        worker.submit(list(action.jobs))
+                        if action.sweep:
+                            worker.sweep_orphans()
+                case act.Answer():
+                    self.reply_to_request(action.token, EventReply(action.token.src, action.result, action.error))
+                case act.Later():
+                    hub.spawn_after(action.seconds, self._post, action.event)
+                case act.Close():
+                    dp = self.datapaths.get(action.conn)
+                    if dp is not None:
+                        dp.close()
+                case act.ClaimGeneration():
+                    hub.spawn(lambda above: self._post(ev.GenerationClaimed(self.ovsdb.claim_generation(above))),
+                              action.above)
+                case act.SavePolicy():
+                    self._handle(ev.PolicySaved(_save(self.store, action.document)))
+                case act.LoadPolicy():
+                    self._handle(load(self.store))
+                case act.Beat():
+                    hub.spawn(self.ovsdb.beat)
+                case act.StealLock():
+                    self.ovsdb.steal_lock()
+                case act.Exit():
+                    print(f"error: {action.reason}", file=sys.stderr, flush=True)
+                    _throw(SystemExit(action.code))
 
     # --- REST: requests answered in the event loop --------------------------------------------------------
     def call(self, op: str, arg: Any = None) -> Any:
@@ -299,11 +317,19 @@ class QosController(App):
 
     @set_ev_cls(EventRequest)
     def _request(self, req: EventRequest) -> None:
-        self._handle(ev.Request(req.op, req.arg, req))
+        self._handle(REQUESTS[req.op](req, req.arg))
 
 
 def _ports(dp) -> frozenset[int]:
     return frozenset(p for p in dp.ports if p != dp.ofproto.OFPP_LOCAL)
+
+
+def _save(store: StateFile, document: Any) -> str | None:
+    try:
+        store.write(document)
+    except OSError as err:
+        return str(err)
+    return None
 
 
 def _fail(err: Exception, code: int):

@@ -11,6 +11,8 @@ Port numbers follow the study's flow entries: s1 port 1 → s2, 2 → h2, 3 → 
 from mininet.link import TCLink
 from mininet.topo import Topo
 
+BOTTLENECK = "s1-eth1"   # s1's port to s2, in both topologies: where the data's traffic queues
+
 
 def _delayed(delay, loss=None):
     """netem on the host side of a link: `delay` and `loss` (percent) on the packets the host sends."""

@@ -30,20 +30,22 @@ class ControllerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
+        switches = sorted(snap.switches.items())
         for name in PORT_COUNTERS:
             family = CounterMetricFamily(f"ovsqos_port_{name}", f"Port {name.replace('_', ' ')} read from the switch",
                                          labels=["dp_id", "port"])
-            for (dp, port), counters in sorted(snap.ports.items()):
-                value = getattr(counters, name)
-                if value != ALL_ONES:   # the switch does not count it
-                    family.add_metric([_dp(dp), str(port)], value)
+            for dp, sw in switches:
+                for port, counters in sorted(sw.ports.items()):
+                    value = getattr(counters, name)
+                    if value != ALL_ONES:   # the switch does not count it
+                        family.add_metric([_dp(dp), str(port)], value)
             yield family
         for name in QUEUE_COUNTERS:
             family = CounterMetricFamily(f"ovsqos_queue_{name}", f"Queue {name.replace('_', ' ')} read from the "
                                          "switch (linux-htb: tx errors are the class's drops)",
                                          labels=["dp_id", "port", "queue"])
-            for dp, queues in sorted(snap.queues.items()):
-                for (port, queue), queue_counters in sorted(queues.items()):
+            for dp, sw in switches:
+                for (port, queue), queue_counters in sorted(sw.queues.items()):
                     value = getattr(queue_counters, name)
                     if value != ALL_ONES:
                         family.add_metric([_dp(dp), str(port), str(queue)], value)
@@ -51,37 +53,42 @@ class ControllerCollector(Collector):
         for name, doc in METER_COUNTERS.items():
             family = CounterMetricFamily(f"ovsqos_meter_{name}", f"{doc}, read from the switch",
                                          labels=["dp_id", "meter", "class"])
-            for dp, meters in sorted(snap.meters.items()):
-                for (meter, cls), meter_counters in sorted(meters.items()):
+            for dp, sw in switches:
+                for (meter, cls), meter_counters in sorted(sw.meters.items()):
                     family.add_metric([_dp(dp), str(meter), cls], getattr(meter_counters, name))
             yield family
         yield _per_port("ovsqos_port_capacity_bytes_per_second", "Capacity of the port in the policy",
-                        {k: v / 8 for k, v in snap.capacity_bps.items()})
-        yield _per_port("ovsqos_port_congested", "1 while the port is congested", snap.congested)
+                        {(dp, p): v / 8 for dp, sw in switches for p, v in sw.capacity_bps.items()})
+        yield _per_port("ovsqos_port_congested", "1 while the port is congested",
+                        {(dp, p): v for dp, sw in switches for p, v in sw.congested.items()})
         yield _per_port("ovsqos_port_queues_programmed", "1 while reservation queues are in force on the port",
-                        snap.programmed)
+                        {(dp, p): v for dp, sw in switches for p, v in sw.programmed.items()})
         events = CounterMetricFamily("ovsqos_qos_events", "Reservation queues programmed or rolled back",
                                      labels=["dp_id", "port", "action"])
-        for (dp, port, action), count in sorted(snap.events.items()):
-            events.add_metric([_dp(dp), str(port), action], count)
+        for dp, sw in switches:
+            for (port, action), count in sorted(sw.events.items()):
+                events.add_metric([_dp(dp), str(port), action], count)
         yield events
         errors = CounterMetricFamily("ovsqos_openflow_errors", "OpenFlow error messages the switches sent back",
                                      labels=["dp_id", "error"])
-        for (dp, error), count in sorted(snap.openflow_errors.items()):
-            errors.add_metric([_dp(dp), error], count)
+        for dp, sw in switches:
+            for error, count in sorted(sw.openflow_errors.items()):
+                errors.add_metric([_dp(dp), error], count)
         yield errors
         repairs = CounterMetricFamily("ovsqos_drift_repairs", "Differences from the policy found on a switch, in "
                                       "OVSDB or on a device, and repaired", labels=["kind"])
-        for kind, count in sorted(snap.drift_repairs.items()):
+        for kind, count in sorted(snap.drift_repairs().items()):
             repairs.add_metric([kind], count)
         yield repairs
         polls = CounterMetricFamily("ovsqos_polls", "Statistics polls the switch answered in full", labels=["dp_id"])
-        for dp, count in sorted(snap.polls.items()):
-            polls.add_metric([_dp(dp)], count)
+        for dp, sw in switches:
+            if sw.polls:
+                polls.add_metric([_dp(dp)], sw.polls)
         yield polls
         yield _per_switch("ovsqos_poll_duration_seconds", "How long the last statistics poll took, request to "
-                          "last reply", snap.poll_duration)
-        yield _per_switch("ovsqos_poll_lag_seconds", "How late the last statistics poll was sent", snap.poll_lag)
+                          "last reply", {dp: sw.poll_duration for dp, sw in switches if sw.poll_duration is not None})
+        yield _per_switch("ovsqos_poll_lag_seconds", "How late the last statistics poll was sent",
+                          {dp: sw.poll_lag for dp, sw in switches if sw.poll_lag is not None})
         yield _per_switch("ovsqos_switch_in_sync", "1 while the switch holds exactly what the policy says",
                           {k: float(v) for k, v in snap.in_sync.items()})
         remotes = GaugeMetricFamily("ovsqos_ovsdb_connected", "1 while the controller is connected to the OVSDB "

@@ -24,7 +24,6 @@ from controller.core.plan import ABSENT
 
 LOG = logging.getLogger(__name__)
 FIRST_RETRY, MAX_RETRY = 1.0, 30.0
-TAKEOVER_SECONDS = 8.0    # a standby steals the lock from an active one whose heartbeat stood still this long
 
 
 class Remotes:
@@ -35,7 +34,6 @@ class Remotes:
         self.names, self.standby = names, standby
         self._connect = connect
         self._claimed = 0
-        self._beat: tuple[int, float] | None = None   # the active one's heartbeat last seen, and since when
         self.dbs: dict[str, Any] = {}
         self.errors: dict[str, str] = {}                      # why a remote is not connected
         self._backoff = dict.fromkeys(names, FIRST_RETRY)
@@ -80,26 +78,17 @@ class Remotes:
             except (OvsdbError, RuntimeError) as err:
                 LOG.warning("OVSDB %s: heartbeat not written: %s", self.names[0], err)
 
-    def watch_active(self, now: float) -> None:
-        """The standby: steal the lock from an active controller whose heartbeat stood still for
-        TAKEOVER_SECONDS (hung, or stopped, with its OVSDB session still open)."""
+    def heartbeat(self) -> int:
+        """The lock holder's heartbeat as the first remote's replica holds it (0: none, or not reached)."""
         db = self._first
-        if not self.standby or db is None or not db.connected or not db.lock_contended:
-            self._beat = None
-            return
-        beat = db.heartbeat()
-        if self._beat is None or self._beat[0] != beat:
-            self._beat = (beat, now)
-        elif now - self._beat[1] >= TAKEOVER_SECONDS:
-            LOG.warning("OVSDB %s: the active controller's heartbeat has stood still for %.0f s; taking its lock",
-                        self.names[0], now - self._beat[1])
-            db.steal_lock()
-            self._beat = None
+        return db.heartbeat() if db is not None and db.connected else 0
 
-    def generation_id(self) -> int:
-        """The OpenFlow generation id the active controller claimed, kept in the first remote; 0 while that
-        remote is not reached."""
-        return self._first.generation_id() if self._first else 0
+    def steal_lock(self) -> None:
+        """Take the owner's lock from its holder (the core decided its heartbeat stood still)."""
+        db = self._first
+        if db is not None and db.connected:
+            LOG.warning("OVSDB %s: taking the lock from the controller holding it", self.names[0])
+            db.steal_lock()
 
     def claim_generation(self, above: int | None) -> int | None:
         """A new generation id, newer than `above` too, for claiming mastership; None when this controller

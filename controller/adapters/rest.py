@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from webob import Request, Response
 
+from controller.core import events as ev
 from controller.core.controller import Standby
 from controller.core.document import MAX_BYTES, load_json
 from controller.core.errors import PolicyError, StorageError
@@ -138,3 +139,8 @@ def _drain(req: Request) -> None:
     except (OSError, ValueError):   # cut short, stalled or badly chunked: nothing more to drop
         pass
 
+
+# The operations above as the core's typed requests; `token` is the app's handle for the answer.
+REQUESTS: dict[str, Callable[[Any, Any], ev.Request]] = {
+    "policy": lambda token, _: ev.GetPolicy(token), "set_policy": ev.SetPolicy,
+    "clear_policy": lambda token, _: ev.ClearPolicy(token), "status": lambda token, _: ev.GetStatus(token)}

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.core.controller import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
 from controller.core.document import load_json, read_file
 from controller.core.errors import PolicyError
+from controller.core.events import PolicyLoaded
+from controller.core.keeper import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
 
 
 class StateFile:
@@ -51,3 +52,12 @@ class StateFile:
             tmp.replace(self.path)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def load(store: StateFile) -> PolicyLoaded:
+    """What the store holds, as the core takes it (a file that cannot be read or used: why)."""
+    try:
+        saved, document = store.read()
+    except (OSError, PolicyError) as err:
+        return PolicyLoaded(SAVED_ABSENT, error=str(err))
+    return PolicyLoaded(saved, document)

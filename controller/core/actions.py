@@ -1,5 +1,6 @@
 """What the core asks the app to do: OpenFlow messages to send (described here, built by
-controller/adapters/openflow.py), connections to close, OVSDB/tc jobs, REST answers, timers.
+controller/adapters/openflow.py), connections to close, OVSDB/tc jobs, REST answers, timers, and every
+other I/O (a generation id, the saved policy, the lock), each answered by an event.
 
 Every OpenFlow message carries the xid the core chose, so that a reply or an error is matched to what
 asked for it by the core itself.
@@ -9,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from controller.core import events as ev
+from controller.core.congestion import Decision
 from controller.core.flows import FlowEntry
 from controller.core.jobs import Job
 from controller.core.policy import Police
@@ -115,7 +118,62 @@ class Answer:
 class Later:
     """Hand `event` back to the core after `seconds`."""
     seconds: float
-    event: Any
+    event: ev.Event
 
 
-Action = Send | Close | Submit | Answer | Later
+# I/O the core asks for; the app does it off the event loop and reports with the event named.
+
+@dataclass(frozen=True)
+class ClaimGeneration:
+    """A new OpenFlow generation id, newer than `above` (events.GenerationClaimed)."""
+    above: int
+
+
+@dataclass(frozen=True)
+class SavePolicy:
+    """Keep `document` (None: cleared) across restarts (events.PolicySaved)."""
+    document: Any
+
+
+@dataclass(frozen=True)
+class LoadPolicy:
+    """Read the policy the owner's active controller last saved (events.PolicyLoaded)."""
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One heartbeat in the first OVSDB remote, as the lock's holder (nothing reported back)."""
+
+
+@dataclass(frozen=True)
+class StealLock:
+    """Take the owner's lock from a holder whose heartbeat stood still (events.RemotesChanged follows)."""
+
+
+@dataclass(frozen=True)
+class Exit:
+    """End the process: this controller must not run beside the one that holds the lock."""
+    code: int
+    reason: str
+
+
+Action = Send | Close | Submit | Answer | Later | ClaimGeneration | SavePolicy | LoadPolicy | Beat | StealLock | Exit
+
+
+# What a switch tells its controller (controller/core/switch.py → controller.py); never reaches the app.
+
+@dataclass(frozen=True)
+class NeedGeneration:
+    """The switch has seen generation id `above` (or none): claiming it as master needs a newer one."""
+    above: int
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The detector changed a port's queues."""
+    dp_id: int
+    port_no: int
+    decision: Decision
+
+
+SwitchAction = Action | NeedGeneration | Decided

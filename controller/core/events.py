@@ -1,7 +1,7 @@
 """What the core is told (controller/core/controller.py handles each): a switch connection's life, the
-switch's OpenFlow replies read into the core's own types, timers it asked for, REST requests, and what
-the OVSDB/tc worker and netlink report. The app (controller/qos_app.py) only translates os-ken's events
-into these; a test builds them directly.
+switch's OpenFlow replies read into the core's own types, timers it asked for, REST requests, what
+the OVSDB/tc worker and netlink report, and the outcome of each I/O the core asked for (an action).
+The app (controller/qos_app.py) only translates os-ken's events into these; a test builds them directly.
 
 A switch connection is a number of the app's (`conn`), not a datapath id: two connections may claim
 one datapath id, and only one of them is the switch (controller/core/controller.py decides which).
@@ -144,15 +144,33 @@ class ConfirmDue:
     """A change's time to be answered has come, whether every switch is in sync or not."""
 
 
-# --- the rest of the controller ------------------------------------------------------------------------
+# --- REST requests: `token` is the app's handle for the answer (actions.Answer) ------------------------
 
 @dataclass(frozen=True)
-class Request:
-    """A REST request; `token` is the app's handle for the answer (actions.Answer)."""
-    op: str                                 # policy, set_policy, clear_policy, status
-    arg: Any
+class GetPolicy:
     token: Any
 
+
+@dataclass(frozen=True)
+class SetPolicy:
+    token: Any
+    document: Any
+
+
+@dataclass(frozen=True)
+class ClearPolicy:
+    token: Any
+
+
+@dataclass(frozen=True)
+class GetStatus:
+    token: Any
+
+
+Request = GetPolicy | SetPolicy | ClearPolicy | GetStatus
+
+
+# --- what the app did for the core (each answers an action) and what it reports ------------------------
 
 @dataclass(frozen=True)
 class JobsDone:
@@ -167,8 +185,74 @@ class TcChanged:
 
 @dataclass(frozen=True)
 class RemotesChanged:
-    """The OVSDB remotes' states, those connected just now, and the owner's lock."""
+    """The OVSDB remotes' states, those connected just now, and the owner's lock on the first remote."""
     connected: dict[str, bool]
     new: tuple[str, ...] = ()
-    locked: bool = True                     # this controller holds the lock (it is active)
+    locked: bool = True                     # this controller holds the lock (or needs none: no standby)
     taken: bool = False                     # another controller of the owner holds it
+    heartbeat: int = 0                      # the lock holder's heartbeat, as the first remote holds it
+
+
+@dataclass(frozen=True)
+class LockHeld:
+    """Another controller of our owner holds the lock, and this one is configured without a standby."""
+    reason: str
+
+
+@dataclass(frozen=True)
+class GenerationClaimed:
+    """The answer to actions.ClaimGeneration: the new id, or None when OVSDB refused it."""
+    generation: int | None
+
+
+@dataclass(frozen=True)
+class PolicySaved:
+    """The answer to actions.SavePolicy: None, or why the store refused it."""
+    error: str | None
+
+
+@dataclass(frozen=True)
+class PolicyLoaded:
+    """The answer to actions.LoadPolicy: what the store holds (one of the SAVED_* kinds of
+    controller/core/controller.py, with its document), or why it cannot be read."""
+    saved: str
+    document: Any = None
+    error: str | None = None
+
+
+# --- what the controller tells one switch (controller/core/switch.py) ----------------------------------
+
+@dataclass(frozen=True)
+class PolicyInstalled:
+    """The policy in force changed (or a take-over loaded it): desired state anew, then reconcile."""
+
+
+@dataclass(frozen=True)
+class RoleDue:
+    """The controller's generation id or role changed: claim the role again where it matters."""
+
+
+@dataclass(frozen=True)
+class TakingOver:
+    """The controller became active: read the switch anew, claim it, poll it."""
+
+
+@dataclass(frozen=True)
+class StandingDown:
+    """The controller is the standby now: slave, no more polls."""
+
+
+@dataclass(frozen=True)
+class Reconcile:
+    """Something outside the switch may differ (OVSDB moved, a check is due): compare again."""
+
+
+SwitchEvent = (PortsChanged | BridgeDue | PollDue | RoleReply | ErrorReply | BarrierReply | FlowStatsReply
+               | FlowCountReply | MeterFeaturesReply | MeterConfigReply | MeterStatsReply | QueueStatsReply
+               | PortStatsReply | EchoReply | JobsDone | TcChanged | PolicyInstalled | RoleDue | TakingOver
+               | StandingDown | Reconcile)
+Event = (SwitchUp | SwitchDown | PortsChanged | BridgeDue | PollDue | RoleReply | ErrorReply | BarrierReply
+         | FlowStatsReply | FlowCountReply | MeterFeaturesReply | MeterConfigReply | MeterStatsReply
+         | QueueStatsReply | PortStatsReply | EchoReply | ClaimDue | ConfirmDue | GetPolicy | SetPolicy | ClearPolicy
+         | GetStatus | JobsDone | TcChanged | RemotesChanged | LockHeld | GenerationClaimed | PolicySaved
+         | PolicyLoaded)

@@ -1,41 +1,51 @@
 """What the controller knows now, for its metrics (controller/adapters/metrics.py exports it) and its
-status: the core writes it as events arrive; the collector only reads it. Pure data."""
+status. Each switch keeps its own figures (SwitchTelemetry, written as its events arrive, gone with it);
+a Snapshot joins them with the controller's own at the moment it is asked for. Pure data."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 from controller.core.stats import MeterCounters, PortCounters, QueueCounters
+
+K = TypeVar("K")
+
+
+@dataclass
+class SwitchTelemetry:
+    """One switch's figures, keyed by port (and queue, meter, class) on that switch."""
+    ports: dict[int, PortCounters] = field(default_factory=dict)
+    queues: dict[tuple[int, int], QueueCounters] = field(default_factory=dict)     # (port, queue)
+    meters: dict[tuple[int, str], MeterCounters] = field(default_factory=dict)     # (meter, class)
+    capacity_bps: dict[int, int] = field(default_factory=dict)
+    congested: dict[int, bool] = field(default_factory=dict)
+    programmed: dict[int, bool] = field(default_factory=dict)
+    events: dict[tuple[int, str], int] = field(default_factory=dict)               # (port, program|rollback)
+    openflow_errors: dict[str, int] = field(default_factory=dict)                  # "type/code" → count
+    drift_repairs: dict[str, int] = field(default_factory=dict)                    # flows, meters, qos, tc
+    poll_duration: float | None = None                                             # seconds, last poll
+    poll_lag: float | None = None                                                  # seconds late, last poll
+    polls: int = 0                                                                 # polls answered in full
+
+    @staticmethod
+    def count(counter: dict[K, int], key: K) -> None:
+        counter[key] = counter.get(key, 0) + 1
 
 
 @dataclass
 class Snapshot:
-    """What the controller knows now; keys are (dp_id, port_no[, queue_id]), queues per switch."""
-    ports: dict[tuple[int, int], PortCounters] = field(default_factory=dict)
-    queues: dict[int, dict[tuple[int, int], QueueCounters]] = field(default_factory=dict)   # dp → (port, queue)
-    meters: dict[int, dict[tuple[int, str], MeterCounters]] = field(default_factory=dict)   # dp → (meter, class)
-    capacity_bps: dict[tuple[int, int], int] = field(default_factory=dict)
-    congested: dict[tuple[int, int], bool] = field(default_factory=dict)
-    programmed: dict[tuple[int, int], bool] = field(default_factory=dict)
-    events: dict[tuple[int, int, str], int] = field(default_factory=dict)
+    """The controller's own figures, and each switch's (those whose bridge is known) by datapath id."""
     policy: str | None = None
     role: str = "active"                                                        # or "standby"
     load_error: bool = False
-    openflow_errors: dict[tuple[int, str], int] = field(default_factory=dict)   # (dp, "type/code") → count
-    drift_repairs: dict[str, int] = field(default_factory=dict)                 # flows, qos, tc → count
-    poll_duration: dict[int, float] = field(default_factory=dict)               # dp → seconds, last cycle
-    polls: dict[int, int] = field(default_factory=dict)                         # dp → polls answered
-    poll_lag: dict[int, float] = field(default_factory=dict)                    # dp → seconds late, last cycle
-    in_sync: dict[int, bool] = field(default_factory=dict)                      # dp → all confirmed
     ovsdb_connected: dict[str, bool] = field(default_factory=dict)              # OVSDB remote → connected
+    switches: dict[int, SwitchTelemetry] = field(default_factory=dict)
+    in_sync: dict[int, bool] = field(default_factory=dict)                      # dp → all confirmed
 
-    def forget(self, dp_id: int) -> None:
-        per_port: tuple[dict[tuple[int, int], Any], ...] = (self.ports, self.capacity_bps, self.congested,
-                                                             self.programmed)
-        for by_port in per_port:
-            for key in [k for k in by_port if k[0] == dp_id]:
-                del by_port[key]
-        per_switch: tuple[dict[int, Any], ...] = (self.queues, self.meters, self.poll_duration, self.poll_lag,
-                                                  self.in_sync, self.polls)
-        for by_switch in per_switch:
-            by_switch.pop(dp_id, None)
+    def drift_repairs(self) -> dict[str, int]:
+        """Repairs by kind, every switch's together."""
+        total: dict[str, int] = {}
+        for sw in self.switches.values():
+            for kind, count in sw.drift_repairs.items():
+                total[kind] = total.get(kind, 0) + count
+        return total

@@ -159,7 +159,7 @@ def test_the_config_file_is_honoured(tmp_path, bridges):
     try:
         wait(lambda: in_sync("from-config"), 20, "the configured policy in force")
         status = rest("GET", "/status")[1]
-        assert status["owner"] == "honoured" and status["mode"] == "active"
+        assert status["owner"] == "honoured" and status["mode"] == "in_force"
         assert 'ovs-qos-controller=honoured' in sh("ovs-vsctl", "--columns=external_ids", "list", "qos")
         assert rest("DELETE", "/policy")[0] == 401                       # the token is required
         assert rest("DELETE", "/policy", token="t0ken-0123456789abcdef")[0] == 200

@@ -31,7 +31,8 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 from controller.adapters import openflow
 from controller.adapters.ovsdb import OvsdbError
 from controller.adapters.remotes import Remotes
-from controller.adapters.statefile import StateFile
+from controller.adapters.rest import REQUESTS
+from controller.adapters.statefile import StateFile, load
 from controller.adapters.tc import ClassCounters, Leaf
 from controller.adapters.worker import SWEEP, Worker
 from controller.core import actions as act
@@ -263,6 +264,7 @@ class FakeOvsdb:
         self.connected = True
         self.holder: FakeSession | None = None        # the session holding the owner's lock
         self.generation_ids = 0
+        self.beats = 0                                # the lock holder's heartbeat
 
     def session(self) -> FakeSession:
         """A controller's connection; the first to come takes the lock, as ovsdb-server grants it."""
@@ -322,6 +324,16 @@ class FakeSession:
     @property
     def lock_contended(self) -> bool:
         return self.db.holder not in (None, self)
+
+    def beat(self) -> None:
+        if self.has_lock:
+            self.db.beats += 1
+
+    def heartbeat(self) -> int:
+        return self.db.beats
+
+    def steal_lock(self) -> None:
+        self.db.holder = self
 
     def next_generation_id(self, above: int | None = None) -> int:
         if not self.has_lock:   # OVSDB refuses a transaction that asserts a lock the session does not hold
@@ -388,14 +400,17 @@ class Harness:
         self.fake_ovsdb, self.state_file, self.policy_file = ovsdb, state_file, policy
         self.clock = clock
         self.session = ovsdb.session()
-        self.remotes = Remotes(("fake",), lambda name: self.session)
+        self.remotes = Remotes(("fake",), lambda name: self.session, standby=True)
         self.remotes.connect("fake")
-        self.core = Controller(self.remotes, StateFile(state_file), owner="test",
-                               policy_file=str(policy) if policy else None, active=self.remotes.locked,
-                               wall=lambda: self.clock, rng=random.Random(7))
+        self.store = StateFile(state_file)
+        self.core = Controller(self.remotes, owner="test", saved=load(self.store),
+                               pinned=load_document(str(policy)) if policy else None, active=self.remotes.locked,
+                               standby=True, wall=lambda: self.clock, rng=random.Random(7))
         self.tc = tc or FakeTc(ovsdb)
         self.worker = Worker(self.remotes.view("fake"), self.tc, lambda results: None, lambda: self.remotes.locked)
         self.pending_jobs: list = []
+        self.pending_events: list = []
+        self.exited: act.Exit | None = None
         self.timers: list = []
         self._seq = itertools.count()
         self.answers: list[act.Answer] = []
@@ -418,7 +433,8 @@ class Harness:
 
     def remotes_changed(self) -> None:
         """The once-a-second report of the OVSDB remotes and the lock, as the app sends it."""
-        self.handle(ev.RemotesChanged(self.remotes.connected(), (), self.remotes.locked, self.remotes.lock_taken))
+        self.handle(ev.RemotesChanged(self.remotes.connected(), (), self.remotes.locked, self.remotes.lock_taken,
+                                      self.remotes.heartbeat()))
         self.settle()
 
     # --- the loop -------------------------------------------------------------------------------------
@@ -437,10 +453,29 @@ class Harness:
             elif isinstance(action, act.Close):
                 self.closed.append(action.conn)
                 self.conns.pop(action.conn, None)
+            elif isinstance(action, act.ClaimGeneration):   # the app does it in a greenthread: after this event
+                self.pending_events.append(ev.GenerationClaimed(self.remotes.claim_generation(action.above)))
+            elif isinstance(action, act.SavePolicy):
+                try:
+                    self.store.write(action.document)
+                    self.handle(ev.PolicySaved(None))
+                except OSError as err:
+                    self.handle(ev.PolicySaved(str(err)))
+            elif isinstance(action, act.LoadPolicy):
+                self.handle(load(self.store))
+            elif isinstance(action, act.Beat):
+                self.remotes.beat()
+            elif isinstance(action, act.StealLock):
+                self.remotes.steal_lock()
+            elif isinstance(action, act.Exit):
+                self.exited = action
 
     def settle(self) -> None:
         """Deliver replies and run the worker until nothing moves."""
         while True:
+            if self.pending_events:
+                self.handle(self.pending_events.pop(0))
+                continue
             if self.pending_jobs:
                 batch, self.pending_jobs = self.pending_jobs, []
                 self.handle(ev.JobsDone(tuple(self.worker.execute(batch))))
@@ -511,7 +546,7 @@ class Harness:
     def begin(self, op: str, arg: Any = None) -> None:
         """A REST request handled, nothing else yet: what it sent is still unanswered."""
         self.answers.clear()
-        self.handle(ev.Request(op, arg, "rest"))
+        self.handle(REQUESTS[op]("rest", arg))
 
 
 # --- the study topology under the app ---------------------------------------------------------------

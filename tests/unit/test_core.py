@@ -6,9 +6,9 @@ from collections import deque
 from dataclasses import replace
 
 from controller.core import events as ev
-from controller.core.controller import CONFIRM_SECONDS, NOT_CONNECTED
 from controller.core.errors import PolicyError
 from controller.core.flows import CLASSIFIED, COOKIE
+from controller.core.keeper import CONFIRM_SECONDS, NOT_CONNECTED
 from controller.core.plan import FOREIGN
 from tests.unit.fakes import S1_FLOWS, S2_FLOWS, TCP, UDP, VOICE, flood, mode, shipped, up
 
@@ -77,7 +77,7 @@ def test_a_bad_policy_changes_nothing_and_names_the_field(net):
     missing["switches"]["s1"]["ports"] = {9: {"capacity": "5Mbit"}}
     _, error = net.app.request("set_policy", missing)
     assert str(error).startswith("switches.s1.ports.9: bridge 0000000000000001 of switch s1 has no OpenFlow port 9")
-    assert net.app.policy.name == "reserve" and mode(net) == "reserve"
+    assert net.app.keeper.policy.name == "reserve" and mode(net) == "reserve"
 
 
 def test_clearing_takes_every_flow_and_queue_of_ours_off(net):
@@ -147,7 +147,7 @@ def test_flows_deleted_on_the_switch_are_back_after_the_next_poll(net):
     net.s1.table.clear()
     net.app.poll()
     assert len(net.s1.table) == S1_FLOWS and net.s1.steering()
-    assert net.app.snapshot.drift_repairs == {"flows": 1}
+    assert net.app.snapshot.drift_repairs() == {"flows": 1}
 
 
 def whole_table_reads(dp) -> int:
@@ -160,7 +160,7 @@ def test_a_steady_switch_sends_its_whole_flow_table_once_every_ten_polls(net):
     for _ in range(20):
         net.app.poll()
     assert whole_table_reads(net.s1) - before == 2
-    assert net.app.snapshot.drift_repairs == {}
+    assert net.app.snapshot.drift_repairs() == {}
 
 
 def queue_reads(dp) -> int:
@@ -181,7 +181,7 @@ def test_a_switch_whose_ports_send_nothing_has_its_queues_read_once_every_ten_po
     before = queue_reads(net.s1)
     net.app.poll()
     assert queue_reads(net.s1) - before == 1
-    assert net.app.snapshot.queues[1][(1, 1)].tx_bytes == 15_000
+    assert net.app.snapshot.switches[1].queues[(1, 1)].tx_bytes == 15_000
 
 
 def classified_reads(dp) -> int:
@@ -202,7 +202,7 @@ def test_a_flow_changed_in_place_is_put_back_within_ten_polls(net):
     entry.instructions = []                      # someone's mod-flows: same count, no class flow touched
     for _ in range(10):
         net.app.poll()
-    assert entry.instructions and net.app.snapshot.drift_repairs == {"flows": 1}
+    assert entry.instructions and net.app.snapshot.drift_repairs() == {"flows": 1}
 
 
 def test_a_classified_flow_changed_in_place_is_put_back_at_the_next_poll(net):
@@ -218,7 +218,7 @@ def test_a_qos_cleared_in_ovsdb_is_back_after_the_next_poll(net):
     del net.ovsdb.qos["s1-eth1"]
     net.app.poll()
     assert mode(net) == "reserve" and net.app.tc.filters("s1-eth1") == MARKS
-    assert net.app.snapshot.drift_repairs == {"qos": 1}
+    assert net.app.snapshot.drift_repairs() == {"qos": 1}
 
 
 def test_filters_changed_on_the_device_are_fixed_when_netlink_says_so(net):
@@ -227,7 +227,7 @@ def test_filters_changed_on_the_device_are_fixed_when_netlink_says_so(net):
     net.app.handle(ev.TcChanged(frozenset({net.app.tc.ifindex("s1-eth1")})))
     net.app.settle()
     assert net.app.tc.filters("s1-eth1") == MARKS
-    assert net.app.snapshot.drift_repairs == {"tc": 1}
+    assert net.app.snapshot.drift_repairs() == {"tc": 1}
 
 
 def test_a_switch_holding_its_policy_stays_in_sync_while_its_tc_is_checked(net):
@@ -243,6 +243,16 @@ def test_another_tools_qos_is_left_alone(net):
     assert net.ovsdb.qos["s1-eth1"] == FOREIGN
 
 
+def test_another_tools_qos_put_on_a_port_of_ours_is_left_alone_and_not_called_a_repair(net, caplog):
+    up(net)
+    net.ovsdb.qos["s1-eth1"] = FOREIGN               # another tool replaced our QoS
+    net.app.poll()
+    net.app.poll()
+    assert net.ovsdb.qos["s1-eth1"] == FOREIGN and "qos" not in net.app.snapshot.drift_repairs()
+    assert [r.message for r in caplog.records if "another tool" in r.message] == \
+        ["switch 0000000000000001 port 1 (s1-eth1): another tool's QoS is on it; left alone"]
+
+
 # --- errors -------------------------------------------------------------------------------------------
 
 def test_an_openflow_error_is_matched_to_its_message_counted_and_shown(net):
@@ -250,7 +260,7 @@ def test_an_openflow_error_is_matched_to_its_message_counted_and_shown(net):
     result = up(net)
     assert result["in_sync"] is False
     assert "OFPET_BAD_ACTION/OFPBAC_BAD_OUT_PORT" in result["not_in_sync"]["0000000000000001"]["flows"]
-    assert net.app.snapshot.openflow_errors == {(1, "OFPET_BAD_ACTION/OFPBAC_BAD_OUT_PORT"): 1}
+    assert net.app.snapshot.switches[1].openflow_errors == {"OFPET_BAD_ACTION/OFPBAC_BAD_OUT_PORT": 1}
     status, _ = net.app.request("status")
     assert status["switches"]["0000000000000001"]["in_sync"] is False
 
@@ -277,7 +287,7 @@ def test_a_restarted_controller_adopts_what_is_there_and_sends_no_change(net, tm
     for dp in (net.s1, net.s2):
         dp.sent.clear()
         restarted.connect(dp)
-    assert restarted.policy.name == "reserve"
+    assert restarted.keeper.policy.name == "reserve"
     assert {type(m).__name__ for m in net.s1.sent} == {   # reads only
         "OFPRoleRequest", "OFPMeterFeaturesStatsRequest", "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest"}
     assert restarted.request("status")[0]["switches"]["0000000000000001"]["in_sync"] is True
@@ -346,7 +356,7 @@ def test_a_switch_pinned_to_a_remote_the_controller_lacks_is_refused_by_name(net
     _, error = net.app.request("set_policy", doc)
     assert str(error) == ("switches.s1.ovsdb: tcp:192.0.2.1:6640 is not one of this controller's OVSDB remotes "
                           "(fake); fix it, or add it to the controller's ovsdb option")
-    assert net.app.policy.name == "reserve"
+    assert net.app.keeper.policy.name == "reserve"
 
 
 def test_status_shows_each_remote_and_the_remote_of_each_switch(net):
@@ -368,7 +378,7 @@ def test_a_malformed_state_file_starts_without_a_policy_and_leaves_the_switches_
     restarted.connect(net.s1)
     restarted.connect(net.s2)
     restarted.poll()
-    assert restarted.mode == "unset" and restarted.policy is None
+    assert restarted.keeper.mode == "unset" and restarted.keeper.policy is None
     assert net.s1.flow_mods() == [] and len(net.s1.table) == S1_FLOWS and mode(net) == "reserve"
 
 
@@ -385,7 +395,7 @@ def test_a_policy_put_live_is_checked_as_the_offline_checker_checks_it(net):
     assert str(error) == str(offline.value) == (
         "switches.s1.flows[0].match.in_port: bridge 0000000000000001 of switch s1 has no OpenFlow port 9 (it has "
         "1, 2, 3); fix the port number")
-    assert net.app.policy.name == "reserve"
+    assert net.app.keeper.policy.name == "reserve"
 
 
 def test_a_switch_of_the_policy_that_is_not_connected_is_named_and_changed_when_it_connects(net):

@@ -48,7 +48,7 @@ def test_police_puts_the_meter_before_the_flows_that_use_it(net):
     assert up(net, "police") == {"applied": "police", "changed": True, "in_sync": True}
     assert band(net.s1) == (500, 50) and net.s2.meters == {}
     assert sum(UDP_METER in net.s1.meters_of(e) for e in net.s1.table.values()) == 1
-    assert net.app.snapshot.openflow_errors == {}
+    assert not any(sw.openflow_errors for sw in net.app.snapshot.switches.values())
     assert net.ovsdb.qos["s1-eth1"].mode == "fifo"          # no queues: the meter alone
 
 
@@ -86,7 +86,7 @@ def test_a_meter_deleted_by_hand_is_back_with_its_flow_after_the_next_poll(net):
     assert len(net.s1.table) == flows - 1
     net.app.poll()
     assert band(net.s1) == (500, 50) and len(net.s1.table) == flows
-    assert net.app.snapshot.drift_repairs.get("meters") == 1 and net.app.snapshot.openflow_errors == {}
+    assert net.app.snapshot.drift_repairs().get("meters") == 1 and not any(sw.openflow_errors for sw in net.app.snapshot.switches.values())
 
 
 def test_a_restarted_controller_adopts_the_meter_and_sends_nothing(net, tmp_path):
@@ -111,8 +111,8 @@ def test_a_meter_already_there_when_added_is_adopted_not_an_error(net):
     result, error = net.app.request("set_policy", shipped("police"))
     assert error is None and result["in_sync"]
     assert band(net.s1) == (500, 50)                       # read back, then modified to the policy's
-    assert net.app.snapshot.openflow_errors == {}
-    assert "flows" not in net.app.switches[1].errors
+    assert not any(sw.openflow_errors for sw in net.app.snapshot.switches.values())
+    assert "flows" not in net.app.switches[1].errors()
 
 
 def test_a_switch_without_meters_refuses_a_policing_policy_by_name(net):
@@ -135,6 +135,6 @@ def test_meter_counters_reach_the_metrics_with_their_class(net):
     up(net, "police")
     net.s1.meter_traffic[UDP_METER] = (1000, 1_400_000, 600)
     net.app.poll()
-    assert net.app.snapshot.meters[1] == {(UDP_METER, "udp"): (1000, 1_400_000, 600)}
+    assert net.app.snapshot.switches[1].meters == {(UDP_METER, "udp"): (1000, 1_400_000, 600)}
     net.app.disconnect(net.s1)
-    assert 1 not in net.app.snapshot.meters
+    assert 1 not in net.app.snapshot.switches

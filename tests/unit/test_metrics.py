@@ -7,6 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.adapters.metrics import ControllerCollector, Snapshot
 from controller.core.stats import ALL_ONES, MeterCounters, PortCounters, QueueCounters
+from controller.core.telemetry import SwitchTelemetry
 
 DP1 = "0000000000000001"
 DP_BIG = "00000000000000ab"
@@ -14,16 +15,16 @@ DP_BIG = "00000000000000ab"
 
 def snapshot() -> Snapshot:
     return Snapshot(
-        ports={(1, 1): PortCounters(rx_bytes=1000, tx_bytes=2000, rx_packets=10, tx_packets=20,
-                                    rx_dropped=1, tx_dropped=2, rx_errors=0, tx_errors=ALL_ONES),
-               (0xab, 3): PortCounters(5, 6, 7, 8, 9, 10, 11, 12)},
-        queues={1: {(1, 0): QueueCounters(tx_bytes=300, tx_packets=3, tx_errors=0),
-                    (1, 2): QueueCounters(tx_bytes=ALL_ONES, tx_packets=40, tx_errors=7)}},
-        meters={1: {(0x51530002, "udp"): MeterCounters(packets=900, bytes=1_300_000, dropped_packets=400)}},
-        capacity_bps={(1, 1): 5_000_000},
-        congested={(1, 1): True, (0xab, 3): False},
-        programmed={(1, 1): True},
-        events={(1, 1, "program"): 2, (1, 1, "rollback"): 1},
+        switches={
+            1: SwitchTelemetry(
+                ports={1: PortCounters(rx_bytes=1000, tx_bytes=2000, rx_packets=10, tx_packets=20,
+                                       rx_dropped=1, tx_dropped=2, rx_errors=0, tx_errors=ALL_ONES)},
+                queues={(1, 0): QueueCounters(tx_bytes=300, tx_packets=3, tx_errors=0),
+                        (1, 2): QueueCounters(tx_bytes=ALL_ONES, tx_packets=40, tx_errors=7)},
+                meters={(0x51530002, "udp"): MeterCounters(packets=900, bytes=1_300_000, dropped_packets=400)},
+                capacity_bps={1: 5_000_000}, congested={1: True}, programmed={1: True},
+                events={(1, "program"): 2, (1, "rollback"): 1}),
+            0xab: SwitchTelemetry(ports={3: PortCounters(5, 6, 7, 8, 9, 10, 11, 12)}, congested={3: False})},
         policy="reserve",
         load_error=True,
         ovsdb_connected={"unix:/var/run/openvswitch/db.sock": True, "tcp:127.0.0.2:6640": False},

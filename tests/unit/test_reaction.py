@@ -42,7 +42,7 @@ def test_a_flood_onset_beside_a_lone_flow_is_answered_within_two_fast_polls(net)
     up(net, "auto")
     lone_tcp(net, drops_ps=1.2)                    # cubic alone: a drop now and then
     net.app.advance(5.0)
-    assert net.app.decisions == deque_of() and net.app.switches[1].watched == {1}
+    assert net.app.decisions == deque_of() and net.app.switches[1].poller.watched == {1}
     onset = net.app.clock + 0.013                  # any phase against the polls
     net.app.advance(0.013)
     udp_flood(net, 8e6)
@@ -64,7 +64,7 @@ def test_a_blip_programs_nothing(net):
     up(net, "auto")
     lone_tcp(net)
     net.app.advance(3.0)
-    net.app.advance(net.app.switches[1].next_fast - net.app.clock + 0.01)   # just after a fast poll
+    net.app.advance(net.app.switches[1].poller.next_fast - net.app.clock + 0.01)   # just after a fast poll
     net.s1.class_load = {TCP: 0.96 * CAPACITY, UDP: 3 * 1500 * 8 / 0.01}
     net.s1.drop_load = {(1, 0): 300.0}
     net.app.advance(0.01)
@@ -76,7 +76,7 @@ def test_a_blip_programs_nothing(net):
 def test_an_idle_auto_port_is_not_fast_polled(net):
     up(net, "auto")
     net.app.advance(10.0)
-    assert fast_requests(net) == 0 and net.app.switches[1].watched == frozenset()
+    assert fast_requests(net) == 0 and net.app.switches[1].poller.watched == frozenset()
     lone_tcp(net)
     net.app.advance(3.0)
     assert fast_requests(net) >= 20                # 20 a second once it carries half its capacity or more

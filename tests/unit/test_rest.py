@@ -28,7 +28,7 @@ class CoreClient:
 
     @property
     def policy(self):
-        return self.net.app.policy
+        return self.net.app.keeper.policy
 
 
 def call(app, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
@@ -160,7 +160,7 @@ def test_put_a_policy_with_ip_proto_as_a_list_is_400(app, holder):
 def test_an_unexpected_error_is_a_500_without_a_traceback(holder, monkeypatch):
     def broken(_):
         raise KeyError("/work/main/controller/internal/path")
-    monkeypatch.setattr(holder.net.app.core, "_op_status", broken)
+    monkeypatch.setattr(holder.net.app.core, "_status", broken)
     code, _, body = call(make_app(holder), "GET", "/qos/v1/status")
     assert (code, body) == (500, {"error": "internal error, see the controller's log"})
 
@@ -168,7 +168,7 @@ def test_an_unexpected_error_is_a_500_without_a_traceback(holder, monkeypatch):
 def test_a_state_file_that_cannot_be_written_is_a_500_that_says_so_and_changes_nothing(holder, tmp_path):
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")                           # even root cannot make a directory where a file is
-    holder.net.app.core.store = StateFile(blocker / "state.json")
+    holder.net.app.store = StateFile(blocker / "state.json")
     code, _, body = put_json(make_app(holder), shipped("reserve"))
     assert code == 500 and body["error"].startswith("cannot save the policy in force (") and \
         body["error"].endswith("nothing was changed: make the state directory writable, or set [qos] state_file")

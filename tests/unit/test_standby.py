@@ -35,7 +35,7 @@ def writes(switch) -> list:
 
 def test_the_standby_is_a_slave_that_changes_nothing_and_refuses_changes(pair):
     standby, s1 = pair.standby, pair.net.s1
-    assert standby.role == "standby" and s1.role == SLAVE
+    assert standby.authority.role == "standby" and s1.role == SLAVE
     assert s1.generation_id == 1                     # the active one's: a slave's must not be stale either
     standby.poll()
     assert {type(m).__name__ for m in s1.sent} == {"OFPRoleRequest", "OFPMeterFeaturesStatsRequest",
@@ -51,9 +51,9 @@ def test_the_standby_takes_over_when_the_lock_is_its_and_keeps_what_the_active_o
     pair.active.exit()                               # the active one died: its lock is released to us
     pair.net.ovsdb.holder = standby.session
     standby.remotes_changed()
-    assert standby.role == "active" and net.s1.role == MASTER
+    assert standby.authority.role == "active" and net.s1.role == MASTER
     assert net.s1.generation_id == 2 == net.ovsdb.generation_ids   # newer than the dead one's, kept in OVSDB
-    assert standby.policy.name == "auto"             # the policy the active one saved
+    assert standby.keeper.policy.name == "auto"             # the policy the active one saved
     net.app = standby
     for _ in range(3):                               # the flood goes on: nothing rolled back and put again
         flood(net, 2.5e6, 2.5e6)
@@ -74,7 +74,7 @@ def test_an_active_controller_whose_lock_another_took_stands_down(pair):
     pair.active.remotes_changed()
     net.s1.sent.clear()
     pair.active.poll()
-    assert pair.active.role == "standby" and net.s1.role == SLAVE and writes(net.s1) == []
+    assert pair.active.authority.role == "standby" and net.s1.role == SLAVE and writes(net.s1) == []
 
 
 def test_a_deposed_active_that_resumes_writes_nothing_anywhere(pair):
@@ -83,7 +83,7 @@ def test_a_deposed_active_that_resumes_writes_nothing_anywhere(pair):
     active, standby, net = pair.active, pair.standby, pair.net
     net.ovsdb.holder = standby.session               # OVSDB gave the lock away while the active one hung
     standby.remotes_changed()
-    assert standby.role == "active" and net.s1.generation == 2
+    assert standby.authority.role == "active" and net.s1.generation == 2
     net.s1.sent.clear()
     net.s2.sent.clear()
     table = {key: list(entry.instructions) for key, entry in net.s1.table.items()}
@@ -93,7 +93,7 @@ def test_a_deposed_active_that_resumes_writes_nothing_anywhere(pair):
     # refused its first batch; it learnt the new generation id, failed to claim a newer one (OVSDB: not
     # the lock's owner), stood down, and tried nothing more. Nothing of it took effect.
     assert writes(net.s1) == ["OFPFlowMod"] * 3 and writes(net.s2) == []   # one batch: the three steering flows
-    assert active.role == "standby" and net.s1.generation == 2
+    assert active.authority.role == "standby" and net.s1.generation == 2
     assert {key: list(entry.instructions) for key, entry in net.s1.table.items()} == table
     assert mode(net) == "reserve" and net.s1.steering()   # the new active's reservation stands
 

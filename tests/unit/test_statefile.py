@@ -6,8 +6,8 @@ import json
 import pytest
 
 from controller.adapters.statefile import StateFile
-from controller.core.controller import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
 from controller.core.errors import PolicyError
+from controller.core.keeper import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
 from tests.unit.test_policy import not_a_file, unblocked
 
 

@@ -34,7 +34,6 @@ from topo.harness.report import Panel, bar_figure, jain_index, markdown_table, r
 from topo.net import probe
 from topo.net.traffic import Flow, Item, Ping, Probe, Ran
 from topo.studies.base import (
-    BOTTLENECK,
     Settings,
     Study,
     StudyError,
@@ -54,7 +53,7 @@ from topo.studies.base import (
     settings,
     trial_fidelity,
 )
-from topo.topos import DumbbellTopo
+from topo.topos import BOTTLENECK, DumbbellTopo
 
 PAIRS = 5                              # DumbbellTopo(n=5), as policies/dumbbell.yaml forwards
 PING_INTERVAL = 0.2

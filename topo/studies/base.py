@@ -33,6 +33,7 @@ from topo.net import iperf, traffic
 from topo.net.network import Network, network
 from topo.net.ovs_instance import CONTROLLER_ADDRESS, InstanceError, OvsInstance, ovs_instance
 from topo.net.traffic import Flow, Ran, TrafficError
+from topo.topos import BOTTLENECK
 
 REPO = Path(__file__).resolve().parents[2]
 SETTLE_SECONDS = 1.0          # left out of every mean: connection set-up and slow start
@@ -239,9 +240,6 @@ def check_path(net: Network, src: str, dst: str) -> None:
             return
         time.sleep(0.5)
     raise StudyError(f"{src} cannot reach {dst}: the flows or the switches are not forwarding")
-
-
-BOTTLENECK = "s1-eth1"   # every topology's bottleneck port in the direction of the data
 
 
 def measure(ctx: TrialContext, net: Network, lanes: list[list[traffic.Item]],

@@ -29,9 +29,8 @@ from topo.studies.base import Study, Trial, TrialContext, UsageError, network_un
 from topo.studies.main import report
 from topo.studies.main.episodes import episodes
 from topo.studies.main.scenario import Scenario, ScenarioError, load_scenario, parse_delay
-from topo.topos import StudyTopo
+from topo.topos import BOTTLENECK, StudyTopo
 
-BOTTLENECK = "s1-eth1"       # s1's port to s2: where h1 → h4 traffic queues
 UDP_INGRESS = "s1-eth3"      # s1's port to h1: where the UDP flood enters the switch
 SLACK_PER_STEP = 1           # TCP outlasts the steps: a UDP test's control exchange may start late
 IDLE_PORTS_PER_BRIDGE = 20   # --idle-ports: as bench/scale.py lays them out

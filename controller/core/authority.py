@@ -1,0 +1,80 @@
+"""Who among the controllers of one owner may change the switches, and the proof they carry.
+
+The active controller holds its owner's lock in the first OVSDB remote (or has no standby); it claims
+OpenFlow mastership with a generation id newer than every one a switch has seen, claimed in OVSDB under
+that lock (actions.ClaimGeneration), so a switch refuses the requests of any controller deposed before
+it. The holder writes a heartbeat every second (actions.Beat); a standby that sees it stand still for
+TAKEOVER_SECONDS (a holder hung, or stopped, with its OVSDB session still open) steals the lock
+(actions.StealLock). Pure: the I/O is the app's, its outcome an event.
+"""
+from __future__ import annotations
+
+import logging
+
+from controller.core import actions as act
+from controller.core import events as ev
+from controller.core.view import Role
+
+LOG = logging.getLogger("qos")
+TAKEOVER_SECONDS = 8.0    # a standby steals the lock from an active one whose heartbeat stood still this long
+
+
+class Authority:
+    def __init__(self, active: bool, standby: bool):
+        """`standby`: this controller is one of a pair, so only the lock's holder is active."""
+        self.role = Role.ACTIVE if active else Role.STANDBY
+        self.standby = standby
+        self.generation = 0                       # ours as master; 0 until claimed
+        self.claiming = False                     # a claim in flight
+        self.above = -1                           # what the next claim must be newer than (-1: none wanted)
+        self._beat: tuple[int, float] | None = None   # the holder's heartbeat last seen, and since when
+
+    @property
+    def active(self) -> bool:
+        return self.role is Role.ACTIVE
+
+    def need(self, above: int) -> list[act.Action]:
+        """A switch has seen `above`: claim a newer id, once no claim is in flight."""
+        self.above = max(self.above, above)
+        if self.claiming or not self.active:
+            return []
+        self.claiming = True
+        above, self.above = max(self.above, self.generation), -1
+        return [act.ClaimGeneration(above)]
+
+    def claimed(self, generation: int | None) -> list[act.Action]:
+        """A claim's outcome; another claim when a switch has seen a newer id meanwhile."""
+        self.claiming = False
+        if generation is None or not self.active:
+            return []
+        LOG.info("OpenFlow master with generation id %d", generation)
+        self.generation = generation
+        return self.need(self.above) if self.above > generation else []
+
+    def watch(self, change: ev.RemotesChanged, now: float) -> list[act.Action]:
+        """Each report of the remotes: the holder's heartbeat, or the standby's watch over it."""
+        if not self.standby:
+            return []
+        if change.locked:
+            self._beat = None
+            return [act.Beat()]
+        if not change.taken:
+            self._beat = None
+            return []
+        if self._beat is None or self._beat[0] != change.heartbeat:
+            self._beat = (change.heartbeat, now)
+        elif now - self._beat[1] >= TAKEOVER_SECONDS:
+            LOG.warning("the active controller's heartbeat has stood still for %.0f s; taking its lock",
+                        now - self._beat[1])
+            self._beat = None
+            return [act.StealLock()]
+        return []
+
+    def take_over(self) -> None:
+        self.role = Role.ACTIVE
+        self.generation = 0           # claimed anew, above every switch's
+        self.above = -1
+
+    def stand_down(self) -> None:
+        self.role = Role.STANDBY
+        self.above = -1

@@ -1,0 +1,133 @@
+"""The policy in force, and each change to it on its way (part of controller/core/controller.py): checked
+against the switches, saved (the app's I/O: actions.SavePolicy, answered by events.PolicySaved), then in
+force, and answered once every switch the old or the new policy names holds it, or after
+CONFIRM_SECONDS, saying which do not and why (a switch that is not connected is changed when it
+connects). A change that cannot be checked or saved changes nothing.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from controller.core import actions as act
+from controller.core import events as ev
+from controller.core.errors import PolicyError, StorageError
+from controller.core.policy import Policy, parse_policy
+from controller.core.view import Mode
+
+LOG = logging.getLogger("qos")
+CONFIRM_SECONDS = 20.0      # a change is answered once every switch is in sync, or after this saying what is not
+NOT_CONNECTED = "not connected to this controller; it is changed when it connects"
+# Saved states (controller/adapters/statefile.py reads them into one of these).
+SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY = "absent", "cleared", "policy"
+
+
+class Settling(Protocol):
+    """What a change's answer reads of a switch."""
+    in_sync: bool
+    settled: bool
+
+    @property
+    def dp_id(self) -> int: ...
+
+    def errors(self) -> dict[str, str]: ...
+
+
+@dataclass
+class Waiting:
+    """A change answered once every switch has settled, or at its deadline."""
+    token: Any
+    result: dict[str, Any]
+    deadline: float
+    named: frozenset[int]     # the switches the old or the new policy names
+
+
+class PolicyKeeper:
+    def __init__(self, mode: Mode, document: Any, policy: Policy | None):
+        self.mode, self.document, self.policy = mode, document, policy
+        self.load_error = False                       # the last change was refused
+        self.saving: list[tuple[ev.SetPolicy | ev.ClearPolicy, Policy | None]] = []   # saves in flight, in order
+        self.waiting: list[Waiting] = []
+
+    @property
+    def name(self) -> str | None:
+        return self.policy.name if self.policy else None
+
+    def install(self, mode: Mode, document: Any, policy: Policy | None) -> None:
+        self.mode, self.document, self.policy = mode, document, policy
+
+    def change(self, req: ev.SetPolicy | ev.ClearPolicy, check: Callable[[Policy], None],
+               now: float) -> list[act.Action]:
+        """A PUT (checked against the switches by `check`) or a DELETE: saved first, in force once saved."""
+        policy = None
+        if isinstance(req, ev.SetPolicy):
+            try:
+                policy = parse_policy(req.document)
+                check(policy)
+            except PolicyError as err:
+                self.load_error = True
+                return [act.Answer(req.token, error=err)]
+            self.load_error = False
+            if self.mode is Mode.IN_FORCE and policy == self.policy and not self.saving:
+                return self._confirm(req.token, {"applied": policy.name, "changed": False}, policy, now)
+        self.saving.append((req, policy))
+        return [act.SavePolicy(req.document if isinstance(req, ev.SetPolicy) else None)]
+
+    def saved(self, saved: ev.PolicySaved, now: float) -> tuple[list[act.Action], bool]:
+        """The oldest save's outcome; whether its change is now in force."""
+        req, policy = self.saving.pop(0)
+        if saved.error is not None:
+            return [act.Answer(req.token, error=StorageError(
+                f"cannot save the policy in force ({saved.error}); nothing was changed: make the state directory "
+                "writable, or set [qos] state_file"))], False
+        previous = self.policy
+        if isinstance(req, ev.SetPolicy):
+            assert policy is not None
+            LOG.info("policy %s in force", policy.name)
+            self.install(Mode.IN_FORCE, req.document, policy)
+            result: dict[str, Any] = {"applied": policy.name, "changed": True}
+        else:
+            LOG.info("policy %s cleared", previous.name if previous else None)
+            self.install(Mode.CLEARED, None, None)
+            result = {"cleared": previous.name if previous else None}
+        return self._confirm(req.token, result, previous, now), True
+
+    def _confirm(self, token: Any, result: dict[str, Any], previous: Policy | None, now: float) -> list[act.Action]:
+        named = frozenset(s.dp_id for p in (previous, self.policy) if p for s in p.switches)
+        self.waiting.append(Waiting(token, result, now + CONFIRM_SECONDS, named))
+        return [act.Later(CONFIRM_SECONDS, ev.ConfirmDue())]   # answered then even if nothing else happens
+
+    def answer(self, switches: Sequence[Settling], now: float) -> list[act.Action]:
+        """Answer the changes waiting for every switch to settle (in sync, or failed and shown as such),
+        or for their time to run out."""
+        settled = all(sw.settled for sw in switches)
+        answers: list[act.Action] = []
+        waiting = []
+        for change in self.waiting:
+            if not (settled or now > change.deadline):
+                waiting.append(change)
+                continue
+            known = {sw.dp_id for sw in switches}
+            not_in_sync: dict[str, Any] = {f"{sw.dp_id:016x}": sw.errors() or "in progress" for sw in switches
+                                           if not sw.in_sync}
+            not_in_sync |= {f"{dp_id:016x}": NOT_CONNECTED for dp_id in sorted(change.named - known)}
+            answers.append(act.Answer(change.token, {**change.result, "in_sync": not not_in_sync,
+                                                     **({"not_in_sync": not_in_sync} if not_in_sync else {})}))
+        self.waiting = waiting
+        return answers
+
+
+def from_saved(saved: ev.PolicyLoaded) -> tuple[Mode, Any, Policy | None]:
+    """The policy the store holds; one that cannot be used leaves the switches as they are."""
+    if saved.error is not None:
+        LOG.error("cannot use the saved policy (%s); starting without one, switches left as they are", saved.error)
+        return Mode.UNSET, None, None
+    if saved.saved != SAVED_POLICY:
+        return (Mode.CLEARED if saved.saved == SAVED_CLEARED else Mode.UNSET), None, None
+    try:
+        return Mode.IN_FORCE, saved.document, parse_policy(saved.document)
+    except PolicyError as err:
+        LOG.error("the saved policy is no longer valid (%s); starting without one, switches left as they are", err)
+        return Mode.UNSET, None, None

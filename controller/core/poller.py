@@ -1,0 +1,229 @@
+"""One switch's statistics polls, the rates they give and the congestion detector they feed (a part of
+controller/core/switch.py).
+
+Every interval, from the switch's own phase so that many switches' polls spread over it (as Faucet's
+Gauge does), a poll asks for the classified flows' and counting meters' counters (the class rates), the
+queues' (their drops) and the ports'; the whole flow table every WHOLE_TABLE_POLLS polls. `auto` ports
+near their capacity are fast polled besides. Once every reply of a poll is in (controller/core/poll.py),
+the ports' rates go to the detector (controller/core/switch_state.py), whose decisions are returned.
+"""
+from __future__ import annotations
+
+from controller.core import actions as act
+from controller.core import events as ev
+from controller.core.flows import CLASSIFIED
+from controller.core.part import LOG, Link, SwitchPart
+from controller.core.plan import ActualFlow
+from controller.core.poll import PollRound
+from controller.core.stats import PortCounters, RateTracker
+from controller.core.switch_state import SwitchState
+from controller.core.view import SwitchView
+
+WHOLE_TABLE_POLLS = 10        # the whole flow table is read every this many polls
+
+
+class Poller(SwitchPart):
+    def __init__(self, link: Link, phase: float):
+        """`phase`: where in the interval this switch's polls fall, as a fraction of it."""
+        super().__init__(link)
+        self.phase = phase
+        self.rates = RateTracker()
+        self.round: PollRound | None = None
+        self.next_due: float | None = None                # the poll timer in force (an older one is ignored)
+        self.fast: PollRound | None = None                # a fast poll of the watched ports, under way
+        self.next_fast: float | None = None               # its timer in force
+        self.watched: frozenset[int] = frozenset()        # `auto` ports near their capacity: fast polled
+        self.sending: set[int] | None = None              # ports whose tx counters moved at the last poll
+        self.table_polls = 0                              # polls since the whole flow table was read
+        self.late_said = False
+
+    def start(self, view: SwitchView, now: float) -> None:
+        if view.active:
+            self.next_due = now + self.phase * view.interval
+            self.link.later(self.next_due - now, ev.PollDue(self.link.conn, self.next_due))
+
+    def stand_down(self) -> None:
+        self.next_due = self.next_fast = None
+
+    def forget_unwatched(self, state: SwitchState | None) -> None:
+        self.watched = self.watched & state.auto if state else frozenset()
+
+    def due(self, due: ev.PollDue, view: SwitchView, now: float, flows: dict[int, ActualFlow] | None,
+            meters: bool) -> bool:
+        """Ask for a poll's statistics; whether this was a slow poll's turn (the switch's other parts
+        have theirs). `flows`: the switch's flows as known; `meters`: whether it has meters of ours."""
+        if due.fast:
+            self._fast_due(due, view, now, meters)
+            return False
+        if due.due != self.next_due:
+            return False     # a timer of polling stopped or restarted since
+        if not view.active:
+            self.next_due = None
+            return False
+        interval = view.interval
+        self.next_due = max(due.due + interval, now)
+        self.link.later(self.next_due - now, ev.PollDue(self.link.conn, self.next_due))
+        lag = now - due.due
+        self.link.telemetry.poll_lag = lag
+        if (self.round is not None or lag > interval) and not self.late_said:
+            self.late_said = True
+            LOG.warning("switch %016x: statistics cannot be polled every %g s (the last poll was %.2f s late and "
+                        "took %.2f s); congestion is answered that much later", self.link.dp_id, interval, lag,
+                        now - self.round.sent if self.round else 0.0)
+        # The whole flow table now and then (and at once when the count or the classified flows differ
+        # from what we hold): a flow changed in place is found within WHOLE_TABLE_POLLS polls.
+        self.table_polls = (self.table_polls + 1) % WHOLE_TABLE_POLLS
+        whole = self.table_polls == 0
+        ask = self.link.ask
+        waiting = set()
+        if whole:
+            waiting.add(ask(act.FLOWS))
+        else:
+            # A switch without classified flows has no class rates to read; one added is counted.
+            if flows is None or any(cookie & CLASSIFIED for cookie in flows):
+                waiting.add(ask(act.CLASSIFIED_FLOWS))
+            ask(act.FLOW_COUNT)
+        if meters:
+            waiting.add(ask(act.METER_STATS))
+            if whole:
+                ask(act.METER_CONFIG)
+        # A port that sent nothing since the last poll has queue counters that did not move either: a
+        # switch of idle ports has its queues read with the whole table only (its ports are still read).
+        if whole or self.sending is None or self.sending:
+            waiting.add(ask(act.QUEUES))
+        waiting.add(ask(act.PORTS))
+        self.round = PollRound(due.due, now, waiting)
+        return True
+
+    def _fast_due(self, due: ev.PollDue, view: SwitchView, now: float, meters: bool) -> None:
+        """The ports near their capacity only: their port and queue counters, and the meters'."""
+        if due.due != self.next_fast:
+            return
+        if not view.active or not self.watched or self.fast is not None:
+            self.next_fast = None   # stopped; or the last one is still unanswered: the next answer resumes
+            return
+        waiting = {self.link.ask(kind, port) for port in sorted(self.watched) for kind in (act.QUEUES, act.PORTS)}
+        if meters:
+            waiting.add(self.link.ask(act.METER_STATS))
+        self.fast = PollRound(due.due, now, waiting, fast=True)
+        self.next_fast = None
+
+    # --- replies: each fills its poll; the last one of a poll decides ----------------------------------
+    def _round(self, xid: int) -> PollRound | None:
+        """The poll (slow or fast) that awaits this reply, if any; it awaits it no more."""
+        for round_ in (self.round, self.fast):
+            if round_ is not None and round_.answered(xid):
+                return round_
+        return None
+
+    def flows(self, reply: ev.FlowStatsReply, now: float) -> PollRound | None:
+        round_ = self._round(reply.xid)
+        if round_ is not None:
+            round_.flows, round_.at["flows"] = reply.counters, now
+        return round_
+
+    def meters(self, reply: ev.MeterStatsReply, now: float) -> PollRound | None:
+        round_ = self._round(reply.xid)
+        if round_ is not None:
+            round_.meters, round_.at["meters"] = reply.counters, now
+        return round_
+
+    def queues(self, reply: ev.QueueStatsReply, now: float) -> PollRound | None:
+        round_ = self._round(reply.xid)
+        queues = self.link.telemetry.queues
+        if round_ is None or not round_.fast:   # every port's: only the queues in the reply exist now
+            queues.clear()
+        queues.update(reply.queues)             # a fast poll's: one port's; the others' stay as they were
+        if round_ is not None:
+            round_.queues = {**(round_.queues or {}), **reply.queues}
+            round_.at["queues"] = now
+        return round_
+
+    def ports(self, reply: ev.PortStatsReply, now: float) -> PollRound | None:
+        round_ = self._round(reply.xid)
+        ports = self.link.telemetry.ports
+        if round_ is not None and not round_.fast:
+            self.sending = {port_no for port_no, counters in reply.ports.items()
+                            if _sent(ports.get(port_no), counters)}
+        ports.update(reply.ports)
+        if round_ is not None:
+            round_.ports = {**(round_.ports or {}), **reply.ports}
+            round_.at["ports"] = now
+        return round_
+
+    def answered(self, round_: PollRound | None, state: SwitchState | None, view: SwitchView,
+                 now: float) -> list[act.Decided]:
+        """Once every reply of a poll is in: rates, then the detector, port by port."""
+        if round_ is None or not round_.complete:
+            return []
+        telemetry = self.link.telemetry
+        if round_.fast:
+            self.fast = None
+        else:
+            self.round = None
+            telemetry.poll_duration = now - round_.sent
+            telemetry.polls += 1
+        class_bps = self._class_rates(round_, state)
+        drops: dict[int, float] = {}
+        for (port_no, queue_id), queue_counters in (round_.queues or {}).items():
+            queue = self.rates.queue(0, port_no, queue_id, queue_counters, round_.at["queues"])
+            if queue is not None and queue.tx_errors_ps is not None:
+                drops[port_no] = drops.get(port_no, 0.0) + queue.tx_errors_ps
+        fast = view.fast_interval
+        decisions = []
+        for port_no, port_counters in (round_.ports or {}).items():
+            port = self.rates.port(0, port_no, port_counters, round_.at["ports"])
+            if port is None or state is None:
+                continue
+            if not port.tx_pps and not port.tx_drops_ps and not drops.get(port_no) and state.resting(port_no):
+                self.watched -= {port_no}
+                telemetry.congested[port_no] = False
+                continue    # it sent nothing, dropped nothing and is at rest: most ports, most polls
+            self._watch(state, port_no, port.tx_bps)
+            # A port fast polls watch is decided by them alone: a slow poll's sample would be a second long.
+            if not round_.fast and fast and port_no in self.watched:
+                continue
+            decision = state.observe(port_no, port, drops.get(port_no, 0.0), class_bps.get(port_no, {}),
+                                     round_.at["ports"])
+            telemetry.congested[port_no] = state.congested(port_no)
+            if decision is not None:
+                decisions.append(act.Decided(self.link.dp_id, port_no, decision))
+        if fast and self.watched and self.next_fast is None and self.fast is None:
+            self.next_fast = max(round_.due + fast, now) if round_.fast else now + fast
+            self.link.later(self.next_fast - now, ev.PollDue(self.link.conn, self.next_fast, fast=True))
+        return decisions
+
+    def _watch(self, state: SwitchState, port_no: int, tx_bps: float | None) -> None:
+        """An `auto` port at half its capacity or more is fast polled (a flood onset there is answered in
+        a fraction of a second); one below it is left to the slow poll, at no cost."""
+        if port_no not in state.auto or tx_bps is None:
+            return
+        port = state.switch.port(port_no)
+        assert port is not None
+        busy = tx_bps >= state.policy.congestion.clear_utilisation * port.capacity_bps
+        self.watched = self.watched | {port_no} if busy else self.watched - {port_no}
+
+    def _class_rates(self, round_: PollRound, state: SwitchState | None) -> dict[int, dict[str, float]]:
+        """Output port → class → bit/s offered, from the classified flows' counters, and from the counting
+        meters' where there are some (the flows' may be half a second old)."""
+        class_bps: dict[int, dict[str, float]] = {}
+        counted: dict[int, dict[str, float]] = {}
+        for cookie, counters in (round_.flows or {}).items():
+            owner = state.rule_class(cookie) if state else None
+            flow = self.rates.flow(0, cookie, counters, round_.at["flows"])
+            if owner is not None and flow is not None and flow.bps is not None:
+                classes = class_bps.setdefault(owner[0], {})
+                classes[owner[1]] = classes.get(owner[1], 0.0) + flow.bps
+        for meter, meter_counters in (round_.meters or {}).items():
+            owner = state.counted_class(meter) if state else None
+            measured = self.rates.meter(0, meter, meter_counters, round_.at["meters"])
+            if owner is not None and measured is not None and measured.bps is not None:
+                classes = counted.setdefault(owner[0], {})
+                classes[owner[1]] = classes.get(owner[1], 0.0) + measured.bps
+        return class_bps | counted
+
+
+def _sent(before: PortCounters | None, after: PortCounters) -> bool:
+    """Whether a port sent, or failed to send, anything between two readings (unknown: yes)."""
+    return before is None or (before.tx_packets, before.tx_dropped, before.tx_errors) != \
+        (after.tx_packets, after.tx_dropped, after.tx_errors)

@@ -1,0 +1,214 @@
+"""A lone Switch (controller/core/switch.py), built and driven without its controller: events and an
+injected `now` in, actions out, a read-only view of the world beside it. And the controller's own
+entry point (controller/core/controller.py) driven with an OVSDB replica that refuses everything but
+its reads, and no store at all: every I/O leaves as an action, every outcome comes back as an event."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller.core import actions as act
+from controller.core import events as ev
+from controller.core.bridges import BridgeInfo
+from controller.core.controller import Controller
+from controller.core.jobs import JobResult
+from controller.core.keeper import SAVED_ABSENT, SAVED_POLICY
+from controller.core.policy import load_document, load_policy, parse_policy
+from controller.core.queues import desired_qos
+from controller.core.stats import PortCounters, QueueCounters
+from controller.core.switch import Switch
+from controller.core.view import Mode, SwitchView
+
+REMOTE = "unix:/fake/db.sock"
+S1 = {1: "s1-eth1", 2: "s1-eth2", 3: "s1-eth3"}
+AUTO = load_policy("policies/auto.yaml")
+
+
+class Replica:
+    """OVSDB as the adapters' replica holds it: reads only. Anything else a caller tries raises."""
+
+    def __init__(self) -> None:
+        self.names = (REMOTE,)
+        self.qos: dict[str, Any] = {}
+        self.generation = (1,)
+
+    def bridge(self, dp_id: int, pinned: str | None = None) -> BridgeInfo | None:
+        return BridgeInfo("s1", "netdev", dict(S1), REMOTE) if dp_id == 1 else None
+
+    def port_qos(self, remote: str, iface: str) -> Any:
+        return self.qos.get(iface)
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the core did I/O: ovsdb.{name}")
+
+
+def view(replica: Replica, generation: int = 0, active: bool = True) -> SwitchView:
+    return SwitchView(AUTO, Mode.IN_FORCE, active, generation, replica)
+
+
+def sent(actions: list[act.SwitchAction], kind: type) -> list[Any]:
+    return [m for a in actions if isinstance(a, act.Send) for m in a.messages if isinstance(m, kind)]
+
+
+def stats(actions: list[act.SwitchAction], kind: str) -> list[act.StatsRequest]:
+    return [m for m in sent(actions, act.StatsRequest) if m.kind == kind]
+
+
+@pytest.fixture
+def replica() -> Replica:
+    return Replica()
+
+
+def connected(replica: Replica) -> tuple[Switch, list[act.SwitchAction]]:
+    sw = Switch(conn=7, dp_id=1, ports=frozenset(S1), now=100.0, phase=0.5)
+    return sw, sw.handle(ev.BridgeDue(7, 0), 100.0, view(replica))
+
+
+def mastered(replica: Replica) -> Switch:
+    """Connected, claimed as master with generation id 5, its (empty) tables read."""
+    sw, out = connected(replica)
+    (ask,) = sent(out, act.RoleRequest)
+    out = sw.handle(ev.RoleReply(7, ask.xid, "equal", None), 100.0, view(replica))
+    out = sw.handle(ev.RoleDue(), 100.0, view(replica, 5))
+    (claim,) = sent(out, act.RoleRequest)
+    sw.handle(ev.RoleReply(7, claim.xid, "master", 5), 100.0, view(replica, 5))
+    return sw
+
+
+def asked(sw: Switch) -> list[act.SwitchAction]:
+    """The statistics requests the switch has in flight, as the actions that sent them."""
+    return [act.Send(7, tuple(act.StatsRequest(xid, kind) for xid, (_, kind) in sw.link.requests.items()))]
+
+
+def read_tables(sw: Switch, replica: Replica, out: list[act.SwitchAction]) -> list[act.SwitchAction]:
+    """Answer the requests for meters and flows in `out` as a switch with nothing of ours would."""
+    actions: list[act.SwitchAction] = []
+    for req in sent(out, act.StatsRequest):
+        if req.kind == act.METER_FEATURES:
+            actions += sw.handle(ev.MeterFeaturesReply(7, req.xid, None), 100.0, view(replica, 5))
+        elif req.kind == act.METER_CONFIG:
+            actions += sw.handle(ev.MeterConfigReply(7, req.xid, {}), 100.0, view(replica, 5))
+        elif req.kind == act.FLOWS:
+            actions += sw.handle(ev.FlowStatsReply(7, req.xid, {}, {}), 100.0, view(replica, 5))
+    return actions
+
+
+def test_a_switch_that_connects_is_asked_its_role_and_tables_before_anything_is_written(replica):
+    sw, out = connected(replica)
+    assert [m.role for m in sent(out, act.RoleRequest)] == ["nochange"]
+    assert {m.kind for m in sent(out, act.StatsRequest)} == {act.METER_FEATURES, act.METER_CONFIG, act.FLOWS}
+    assert not sent(out, act.AddFlow) and not [a for a in out if isinstance(a, act.Submit)]
+    (timer,) = [a for a in out if isinstance(a, act.Later)]
+    assert timer.event == ev.PollDue(7, 100.5) and timer.seconds == pytest.approx(0.5)   # its phase of the interval
+
+
+def test_a_master_claim_waits_for_a_generation_id_newer_than_the_switchs(replica):
+    sw, out = connected(replica)
+    (ask,) = sent(out, act.RoleRequest)
+    out = sw.handle(ev.RoleReply(7, ask.xid, "equal", 9), 100.0, view(replica, generation=3))
+    assert out == [act.NeedGeneration(9)]           # 3 is older than the switch's 9: nothing sent
+    out = sw.handle(ev.RoleDue(), 100.0, view(replica, generation=10))
+    assert [(m.role, m.generation) for m in sent(out, act.RoleRequest)] == [("master", 10)]
+
+
+def test_a_standby_claims_slave_with_the_switchs_own_id(replica):
+    sw, out = connected(replica)
+    (ask,) = sent(out, act.RoleRequest)
+    out = sw.handle(ev.RoleReply(7, ask.xid, "equal", 4), 100.0, view(replica, active=False))
+    assert [(m.role, m.generation) for m in sent(out, act.RoleRequest)] == [("slave", 4)]
+
+
+def test_a_mastered_switch_gets_the_plan_as_one_batch_and_its_ports_as_jobs(replica):
+    sw = mastered(replica)
+    assert not sw.flows.known                       # nothing is planned before the tables are read
+    out = read_tables(sw, replica, asked(sw))
+    adds, barriers = sent(out, act.AddFlow), sent(out, act.Barrier)
+    assert len(adds) == 7 and len(barriers) == 1     # s1's seven flows, one barrier after them
+    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    assert submit.remote == REMOTE and [(j.port_no, j.qos) for j in submit.jobs] == [(1, True)]   # the auto port
+    assert not sw.in_sync
+    sw.handle(ev.BarrierReply(7, barriers[0].xid), 100.0, view(replica, 5))
+    for job in submit.jobs:                          # OVSDB holds what the jobs put
+        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
+    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5))
+    assert sw.in_sync and sw.settled
+
+
+def test_a_changed_leaf_limit_is_checked_on_the_device_though_ovsdb_is_unchanged(replica):
+    """A policy that changes only a class's queue length changes no QoS row; the device must follow."""
+    sw = mastered(replica)
+    out = read_tables(sw, replica, asked(sw))
+    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    for job in submit.jobs:
+        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
+    sw.handle(ev.BarrierReply(7, sent(out, act.Barrier)[0].xid), 100.0, view(replica, 5))
+    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5))
+    document = load_document("policies/auto.yaml")
+    document["switches"]["s1"]["ports"][1]["queue_packets"] = 40
+    longer = parse_policy(document)
+    port = longer.switch(1).port(1)
+    assert desired_qos(longer, port, True, True).ovsdb == desired_qos(AUTO, AUTO.switch(1).port(1), True, True).ovsdb
+    out = sw.handle(ev.PolicyInstalled(), 101.0, SwitchView(longer, Mode.IN_FORCE, True, 5, replica))
+    (check,) = [j for a in out if isinstance(a, act.Submit) for j in a.jobs]
+    assert (check.port_no, check.qos) == (1, False) and check.spec == desired_qos(longer, longer.switch(1).port(1),
+                                                                                   True, True)
+
+
+def test_a_poll_asks_for_statistics_and_a_flood_is_decided_from_them(replica):
+    document = load_document("policies/auto.yaml")
+    document["congestion"]["fast_poll_interval"] = 0    # slow polls alone decide
+    slow = SwitchView(parse_policy(document), Mode.IN_FORCE, True, 5, replica)
+    sw = mastered(replica)
+    read_tables(sw, replica, asked(sw))
+    decisions: list[act.Decided] = []
+    tx = drops = 0
+    for second in range(1, 5):
+        now = 100.5 + second
+        out = sw.handle(ev.PollDue(7, sw.poller.next_due or now), now, slow)
+        kinds = {m.kind: m.xid for m in sent(out, act.StatsRequest)}
+        assert {act.PORTS, act.QUEUES} <= kinds.keys()
+        tx += 5_000_000 // 8                        # the port sends at its capacity, and drops 5 %
+        drops += 21
+        replies: list[ev.Event] = [
+            ev.PortStatsReply(7, kinds[act.PORTS], {1: PortCounters(0, tx, 0, tx // 1500, 0, 0, 0, 0)}),
+            ev.QueueStatsReply(7, kinds[act.QUEUES], {(1, 0): QueueCounters(tx, tx // 1500, drops)})]
+        for kind in (act.CLASSIFIED_FLOWS, act.FLOWS):
+            if kind in kinds:
+                replies.append(ev.FlowStatsReply(7, kinds[kind], {}, {}))
+        if act.METER_STATS in kinds:
+            replies.append(ev.MeterStatsReply(7, kinds[act.METER_STATS], {}))
+        for reply in replies:
+            decisions += [a for a in sw.handle(reply, now, slow) if isinstance(a, act.Decided)]
+    assert [(d.port_no, d.decision.action) for d in decisions] == [(1, "program")]
+    assert sw.telemetry.events[(1, "program")] == 1 and sw.telemetry.congested[1]
+
+
+def test_a_standby_controller_drives_a_take_over_a_put_and_a_delete_without_io(replica):
+    """The controller's handle() touches no store and no OVSDB but the replica's reads: a take-over asks
+    for the saved policy, a PUT and a DELETE ask for it to be saved, and each goes on with the outcome."""
+    ctl = Controller(replica, owner="o", saved=ev.PolicyLoaded(SAVED_ABSENT), active=False, standby=True,
+                     wall=lambda: 0.0)
+    ctl.handle(ev.SwitchUp(7, 1, frozenset(S1)), 1.0)
+    out = ctl.handle(ev.RemotesChanged({REMOTE: True}, (), locked=True), 2.0)
+    assert act.LoadPolicy() in out and act.Beat() in out and ctl.active
+    ctl.handle(ev.PolicyLoaded(SAVED_POLICY, load_document("policies/auto.yaml")), 2.0)
+    assert ctl.keeper.policy == AUTO and ctl.keeper.mode is Mode.IN_FORCE
+    reserve = load_document("policies/reserve.yaml")
+    out = ctl.handle(ev.SetPolicy("put", reserve), 3.0)
+    assert out == [act.SavePolicy(reserve)] and ctl.keeper.policy == AUTO    # nothing in force before it is saved
+    ctl.handle(ev.PolicySaved(None), 3.0)
+    assert ctl.keeper.policy is not None and ctl.keeper.policy.name == "reserve"
+    out = ctl.handle(ev.ClearPolicy("delete"), 4.0)
+    assert out == [act.SavePolicy(None)]
+    out = ctl.handle(ev.PolicySaved("disk full"), 4.0)
+    (answer,) = [a for a in out if isinstance(a, act.Answer)]
+    assert answer.token == "delete" and "disk full" in str(answer.error) and ctl.keeper.policy.name == "reserve"
+
+
+def test_a_switch_that_leaves_is_forgotten_whole(replica):
+    ctl = Controller(replica, owner="o", saved=ev.PolicyLoaded(SAVED_ABSENT), wall=lambda: 0.0)
+    ctl.handle(ev.SwitchUp(7, 1, frozenset(S1)), 1.0)
+    assert 1 in ctl.switches and 1 in ctl.snapshot.in_sync
+    ctl.handle(ev.SwitchDown(7), 2.0)
+    assert ctl.switches == {} and ctl.conns == {} and ctl.snapshot.in_sync == {}
