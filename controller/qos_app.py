@@ -150,6 +150,11 @@ class QosController(App):
         thread = super().start()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, _stop)
+        signal.signal(signal.SIGHUP, lambda *_: eventlet.hubs.get_hub().schedule_call_global(0, hub.spawn,
+                                                                                              self._reload))
+        for signum in (signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(signum, lambda num, _: LOG.info("%s ignored (SIGHUP re-reads the policy file)",
+                                                          signal.Signals(num).name))
         self.tc = Tc()
         done = lambda results: self._post(ev.JobsDone(tuple(results)))   # noqa: E731
         self.workers = {name: Worker(self.ovsdb.view(name), self.tc if on_this_host(name) else None, done,
@@ -174,6 +179,24 @@ class QosController(App):
         if self.tc:
             self.tc.close()
         LOG.info("exit: flows and queues left in place for the next start")
+
+    def _reload(self) -> None:
+        """SIGHUP, as operators expect of a daemon: the config file and its policy file read again, and the
+        policy put in force as a PUT would be; a bad one changes nothing and is said in one line."""
+        try:
+            if not CONF.reload_config_files():
+                LOG.error("SIGHUP: the config file cannot be read again (see above); nothing changed")
+                return
+            path = config.settings(CONF).policy
+            if path is None:
+                LOG.warning("SIGHUP: no policy file is configured ([qos] policy); nothing to reload")
+                return
+            document = load_document(str(path))
+        except (config.ConfigError, PolicyError) as err:
+            LOG.error("SIGHUP: %s; the policy in force stays", err)
+            return
+        LOG.info("SIGHUP: %s read again", path)
+        self._post(ev.Reload(document))
 
     # --- OVSDB remotes and netlink, each in a greenthread of its own -----------------------------------------
     def _connect_remote(self, name: str) -> None:
@@ -278,6 +301,11 @@ class QosController(App):
                         worker.submit(list(action.jobs))
                         if action.sweep:
                             worker.sweep_orphans()
+                case act.Answer() if isinstance(action.token, ev.Reload):
+                    if action.error is not None:
+                        LOG.error("SIGHUP: %s; the policy in force stays", action.error)
+                    else:
+                        LOG.info("SIGHUP: %s", action.result)
                 case act.Answer():
                     self.reply_to_request(action.token, EventReply(action.token.src, action.result, action.error))
                 case act.Later():

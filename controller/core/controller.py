@@ -11,6 +11,7 @@ kept if it answers (plain OpenFlow is unauthenticated; TLS is the answer on an u
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import random
 from collections.abc import Callable
@@ -96,6 +97,12 @@ class Controller:
                 self.out += self.keeper.change(event, self.check, now) if self.active else [act.Answer(
                     event.token, error=Standby(f"this controller is the standby of owner {self.owner}: send "
                                                "changes to the active one"))]
+            case ev.Reload():   # answered to the Reload itself: the app logs it
+                with contextlib.suppress(PolicyError):
+                    parse_policy(event.document)
+                    self.pinned = event.document     # what a take-over puts in force from now on
+                self.out += self.keeper.change(ev.SetPolicy(event, event.document), self.check, now) if self.active \
+                    else [act.Answer(event, {"standby": "the policy file is put in force when this one takes over"})]
             case ev.PolicySaved():
                 actions, installed = self.keeper.saved(event, now)
                 if installed:

@@ -173,6 +173,12 @@ Request = GetPolicy | SetPolicy | ClearPolicy | GetStatus
 # --- what the app did for the core (each answers an action) and what it reports ------------------------
 
 @dataclass(frozen=True)
+class Reload:
+    """The configured policy file, read again (SIGHUP): put in force as a PUT would be."""
+    document: Any
+
+
+@dataclass(frozen=True)
 class JobsDone:
     results: tuple[JobResult, ...]
 
@@ -254,5 +260,5 @@ SwitchEvent = (PortsChanged | BridgeDue | PollDue | RoleReply | ErrorReply | Bar
 Event = (SwitchUp | SwitchDown | PortsChanged | BridgeDue | PollDue | RoleReply | ErrorReply | BarrierReply
          | FlowStatsReply | FlowCountReply | MeterFeaturesReply | MeterConfigReply | MeterStatsReply
          | QueueStatsReply | PortStatsReply | EchoReply | ClaimDue | ConfirmDue | GetPolicy | SetPolicy | ClearPolicy
-         | GetStatus | JobsDone | TcChanged | RemotesChanged | LockHeld | GenerationClaimed | PolicySaved
+         | GetStatus | Reload | JobsDone | TcChanged | RemotesChanged | LockHeld | GenerationClaimed | PolicySaved
          | PolicyLoaded)

@@ -5,6 +5,7 @@ notice, and meters a restart adopts as they are."""
 import concurrent.futures
 import json
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -163,6 +164,29 @@ def test_the_config_file_is_honoured(tmp_path, bridges):
         assert 'ovs-qos-controller=honoured' in sh("ovs-vsctl", "--columns=external_ids", "list", "qos")
         assert rest("DELETE", "/policy")[0] == 401                       # the token is required
         assert rest("DELETE", "/policy", token="t0ken-0123456789abcdef")[0] == 200
+    finally:
+        stop_controller(proc, clear=False)
+
+
+def test_sighup_puts_the_policy_file_in_force_again_and_keeps_the_old_one_when_the_new_is_bad(tmp_path, bridges):
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy("first")))
+    proc = start_controller(controller_config(tmp_path / "qos.conf", policy=path), tmp_path / "log")
+    try:
+        wait(lambda: in_sync("first"), 20, "the configured policy in force")
+        for signum in (signal.SIGUSR1, signal.SIGUSR2):     # logged and ignored, as a daemon should
+            proc.send_signal(signum)
+        path.write_text(yaml.safe_dump(policy("second")))
+        assert not in_sync("second")
+        proc.send_signal(signal.SIGHUP)
+        wait(lambda: in_sync("second"), 20, "the policy file read again and in force")
+        path.write_text(yaml.safe_dump({**policy("third"), "classes": {"tcp": {"queue": 1, "min": "180%"}}}))
+        proc.send_signal(signal.SIGHUP)
+        wait(lambda: "180%" in (tmp_path / "log").read_text(), 20, "the bad policy file refused in the log")
+        assert proc.poll() is None and in_sync("second")
+        log = (tmp_path / "log").read_text()
+        assert "SIGUSR1 ignored" in log and "SIGUSR2 ignored" in log
+        assert [line for line in log.splitlines() if "180%" in line][0].endswith("the policy in force stays")
     finally:
         stop_controller(proc, clear=False)
 
