@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ci import ON_CI
 from topo.harness.host import STATE_DIR
 
 
@@ -20,7 +21,6 @@ def _ovs_running() -> bool:
     return subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True).returncode == 0
 
 
-ON_CI = bool(os.environ.get("CI"))
 requires_root = pytest.mark.needs(os.geteuid() != 0, "needs root (Mininet, Open vSwitch, tc)")
 requires_ovs = pytest.mark.needs(os.geteuid() != 0 or not _ovs_running(),
                                  "needs root and a running Open vSwitch (scripts/setup.sh starts it)")
@@ -35,16 +35,38 @@ def pytest_runtest_setup(item):
             pytest.skip(reason)
 
 
+# The first test that uses a module- or session-wide fixture pays for its set-up: most run a whole study
+# (their subprocess timeouts are 600 s at most). pytest.ini's default is for a test alone.
+STUDY_TIMEOUT = 900
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("timeout") is not None:
+            continue
+        defs = getattr(item, "_fixtureinfo", None)
+        wide = [d for ds in (defs.name2fixturedefs.values() if defs else ()) for d in ds
+                if d.scope in ("module", "session", "package") and d.argname != "host_to_ourselves"
+                and d.func.__module__.startswith("tests.")]   # ours, not pytest's (tmp_path_factory)
+        if wide:
+            item.add_marker(pytest.mark.timeout(STUDY_TIMEOUT))
+
+
 def _present() -> dict[str, set[str]]:
+    """What is there now. A command that fails raises: with OVS down, "no bridge left" would be no check."""
     def out(*args):
-        return {line for line in subprocess.run(args, capture_output=True, text=True).stdout.splitlines() if line}
+        done = subprocess.run(args, capture_output=True, text=True, timeout=30)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}; what a run "
+                               "leaves behind cannot be checked")
+        return {line for line in done.stdout.splitlines() if line}
     def alive(pattern: str) -> set[str]:
         """Processes whose command line matches, zombies left out (a dead parent's are reaped by init later)."""
         return {line for line in out("ps", "-ww", "-eo", "pid=,stat=,args=") if pattern in line.split(None, 2)[-1]
                 and not line.split()[1].startswith("Z")}
-    return {"bridges": out("ovs-vsctl", "list-br"),
-            "qos": out("ovs-vsctl", "--columns=_uuid", "list", "QoS"),
-            "queues": out("ovs-vsctl", "--columns=_uuid", "list", "Queue"),
+    return {"bridges": out("ovs-vsctl", "--timeout=10", "list-br"),
+            "qos": out("ovs-vsctl", "--timeout=10", "--columns=_uuid", "list", "QoS"),
+            "queues": out("ovs-vsctl", "--timeout=10", "--columns=_uuid", "list", "Queue"),
             "iperf3": {line for line in alive("iperf3") if line.split(None, 2)[-1].split()[0].endswith("iperf3")},
             "controller": alive("-manager ")}
 
@@ -77,7 +99,8 @@ def host_to_ourselves():
                 pytest.exit("another study or benchmark has held this host for 30 minutes", returncode=3)
             time.sleep(1)
     os.close(fd)   # the launchers under test take the lock themselves
-    _BEFORE.update(_present())
+    if _ovs_running():   # else the tests that need it are skipped (failed on CI); leftovers() would raise
+        _BEFORE.update(_present())
     yield
 
 

@@ -30,6 +30,7 @@ def wait_until(condition, what: str, proc: subprocess.Popen, timeout: float = 90
         time.sleep(0.3)
 
 
+@pytest.mark.timeout(600)   # three repetitions of a study (its run's own limit is 400 s)
 def test_repeats_report_the_median_and_range_and_parallel_flows_their_fairness(tmp_path):
     done = subprocess.run([sys.executable, "topo/run.py", "--policy", "reserve", *SHORT, "--repeat", "3",
                            "--tcp-flows", "2", "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
@@ -43,7 +44,8 @@ def test_repeats_report_the_median_and_range_and_parallel_flows_their_fairness(t
         assert len(step["runs"]) == 3
         assert step["tcp_mbps_min"] <= step["tcp_mbps"] <= step["tcp_mbps_max"]
         assert sorted(step["runs"])[1] == step["tcp_mbps"]
-        assert len(step["tcp_flows_mbps"]) == 2 and 0.5 <= step["tcp_jain_index"] <= 1
+        # two cubic flows in the one TCP class share it about equally (0.5 would be one taking everything)
+        assert len(step["tcp_flows_mbps"]) == 2 and 0.8 <= step["tcp_jain_index"] <= 1
         # the two flows share what TCP gets: their rates add up to the aggregate
         assert sum(step["tcp_flows_mbps"]) == pytest.approx(step["tcp_mbps"], rel=0.15)
     for k, run in enumerate(reserve["repetitions"], start=1):

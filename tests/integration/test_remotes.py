@@ -16,6 +16,7 @@ from tests.integration.conftest import (
     FLOOD_ONLY,
     NOTHING_LEFT,
     REPO,
+    STUDY_TIMEOUT,
     controller_config,
     leftovers,
     requires_ovs,
@@ -169,6 +170,7 @@ def test_a_second_ovs_down_at_the_start_is_managed_once_it_answers(tmp_path):
     assert leftovers() == NOTHING_LEFT and not any(BASE.glob("*"))
 
 
+@pytest.mark.timeout(STUDY_TIMEOUT)   # a whole study
 def test_the_main_study_with_s2_on_a_second_ovs_gives_the_same_result(tmp_path):
     out = tmp_path / "study"
     done = subprocess.run([sys.executable, "topo/run.py", "--policy", "reserve", "auto", *FLOOD_ONLY,
@@ -181,7 +183,8 @@ def test_the_main_study_with_s2_on_a_second_ovs_gives_the_same_result(tmp_path):
     for name in ("reserve", "auto"):
         for step in summary["policies"][name]["steps"]:
             if step["udp_mbps_offered"] in (10, 12):
-                assert step["tcp_mbps"] >= 0.9 * reservation or not step["faithful"] and step["fidelity_notes"], step
+                assert step["faithful"], step   # an unfaithful step proves nothing either way
+                assert step["tcp_mbps"] >= 0.9 * reservation, step
     (auto,) = summary["policies"]["auto"]["repetitions"]
     assert [d["action"] for d in auto["decisions"]] == ["program", "rollback"]
     log = (out / "controller.log").read_text()

@@ -12,6 +12,7 @@ from tests.integration.conftest import (
     FLOOD_ONLY,
     NOTHING_LEFT,
     REPO,
+    STUDY_TIMEOUT,
     controller_config,
     leftovers,
     requires_ovs,
@@ -42,6 +43,7 @@ def step(summary, policy, udp):
     return next(s for s in summary["policies"][policy]["steps"] if s["udp_mbps_offered"] == udp)
 
 
+@pytest.mark.timeout(STUDY_TIMEOUT)   # a whole study
 def test_the_main_studys_reserve_and_auto_under_a_controller_started_by_ryu_manager(tmp_path):
     proc = start_ryu(controller_config(tmp_path / "qos.conf"), tmp_path / "ryu.log")
     try:
@@ -59,7 +61,8 @@ def test_the_main_studys_reserve_and_auto_under_a_controller_started_by_ryu_mana
     for udp in (10, 12):
         for policy in ("reserve", "auto"):
             row = step(summary, policy, udp)
-            assert row["tcp_mbps"] >= 0.9 * reservation or (not row["faithful"] and row["fidelity_notes"]), row
+            assert row["faithful"], row   # an unfaithful step proves nothing either way
+            assert row["tcp_mbps"] >= 0.9 * reservation, row
             assert row["probe_loss_percent"] <= 2, row
     (run,) = summary["policies"]["auto"]["repetitions"]
     assert [d["action"] for d in run["decisions"]] == ["program", "rollback"]

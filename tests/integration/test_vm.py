@@ -28,6 +28,7 @@ pytestmark = [
                       "cannot boot here"),
     pytest.mark.needs(os.geteuid() != 0, "the VM harness needs root (debootstrap for the image; the guest's root "
                                          "writes results into the shared repository)"),
+    pytest.mark.timeout(TIMEOUT_S + 300),   # the run's own limit, then its results read
 ]
 
 
@@ -96,8 +97,8 @@ def test_reserve_protects_tcp_against_the_udp_flood(run):
     _, summary, _ = run
     reservation = reserve(summary)["tcp_reservation_mbps"]
     row = step(summary, UDP)
-    assert row["tcp_mbps"] >= 0.75 * reservation or (not row["faithful"] and row["fidelity_notes"]), row
-    assert row["faithful"] == (not row["fidelity_notes"]), row
+    assert row["faithful"] and not row["fidelity_notes"], row   # an unfaithful step proves nothing either way
+    assert row["tcp_mbps"] >= 0.75 * reservation, row
 
 
 def test_tcp_bytes_went_through_the_tcp_class(run):

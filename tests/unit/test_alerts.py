@@ -2,8 +2,7 @@
 alert has a case where it fires and one where it does not, the shipped configurations load it, and its
 expressions and test series name only what the controller exports.
 
-On CI (env CI set; scripts/setup.sh has installed promtool) a missing promtool fails; elsewhere it skips."""
-import os
+On CI (CI=true: tests/ci.py; scripts/setup.sh has installed promtool) a missing promtool fails; elsewhere it skips."""
 import re
 import shutil
 import subprocess
@@ -14,6 +13,7 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
 from controller.adapters.metrics import ControllerCollector, Snapshot
+from tests.ci import ON_CI
 from tests.dashboard_queries import metric_names
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ PROMETHEUS_OWN = {"up"}   # what Prometheus records of every target
 def promtool() -> str:
     path = shutil.which("promtool")
     if path is None:
-        if os.environ.get("CI"):
+        if ON_CI:
             pytest.fail("promtool is not installed (scripts/setup.sh installs it): on CI a missing component fails")
         pytest.skip("promtool is not installed (scripts/setup.sh installs Debian's prometheus package)")
     return path

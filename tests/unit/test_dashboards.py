@@ -11,7 +11,6 @@ tests/dashboard_queries.py).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -25,6 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # plain `pytest` does not put the root on sys.path
     sys.path.insert(0, str(REPO_ROOT))
 
+from tests.ci import ON_CI  # noqa: E402
 from tests.dashboard_queries import (  # noqa: E402
     ALL_VALUE,
     EXPORTED_METRICS,
@@ -51,11 +51,11 @@ PROMTOOL = shutil.which("promtool")
 DOCKER_COMPOSE = shutil.which("docker-compose")
 # Off CI a missing tool skips these tests; on CI (which runs scripts/setup.sh first) it fails them.
 needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None and not os.environ.get("CI"),
+    PROMTOOL is None and not ON_CI,
     reason="promtool not installed (apt-get install prometheus provides it)",
 )
 needs_docker_compose = pytest.mark.skipif(
-    DOCKER_COMPOSE is None and not os.environ.get("CI"),
+    DOCKER_COMPOSE is None and not ON_CI,
     reason="docker-compose not installed (apt-get install docker-compose provides it)",
 )
 

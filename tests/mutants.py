@@ -1,0 +1,222 @@
+"""Hand mutations of the core (controller/core/) and the fidelity monitor, each run against the unit tests
+in a copy of the tree: a mutant the tests do not kill is a claim no test checks (docs/testing.md).
+
+    .venv/bin/python tests/mutants.py                 # every mutant, two at a time (about 10 minutes)
+    .venv/bin/python tests/mutants.py plan-match ...  # these only
+    .venv/bin/python tests/mutants.py --list
+    .venv/bin/python tests/mutants.py --head          # the last commit's tree, not the working tree's
+
+The unmutated copy is run first: if its unit tests fail (someone's work in progress), every mutant would
+look killed, so the run stops there (use --head, or finish the work). Each mutant is one textual change (`old` must occur exactly once in its file, so a refactor that moves
+the code makes the mutant fail loudly rather than test nothing). The tree is copied to a temporary
+directory per worker and mutated there, never in place. Exit 1 if a mutant survives that is not in
+EQUIVALENT, or if a mutant no longer applies.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+IGNORE = shutil.ignore_patterns(".git", ".venv*", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
+                                "*.qcow2", "*.img", "results", "runs")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str
+    old: str
+    new: str
+
+
+M = Mutant
+MUTANTS = [
+    # --- the audit's list ------------------------------------------------------------------------------
+    M("plan-match", "controller/core/plan.py",
+      "if entry is None or (entry.priority, entry.match) != (flow.priority, flow.match):",
+      "if entry is None or entry.priority != flow.priority:"),
+    M("plan-steered", "controller/core/plan.py",
+      "desired_qos = state.qos(state.reserving | steered_ports(flows))", "desired_qos = state.qos(state.reserving)"),
+    M("tc-limit", "controller/core/plan.py",
+      "leaves.get(c, (None, None)) != (kind, limit)", "leaves.get(c, (None, None))[0] != kind"),
+    M("hot-ge", "controller/core/congestion.py",
+      "sample.utilisation >= self.utilisation", "sample.utilisation > self.utilisation"),
+    M("meters-policed-counted", "controller/core/meters.py",
+      " and rule.traffic_class not in policed}", "}"),
+    M("tc-sweep", "controller/core/portjobs.py",
+      "            self.check |= set(self.ifindex)\n", "            pass\n"),
+    M("standby-sweeps", "controller/core/controller.py",
+      "elif self.active:   # rows of ours", "else:   # rows of ours"),
+    M("fast-poll-bound", "controller/core/policy.py",
+      "if fast and not 0.01 <= fast <= poll_interval:", "if fast and not 0.01 <= fast:"),
+    M("monitor-drops", "topo/harness/fidelity.py",
+      "cls: leaf.drops - self._first[cls].drops", "cls: leaf.drops"),
+    # --- more of the core ------------------------------------------------------------------------------
+    M("hot-streak", "controller/core/congestion.py",
+      "if self._hot_streak < config.samples:", "if self._hot_streak <= config.samples:"),
+    M("hold-time", "controller/core/congestion.py",
+      "if calm_for < config.hold_seconds:", "if calm_for < 0:"),
+    M("calm-not-hot", "controller/core/congestion.py",
+      "return quiet and not self.is_hot(sample)", "return quiet"),
+    M("loss-competing", "controller/core/congestion.py",
+      "lossy = sample.competing and sample.loss_ratio", "lossy = sample.loss_ratio"),
+    M("plan-modify", "controller/core/plan.py",
+      "elif held.actions != entry.actions:", "elif False:"),
+    M("plan-foreign", "controller/core/plan.py",
+      "        if actual == FOREIGN:\n            continue\n", ""),
+    M("plan-absent", "controller/core/plan.py",
+      "qos = {p: q for p, q in qos.items() if q != ABSENT}", "qos = dict(qos)"),
+    M("tc-waiting", "controller/core/plan.py",
+      "if not set(wanted) <= classes:", "if False:"),
+    M("tc-filters-userspace", "controller/core/plan.py",
+      "spec.marks if userspace and filters != marks else None", "spec.marks if filters != marks else None"),
+    M("drift-while-busy", "controller/core/portjobs.py",
+      "ABSENT) and port_no not in self.busy:", "ABSENT):"),
+    M("job-error-retry", "controller/core/portjobs.py",
+      "self._errors[key] = result.error\n                self.failed.add(job.port_no)\n",
+      "self._errors[key] = result.error\n"),
+    M("missing-twice", "controller/core/portjobs.py",
+      "if job.port_no in self.missing:", "if True:"),
+    M("leaves-changed-check", "controller/core/portjobs.py",
+      "if self.specs.get(port_no) != wanted:", "if False:"),
+    M("batch-refused-retry", "controller/core/flowsync.py",
+      '            self.failed = True\n', '            self.failed = False\n'),
+    M("flow-count", "controller/core/flowsync.py",
+      "reply.count != len(self.flows)", "False"),
+    M("one-batch", "controller/core/flowsync.py",
+      "elif (changes or meters) and not self.batches and not self.failed:",
+      "elif (changes or meters) and not self.failed:"),
+    M("whole-table", "controller/core/poller.py",
+      "whole = self.table_polls == 0", "whole = False"),
+    M("fast-decides", "controller/core/poller.py",
+      "if not round_.fast and fast and port_no in self.watched:", "if False:"),
+    M("idle-skip", "controller/core/poller.py",
+      "and not drops.get(port_no) and state.resting(port_no):", "and not drops.get(port_no):"),
+    M("writable-active", "controller/core/role.py",
+      "return view.active and self.role is SwitchRole.MASTER", "return self.role is SwitchRole.MASTER"),
+    M("demoted", "controller/core/role.py",
+      "        if self.role is SwitchRole.MASTER:\n            self.role = SwitchRole.SLAVE",
+      "        if False:\n            self.role = SwitchRole.SLAVE"),
+    M("heartbeat-moves", "controller/core/authority.py",
+      "if self._beat is None or self._beat[0] != change.heartbeat:", "if self._beat is None:"),
+    M("claim-again", "controller/core/authority.py",
+      "return self.need(self.above) if self.above > generation else []", "return []"),
+    M("same-policy-while-saving", "controller/core/keeper.py",
+      "policy == self.policy and not self.saving:", "policy == self.policy:"),
+    M("confirm-deadline", "controller/core/keeper.py",
+      "if not (settled or now > change.deadline):", "if not settled:"),
+    M("not-connected", "controller/core/keeper.py",
+      "not_in_sync |= {f\"{dp_id:016x}\": NOT_CONNECTED", "not_in_sync & {f\"{dp_id:016x}\": NOT_CONNECTED"),
+    M("bridge-gone-sweep", "controller/core/controller.py",
+      "if sw.bridge is not None and self.active:", "if False:"),
+    M("carry-reserving", "controller/core/switch_state.py",
+      "if port.port_no in previous.reserving:", "if False:"),
+    M("competing-two", "controller/core/switch_state.py",
+      "competing=not class_bps or len(recent) >= 2", "competing=not class_bps or len(recent) > 2"),
+    M("shortfall", "controller/core/switch_state.py",
+      "rate >= keep * short.min_share * cap", "rate >= short.min_share * cap"),
+    M("ovsdb-changed-poll", "controller/core/switch.py",
+      "if (retry or self.ovsdb_generation != view.ovsdb.generation) and not self.jobs.busy:",
+      "if retry and not self.jobs.busy:"),
+    M("in-sync-errors", "controller/core/switch.py",
+      "or self.jobs.changing()\n                            or self.errors())",
+      "or self.jobs.changing())"),
+    M("counter-wrap", "controller/core/stats.py",
+      "elif before > _WRAP_FLOOR:", "elif False:"),
+]
+
+# Mutants no test can kill because they change nothing a user can see, each with the reason.
+EQUIVALENT: dict[str, str] = {}
+
+
+PYTEST = [sys.executable, "-m", "pytest", "tests/unit", "-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+          "--timeout=120"]
+
+
+def run(mutant: Mutant, work: Path, timeout: float) -> tuple[str, float]:
+    """'killed', 'survived', or why it could not run; and the seconds it took."""
+    target = work / mutant.path
+    original = target.read_text()
+    if original.count(mutant.old) != 1:
+        return f"stale: the text to mutate occurs {original.count(mutant.old)} times", 0.0
+    target.write_text(original.replace(mutant.old, mutant.new))
+    start = time.monotonic()
+    try:
+        done = subprocess.run(PYTEST, cwd=work, capture_output=True, timeout=timeout)
+        outcome = "survived" if done.returncode == 0 else "killed"
+    except subprocess.TimeoutExpired:
+        outcome = "killed (hung)"
+    finally:
+        target.write_text(original)
+    return outcome, time.monotonic() - start
+
+
+def copy_tree(work: Path, head: bool) -> None:
+    if head:
+        work.mkdir()
+        archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
+    else:
+        shutil.copytree(ROOT, work, ignore=IGNORE, symlinks=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help="mutants to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutants and stop")
+    parser.add_argument("-j", "--jobs", type=int, default=2, help="mutants run at once (each in its own copy)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds one mutant's run may take")
+    parser.add_argument("--head", action="store_true", help="mutate the last commit's tree, not the working tree's")
+    args = parser.parse_args()
+    if args.list:
+        for m in MUTANTS:
+            print(f"{m.name:28} {m.path}")
+        return 0
+    unknown = set(args.names) - {m.name for m in MUTANTS}
+    if unknown:
+        parser.error(f"no such mutant: {', '.join(sorted(unknown))}")
+    chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
+    with tempfile.TemporaryDirectory(prefix="mut-") as tmp:
+        works = []
+        for i in range(max(1, min(args.jobs, len(chosen)))):
+            work = Path(tmp) / f"tree{i}"
+            copy_tree(work, args.head)
+            works.append(work)
+        baseline = subprocess.run(PYTEST, cwd=works[0], capture_output=True, text=True)
+        if baseline.returncode != 0:
+            print("the unmutated tree fails its unit tests; no mutant can be judged:\n" + baseline.stdout[-3000:])
+            return 2
+        print("unmutated: the unit tests pass", flush=True)
+        free = list(works)
+
+        def one(mutant: Mutant) -> tuple[Mutant, str, float]:
+            work = free.pop()
+            try:
+                return (mutant, *run(mutant, work, args.timeout))
+            finally:
+                free.append(work)
+
+        bad = 0
+        with concurrent.futures.ThreadPoolExecutor(len(works)) as pool:
+            for mutant, outcome, seconds in pool.map(one, chosen):
+                note = ""
+                if outcome == "survived":
+                    reason = EQUIVALENT.get(mutant.name)
+                    note = f"  (equivalent: {reason})" if reason else ""
+                    bad += reason is None
+                elif outcome.startswith("stale"):
+                    bad += 1
+                print(f"{mutant.name:28} {outcome:14} {seconds:5.0f} s  {mutant.path}{note}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
