@@ -5,6 +5,7 @@ in a copy of the tree: a mutant the tests do not kill is a claim no test checks 
     .venv/bin/python tests/mutants.py plan-match ...  # these only
     .venv/bin/python tests/mutants.py --list
     .venv/bin/python tests/mutants.py --head          # the last commit's tree, not the working tree's
+    .venv/bin/python tests/mutants.py plan-match --tests tests/unit/test_claims.py   # does this test kill it?
 
 The unmutated copy is run first: if its unit tests fail (someone's work in progress), every mutant would
 look killed, so the run stops there (use --head, or finish the work). Each mutant is one textual change (`old` must occur exactly once in its file, so a refactor that moves
@@ -137,8 +138,8 @@ MUTANTS = [
 EQUIVALENT: dict[str, str] = {}
 
 
-PYTEST = [sys.executable, "-m", "pytest", "tests/unit", "-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-          "--timeout=120"]
+PYTEST = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--timeout=120"]
+TESTS = ["tests/unit"]
 
 
 def run(mutant: Mutant, work: Path, timeout: float) -> tuple[str, float]:
@@ -150,7 +151,7 @@ def run(mutant: Mutant, work: Path, timeout: float) -> tuple[str, float]:
     target.write_text(original.replace(mutant.old, mutant.new))
     start = time.monotonic()
     try:
-        done = subprocess.run(PYTEST, cwd=work, capture_output=True, timeout=timeout)
+        done = subprocess.run(PYTEST + TESTS, cwd=work, capture_output=True, timeout=timeout)
         outcome = "survived" if done.returncode == 0 else "killed"
     except subprocess.TimeoutExpired:
         outcome = "killed (hung)"
@@ -175,6 +176,9 @@ def main() -> int:
     parser.add_argument("-j", "--jobs", type=int, default=2, help="mutants run at once (each in its own copy)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one mutant's run may take")
     parser.add_argument("--head", action="store_true", help="mutate the last commit's tree, not the working tree's")
+    parser.add_argument("--tests", nargs="+", default=TESTS, metavar="PATH",
+                        help="the tests to run against each mutant (default: tests/unit): a quick check of the "
+                             "tests meant to kill them")
     args = parser.parse_args()
     if args.list:
         for m in MUTANTS:
@@ -184,13 +188,14 @@ def main() -> int:
     if unknown:
         parser.error(f"no such mutant: {', '.join(sorted(unknown))}")
     chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
+    TESTS[:] = args.tests
     with tempfile.TemporaryDirectory(prefix="mut-") as tmp:
         works = []
         for i in range(max(1, min(args.jobs, len(chosen)))):
             work = Path(tmp) / f"tree{i}"
             copy_tree(work, args.head)
             works.append(work)
-        baseline = subprocess.run(PYTEST, cwd=works[0], capture_output=True, text=True)
+        baseline = subprocess.run(PYTEST + TESTS, cwd=works[0], capture_output=True, text=True)
         if baseline.returncode != 0:
             print("the unmutated tree fails its unit tests; no mutant can be judged:\n" + baseline.stdout[-3000:])
             return 2

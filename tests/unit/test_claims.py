@@ -1,0 +1,141 @@
+"""Claims of the core's and the fidelity monitor's docstrings that no other test checked: each of these once
+let a hand mutation of the code live (tests/mutants.py names it beside each test). What is asserted is
+what a user sees: the switch's flows and meters, OVSDB's QoS, the device's queues, the API's answer,
+the monitor's numbers."""
+from controller.adapters.tc import ClassCounters, Leaf
+from controller.core import events as ev
+from controller.core.congestion import PROGRAM, CongestionConfig, PortCongestion, PortSample
+from controller.core.meters import COUNTING, METER_BASE, is_ours
+from controller.core.portjobs import TC_SWEEP_SECONDS
+from tests.unit.fakes import S1_FLOWS, TCP, UDP, VOICE, shipped, up
+from topo.harness import fidelity
+
+# --- flows: a rule whose match changed is replaced (mutant plan-match) --------------------------------
+
+def test_a_rule_whose_match_changed_is_replaced_not_kept_beside_the_policy(net):
+    up(net)
+    old = (1000, (("in_port", 1),))
+    assert old in net.s1.table
+    doc = shipped("reserve")
+    doc["switches"]["s1"]["flows"][1]["match"] = {"in_port": 1, "eth_dst": "00:00:00:00:00:01"}   # same actions
+    result, error = net.app.request("set_policy", doc)
+    assert error is None and result["in_sync"] is True, result
+    assert old not in net.s1.table
+    assert (1000, (("eth_dst", "00:00:00:00:00:01"), ("in_port", 1))) in net.s1.table
+    assert len(net.s1.table) == S1_FLOWS
+
+
+# --- tc: the leaves' packet limit, checked on news and by the slow sweep (tc-limit, tc-sweep) -------------
+
+def a_leaf_changed_by_hand(net) -> tuple[dict, str]:
+    """One of s1-eth1's class queues given another packet limit, of the same kind, by hand: (the leaves as
+    the policy has them, the class changed)."""
+    before = net.app.tc.leaves("s1-eth1")
+    cls, leaf = sorted(before.items())[0]
+    assert leaf.limit is not None
+    net.app.tc.leaves_["s1-eth1"][cls] = Leaf(leaf.kind, leaf.limit + 7)
+    assert net.app.tc.leaves("s1-eth1") != before
+    return before, cls
+
+
+def test_a_leaf_whose_packet_limit_was_changed_by_hand_is_put_back_when_netlink_says_so(net):
+    up(net)
+    before, _ = a_leaf_changed_by_hand(net)
+    net.app.handle(ev.TcChanged(frozenset({net.app.tc.ifindex("s1-eth1")})))
+    net.app.settle()
+    assert net.app.tc.leaves("s1-eth1") == before
+    assert net.app.snapshot.drift_repairs() == {"tc": 1}
+
+
+def test_a_tc_change_netlink_did_not_announce_is_put_back_by_the_slow_sweep(net):
+    up(net)
+    before, cls = a_leaf_changed_by_hand(net)
+    net.app.advance(TC_SWEEP_SECONDS - 30)     # polls go on; nothing told the controller of the change
+    assert net.app.tc.leaves("s1-eth1")[cls] != before[cls]
+    net.app.advance(60)
+    assert net.app.tc.leaves("s1-eth1") == before
+
+
+# --- congestion: "at or above" the utilisation threshold (hot-ge) --------------------------------------
+
+def test_a_port_exactly_at_the_utilisation_threshold_and_losing_packets_is_hot():
+    config = CongestionConfig(utilisation=0.9, loss_ratio=0.01, samples=2)
+    detector = PortCongestion(config)
+    at_threshold = PortSample(tx_bps=4_500_000, tx_pps=950, drops_ps=50, capacity_bps=5_000_000)
+    assert at_threshold.utilisation == config.utilisation
+    decisions = [detector.observe(at_threshold, t) for t in (0.0, 1.0)]
+    assert decisions[0] is None and decisions[1] is not None and decisions[1].action == PROGRAM
+
+
+# --- meters: a policed class is counted by its own meter, not a second one (meters-policed-counted) -------
+
+def test_an_auto_ports_policed_class_passes_its_policing_meter_and_no_counting_meter(net):
+    doc = shipped("auto")
+    doc["classes"]["udp"]["police"] = {"rate": "500kbit", "burst": "50kbit"}
+    net.app.connect(net.s1)
+    net.app.connect(net.s2)
+    result, error = net.app.request("set_policy", doc)
+    assert error is None and result["in_sync"], (result, error)
+    ours = {m for m in net.s1.meters if is_ours(m)}
+    counting = {m for m in ours if m & COUNTING}
+    assert METER_BASE | 2 in ours                   # udp's (queue 2) policing meter
+    assert len(counting) == 2                       # tcp's and voice's flows only: udp's meter counts udp
+    meters_of = {e.cookie: net.s1.meters_of(e) for e in net.s1.table.values()}
+    assert meters_of[UDP] == {METER_BASE | 2}
+    assert len(meters_of[TCP]) == len(meters_of[VOICE]) == 1 and meters_of[TCP] | meters_of[VOICE] == counting
+
+
+# --- the policy: fast polls no slower than the slow ones (fast-poll-bound) --------------------------------
+
+def test_a_fast_poll_interval_longer_than_the_poll_interval_is_refused_by_name(net):
+    up(net)
+    doc = shipped("auto")
+    doc["congestion"]["poll_interval"] = 0.5
+    doc["congestion"]["fast_poll_interval"] = 1.0
+    _, error = net.app.request("set_policy", doc)
+    assert error is not None and str(error).startswith("congestion.fast_poll_interval: ")
+    assert net.app.keeper.policy.name == "reserve"
+
+
+# --- the fidelity monitor: what a queue dropped over the block, not since it was made (monitor-drops) -------
+
+class FakeNetlink:
+    """tc as the monitor reads it: each look at the queues gets the next of `looks` (class → its leaf)."""
+
+    def __init__(self, *looks: dict[str, Leaf]):
+        self.looks = list(looks)
+
+    def leaves(self, iface: str) -> dict[str, Leaf]:
+        return self.looks.pop(0)
+
+    def classes(self, iface: str) -> dict[str, ClassCounters]:
+        return {"1:2": ClassCounters(0, 0, 0)}
+
+    def close(self) -> None:
+        pass
+
+
+def monitored(monkeypatch, netlink: FakeNetlink) -> fidelity.Monitor:
+    monkeypatch.setattr(fidelity, "Tc", lambda: netlink)
+    monkeypatch.setattr(fidelity, "_pids", lambda name: [])
+    with fidelity.Monitor("s1-eth1") as monitor:
+        pass
+    assert not netlink.looks          # it looked at the start and at the end
+    return monitor
+
+
+def test_the_monitor_reports_what_each_queue_dropped_during_its_block_only(monkeypatch):
+    monitor = monitored(monkeypatch, FakeNetlink(
+        {"1:2": Leaf("fq_codel", None, drops=1000), "1:3": Leaf("pfifo", 25, drops=40)},
+        {"1:2": Leaf("fq_codel", None, drops=1030), "1:3": Leaf("pfifo", 25, drops=40)}))
+    assert monitor.leaf_drops == {"1:2": 30, "1:3": 0}
+    assert monitor.queues == {"1:2": {"fq_codel"}, "1:3": {"pfifo"}}
+    assert len(monitor.samples) >= 1
+
+
+def test_the_monitor_counts_no_drops_for_a_queue_replaced_during_its_block(monkeypatch):
+    monitor = monitored(monkeypatch, FakeNetlink(
+        {"1:2": Leaf("pfifo", 25, drops=1000)},
+        {"1:2": Leaf("fq_codel", None, drops=5), "1:3": Leaf("pfifo", 25, drops=9)}))   # replaced; new
+    assert monitor.leaf_drops == {}
+    assert monitor.queues == {"1:2": {"pfifo", "fq_codel"}, "1:3": {"pfifo"}}
