@@ -138,7 +138,7 @@ class QosController(App):
         except PolicyError as err:
             _fail(err, 2)
         self.registry = CollectorRegistry()
-        self.registry.register(ControllerCollector(lambda: self.core.snapshot))
+        self.registry.register(ControllerCollector(lambda: self.core.snapshot(time.monotonic())))
         self.datapaths: dict[int, Any] = {}    # connection → os-ken Datapath
         self._conns = itertools.count(1)
         self.parts = Multipart()
@@ -158,7 +158,7 @@ class QosController(App):
         self.tc = Tc()
         done = lambda results: self._post(ev.JobsDone(tuple(results)))   # noqa: E731
         self.workers = {name: Worker(self.ovsdb.view(name), self.tc if on_this_host(name) else None, done,
-                                     lambda: self.ovsdb.locked)
+                                     lambda: self.core.authority.confirmed(time.monotonic()))
                         for name in self.ovsdb.names}
         self._threads += [*(hub.spawn(w.run) for w in self.workers.values()), hub.spawn(self._watch_tc),
                           hub.spawn(self._watch_remotes),
@@ -322,7 +322,7 @@ class QosController(App):
                 case act.LoadPolicy():
                     self._handle(load(self.store))
                 case act.Beat():
-                    hub.spawn(self.ovsdb.beat)
+                    hub.spawn(lambda at: self._post(ev.Beaten(at, self.ovsdb.beat())), action.at)
                 case act.StealLock():
                     self.ovsdb.steal_lock()
                 case act.Exit():

@@ -69,14 +69,18 @@ class Remotes:
         db = self._first
         return bool(db and db.connected and db.lock_contended)
 
-    def beat(self) -> None:
-        """The active controller of a standby pair: one heartbeat in the first remote."""
+    def beat(self) -> bool:
+        """The active controller of a standby pair: one heartbeat in the first remote; whether OVSDB committed
+        it (the transaction asserts the lock, so it commits only while the lock is ours)."""
         db = self._first
-        if self.standby and db is not None and db.connected and db.has_lock:
-            try:
-                db.beat()
-            except (OvsdbError, RuntimeError) as err:
-                LOG.warning("OVSDB %s: heartbeat not written: %s", self.names[0], err)
+        if not (self.standby and db is not None and db.connected and db.has_lock):
+            return False
+        try:
+            db.beat()
+        except (OvsdbError, RuntimeError) as err:
+            LOG.warning("OVSDB %s: heartbeat not written: %s", self.names[0], err)
+            return False
+        return True
 
     def heartbeat(self) -> int:
         """The lock holder's heartbeat as the first remote's replica holds it (0: none, or not reached)."""

@@ -142,7 +142,8 @@ class LoadPolicy:
 
 @dataclass(frozen=True)
 class Beat:
-    """One heartbeat in the first OVSDB remote, as the lock's holder (nothing reported back)."""
+    """One heartbeat in the first OVSDB remote, as the lock's holder (events.Beaten)."""
+    at: float                    # when it is asked for: a confirmation holds from then
 
 
 @dataclass(frozen=True)

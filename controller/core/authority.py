@@ -6,6 +6,14 @@ that lock (actions.ClaimGeneration), so a switch refuses the requests of any con
 it. The holder writes a heartbeat every second (actions.Beat); a standby that sees it stand still for
 TAKEOVER_SECONDS (a holder hung, or stopped, with its OVSDB session still open) steals the lock
 (actions.StealLock). Pure: the I/O is the app's, its outcome an event.
+
+Holding the lock is a belief until OVSDB confirms it: a heartbeat is a transaction that asserts the lock,
+so one that commits proves the lock was ours when it was sent. The holder of a pair writes (flows, jobs,
+the saved policy) and answers as the active one only within LEASE_SECONDS of the last heartbeat OVSDB
+confirmed, measured from when it was sent. A holder cut off from OVSDB, or paused and resumed, stops by
+its own clock LEASE_SECONDS after its last confirmed beat, before a standby can have stolen the lock
+(TAKEOVER_SECONDS of a still heartbeat) or been given it (OVSDB drops a silent session only after its
+inactivity probe, longer than the lease).
 """
 from __future__ import annotations
 
@@ -17,6 +25,7 @@ from controller.core.view import Role
 
 LOG = logging.getLogger("qos")
 TAKEOVER_SECONDS = 8.0    # a standby steals the lock from an active one whose heartbeat stood still this long
+LEASE_SECONDS = 3.0       # the holder writes only this long after its last heartbeat OVSDB confirmed
 
 
 class Authority:
@@ -28,10 +37,24 @@ class Authority:
         self.claiming = False                     # a claim in flight
         self.above = -1                           # what the next claim must be newer than (-1: none wanted)
         self._beat: tuple[int, float] | None = None   # the holder's heartbeat last seen, and since when
+        self.confirmed_at: float | None = None        # when the last heartbeat OVSDB confirmed was sent
 
     @property
     def active(self) -> bool:
         return self.role is Role.ACTIVE
+
+    def confirmed(self, now: float) -> bool:
+        """Whether this controller may write and speak as the active one now (alone, it always may)."""
+        return self.active and (not self.standby or self.confirmed_at is not None
+                                and now - self.confirmed_at < LEASE_SECONDS)
+
+    def label(self, now: float) -> str:
+        """What the status and the metrics say: only a confirmed fact is `active`."""
+        return str(self.role) if self.confirmed(now) or not self.active else "unconfirmed"
+
+    def beaten(self, beat: ev.Beaten) -> None:
+        if beat.ok and self.active:
+            self.confirmed_at = max(self.confirmed_at or beat.at, beat.at)
 
     def need(self, above: int) -> list[act.Action]:
         """A switch has seen `above`: claim a newer id, once no claim is in flight."""
@@ -57,7 +80,7 @@ class Authority:
             return []
         if change.locked:
             self._beat = None
-            return [act.Beat()]
+            return [act.Beat(now)]
         if not change.taken:
             self._beat = None
             return []
@@ -74,7 +97,9 @@ class Authority:
         self.role = Role.ACTIVE
         self.generation = 0           # claimed anew, above every switch's
         self.above = -1
+        self.confirmed_at = None
 
     def stand_down(self) -> None:
         self.role = Role.STANDBY
         self.above = -1
+        self.confirmed_at = None

@@ -20,7 +20,7 @@ from typing import Any, assert_never
 
 from controller.core import actions as act
 from controller.core import events as ev
-from controller.core.authority import Authority
+from controller.core.authority import LEASE_SECONDS, Authority
 from controller.core.bridges import check_ports
 from controller.core.errors import PolicyError
 from controller.core.flowsync import UNKNOWN_METERS
@@ -68,8 +68,9 @@ class Controller:
     def active(self) -> bool:
         return self.authority.active
 
-    def view(self) -> SwitchView:
-        return SwitchView(self.keeper.policy, self.keeper.mode, self.active, self.authority.generation, self.ovsdb)
+    def view(self, now: float) -> SwitchView:
+        return SwitchView(self.keeper.policy, self.keeper.mode, self.active, self.authority.confirmed(now),
+                          self.authority.generation, self.ovsdb)
 
     # --- the one entry point ------------------------------------------------------------------------------
     def handle(self, event: ev.Event, now: float) -> list[act.Action]:
@@ -92,17 +93,18 @@ class Controller:
             case ev.GetPolicy():
                 self.out.append(act.Answer(event.token, self.keeper.document))
             case ev.GetStatus():
-                self.out.append(act.Answer(event.token, self._status()))
+                self.out.append(act.Answer(event.token, self._status(now)))
             case ev.SetPolicy() | ev.ClearPolicy():   # checked, saved (the app's I/O), installed, confirmed
-                self.out += self.keeper.change(event, self.check, now) if self.active else [act.Answer(
-                    event.token, error=Standby(f"this controller is the standby of owner {self.owner}: send "
-                                               "changes to the active one"))]
+                refused = self._refused(now)
+                self.out += [act.Answer(event.token, error=refused)] if refused else \
+                    self.keeper.change(event, self.check, now)
             case ev.Reload():   # answered to the Reload itself: the app logs it
                 with contextlib.suppress(PolicyError):
                     parse_policy(event.document)
                     self.pinned = event.document     # what a take-over puts in force from now on
-                self.out += self.keeper.change(ev.SetPolicy(event, event.document), self.check, now) if self.active \
-                    else [act.Answer(event, {"standby": "the policy file is put in force when this one takes over"})]
+                refused = self._refused(now)
+                self.out += [act.Answer(event, error=refused)] if refused else \
+                    self.keeper.change(ev.SetPolicy(event, event.document), self.check, now)
             case ev.PolicySaved():
                 actions, installed = self.keeper.saved(event, now)
                 if installed:
@@ -122,6 +124,11 @@ class Controller:
                     self._to(sw, event, now)
             case ev.RemotesChanged():
                 self._remotes_changed(event, now)
+            case ev.Beaten():   # confirmed again after a lapse: what it could not write meanwhile
+                lapsed = not self.authority.confirmed(now)
+                self.authority.beaten(event)
+                if lapsed and self.authority.confirmed(now):
+                    self._everywhere(ev.Reconcile(), now)
             case ev.GenerationClaimed():
                 self._generation_claimed(event, now)
             case ev.LockHeld():
@@ -136,7 +143,7 @@ class Controller:
 
     def _to(self, sw: Switch, event: ev.SwitchEvent, now: float) -> None:
         """One switch handles an event; what it asks of the controller is done here, the rest goes out."""
-        for action in sw.handle(event, now, self.view()):
+        for action in sw.handle(event, now, self.view(now)):
             match action:
                 case act.NeedGeneration():
                     self.out += self.authority.need(action.above)
@@ -278,11 +285,20 @@ class Controller:
                                   f"police, {cannot}; remove police, or run the bridge on a datapath with "
                                   "meters (datapath_type netdev, or the kernel's on Linux 4.18 or later)")
 
-    def _status(self) -> dict[str, Any]:
-        view = self.view()
+    def _refused(self, now: float) -> Standby | None:
+        """Why this controller may not change the policy now, if it may not."""
+        if not self.active:
+            return Standby(f"this controller is the standby of owner {self.owner}: send changes to the active one")
+        if not self.authority.confirmed(now):
+            return Standby(f"this controller of owner {self.owner} has not confirmed within {LEASE_SECONDS:g} s "
+                           "that it still holds its owner's OVSDB lock; try again, or send the change to the other one")
+        return None
+
+    def _status(self, now: float) -> dict[str, Any]:
+        view = self.view(now)
         switches = {f"{dp_id:016x}": sw.status(view) for dp_id, sw in self.switches.items() if sw.bridge is not None}
         remotes = {name: {"connected": self.ovsdb_connected.get(name, False)} for name in self.ovsdb.names}
-        return {"role": str(self.authority.role), "policy": self.keeper.name,
+        return {"role": self.authority.label(now), "policy": self.keeper.name,
                 "mode": str(self.keeper.mode), "owner": self.owner, "ovsdb": remotes, "switches": switches,
                 "decisions": list(self.decisions)}
 
@@ -298,9 +314,8 @@ class Controller:
             self._to(self.conns[conn], ev.JobsDone(tuple(results)), now)
 
     # --- what the metrics show ----------------------------------------------------------------------------
-    @property
-    def snapshot(self) -> Snapshot:
-        snap = Snapshot(policy=self.keeper.name, role=str(self.authority.role), load_error=self.keeper.load_error,
+    def snapshot(self, now: float) -> Snapshot:
+        snap = Snapshot(policy=self.keeper.name, role=self.authority.label(now), load_error=self.keeper.load_error,
                         ovsdb_connected=dict(self.ovsdb_connected))
         for dp_id, sw in self.switches.items():
             if sw.bridge is not None:

@@ -200,6 +200,13 @@ class RemotesChanged:
 
 
 @dataclass(frozen=True)
+class Beaten:
+    """The answer to actions.Beat: whether OVSDB committed it (so the lock was ours when it was sent)."""
+    at: float
+    ok: bool
+
+
+@dataclass(frozen=True)
 class LockHeld:
     """Another controller of our owner holds the lock, and this one is configured without a standby."""
     reason: str
@@ -260,5 +267,5 @@ SwitchEvent = (PortsChanged | BridgeDue | PollDue | RoleReply | ErrorReply | Bar
 Event = (SwitchUp | SwitchDown | PortsChanged | BridgeDue | PollDue | RoleReply | ErrorReply | BarrierReply
          | FlowStatsReply | FlowCountReply | MeterFeaturesReply | MeterConfigReply | MeterStatsReply
          | QueueStatsReply | PortStatsReply | EchoReply | ClaimDue | ConfirmDue | GetPolicy | SetPolicy | ClearPolicy
-         | GetStatus | Reload | JobsDone | TcChanged | RemotesChanged | LockHeld | GenerationClaimed | PolicySaved
-         | PolicyLoaded)
+         | GetStatus | Reload | JobsDone | TcChanged | RemotesChanged | Beaten | LockHeld | GenerationClaimed
+         | PolicySaved | PolicyLoaded)

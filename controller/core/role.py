@@ -34,7 +34,7 @@ class RoleManager(SwitchPart):
         self.pending: dict[int, Asked] = {}   # role requests in flight
 
     def writable(self, view: SwitchView) -> bool:
-        return view.active and self.role is SwitchRole.MASTER
+        return view.confirmed and self.role is SwitchRole.MASTER
 
     def ask(self) -> None:
         xid = self.link.xid()

@@ -51,7 +51,8 @@ class OvsdbReplica(Protocol):
 class SwitchView:
     policy: Policy | None
     mode: Mode
-    active: bool
+    active: bool                 # this controller is the active one: it polls and claims master
+    confirmed: bool              # ... and OVSDB has confirmed it lately: it may write
     generation: int              # ours as master; 0 until one is claimed
     ovsdb: OvsdbReplica
 

@@ -88,11 +88,19 @@ def test_the_standby_takes_over_a_flood_within_5_s_keeping_every_row_and_answers
             rows = our_rows()
             # s1-eth1: a QoS, the default queue and one per class; s2-eth1: a QoS and its default queue
             assert len(rows) == 2 + 1 + len(document["classes"]) + 1, rows
+            # auto programs and rolls back by flows alone (the queues stay): the reservation in force is s1's
+            # flows that steer into them.
+            steering = steering_flows("s1")
+            assert steering, our_flows_specs("s1")
             os.kill(first.pid, signal.SIGKILL)
             killed = time.monotonic()
             standby.wait(lambda s: s["role"] == "active", 5, "the standby active")
             took_over = time.monotonic() - killed
-            time.sleep(3)                        # the flood goes on under the new master
+            seen = []
+            while time.monotonic() - killed < took_over + 3:   # the flood goes on under the new master
+                seen.append(steering_flows("s1"))
+                time.sleep(0.2)
+            assert all(sample == steering for sample in seen), [s for s in seen if s != steering][:1]
             assert our_rows() == rows            # the same rows: none lost, none doubled, none rebuilt
             assert actions(standby) == []        # adopted, not rolled back and programmed again
             standby.wait(lambda s: actions(standby) == ["rollback"], 30, "its rollback once the flood ended")
@@ -156,15 +164,21 @@ def test_a_hung_active_is_replaced_and_writes_nothing_when_it_resumes(tmp_path, 
         expected = {bridge: (rate(bridge), sorted(our_flows_specs(bridge))) for bridge in bridges}
         assert all(r == "20000000" and len(f) == 2 for r, f in expected.values()), expected
         before = len((tmp_path / "a.log").read_text())   # all it wrote before it hung
+        saved = (tmp_path / "state.json").read_bytes()   # the new active's policy, in the file the pair shares
         os.kill(first.pid, signal.SIGCONT)
         stopped = False
         resumed = time.monotonic()
+        # Its first answers, before it has heard anything: its lease ran out while it was stopped.
+        assert old.status()["role"] != "active"
+        with pytest.raises(ControllerError, match="has not confirmed|standby"):
+            old.put_policy(fifo_policy("third", "30Mbit", classified=False))
         seen = []
         while time.monotonic() - resumed < 6:    # what the switches and OVSDB hold, while the old one wakes
             seen.append({bridge: (rate(bridge), sorted(our_flows_specs(bridge))) for bridge in bridges})
             time.sleep(0.2)
         assert all(sample == expected for sample in seen), [s for s in seen if s != expected][:1]
         assert old.status()["role"] == "standby" and new.status()["role"] == "active"
+        assert (tmp_path / "state.json").read_bytes() == saved
         after = (tmp_path / "a.log").read_text()[before:]
         assert "standing by" in after and not re.search(r"queues .* bit/s|queues removed", after), after[-3000:]
         new.clear_policy()
@@ -194,6 +208,11 @@ def rate(bridge: str) -> str:
                          text=True).stdout.strip()
     return "" if qos == "[]" else subprocess.run(["ovs-vsctl", "get", "qos", qos, "other_config:max-rate"],
                                                  capture_output=True, text=True).stdout.strip().strip('"')
+
+
+def steering_flows(bridge: str) -> list[str]:
+    """Our flows on `bridge` that steer into a class queue (set_queue), without their counters."""
+    return sorted(f for f in our_flows_specs(bridge) if "set_queue" in f)
 
 
 def our_flows_specs(bridge: str) -> list[str]:

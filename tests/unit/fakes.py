@@ -44,6 +44,7 @@ from controller.core.plan import ABSENT, FILTER_FAMILIES, htb_classid
 from controller.core.policy import load_document
 from controller.core.queues import OvsdbQos
 
+REPORT = "the app's report of the remotes"   # a timer of the Harness's own
 ROLE = {ofp.OFPCR_ROLE_MASTER: "master", ofp.OFPCR_ROLE_SLAVE: "slave", ofp.OFPCR_ROLE_EQUAL: "equal"}
 WRITES = ("OFPFlowMod", "OFPMeterMod")
 
@@ -260,6 +261,8 @@ class FakeOvsdb:
         self.bridges = {sw.id: sw.bridge for sw in switches}
         self.qos: dict[str, Any] = {}                 # iface → OvsdbQos, or FOREIGN
         self.refuse: set[str] = set()
+        self.orphans = 0                              # rows of ours no port uses (a bridge that went left them)
+        self.sweeps = 0                               # remove_orphans calls that found some
         self.transactions = 0
         self.connected = True
         self.holder: FakeSession | None = None        # the session holding the owner's lock
@@ -294,6 +297,9 @@ class FakeOvsdb:
         bad = self.refuse & changes.keys()
         if bad:
             raise OvsdbError(f"port {sorted(bad)[0]!r} refused")
+        missing = sorted(i for i, spec in changes.items() if spec is not None and self.port_qos(i) == ABSENT)
+        if missing:   # as the adapter's transaction does (controller/adapters/ovsdb.py): none of it happens
+            raise OvsdbError(f"port {missing[0]!r} is not in OVSDB")
         self.transactions += 1
         for iface, spec in changes.items():
             if spec is None:
@@ -302,7 +308,9 @@ class FakeOvsdb:
                 self.qos[iface] = spec.ovsdb
 
     def remove_orphans(self) -> int:
-        return 0
+        removed, self.orphans = self.orphans, 0
+        self.sweeps += bool(removed)
+        return removed
 
     def close(self) -> None:
         pass
@@ -351,7 +359,13 @@ class FakeTc:
         self.leaves_: dict[str, dict[str, Leaf]] = {}
         self.filters_: dict[str, set] = {}
         self.writes = 0
+        self.fail: dict[str, str] = {}      # operation (replace_leaf, replace_filters, classes) → netlink's error
         self._built: dict[str, Any] = {}
+
+    def _may(self, operation: str) -> None:
+        """Netlink refuses the operation while the test says so, as pyroute2 raises it (an OSError)."""
+        if operation in self.fail:
+            raise OSError(1, self.fail[operation])
 
     def _sync(self, iface: str) -> None:
         qos = self.ovsdb.qos.get(iface)
@@ -361,6 +375,7 @@ class FakeTc:
             self.filters_[iface] = set()
 
     def classes(self, iface: str) -> dict[str, ClassCounters]:
+        self._may("classes")
         self._sync(iface)
         qos = self.ovsdb.qos.get(iface)
         if not isinstance(qos, OvsdbQos):
@@ -377,12 +392,14 @@ class FakeTc:
         return set(self.filters_[iface])
 
     def replace_leaf(self, iface: str, cls: str, leaf: tuple[str, ...]) -> None:
+        self._may("replace_leaf")
         self._sync(iface)
         self.writes += 1
         limit = int(leaf[leaf.index("limit") + 1]) if "limit" in leaf else None
         self.leaves_[iface][cls] = Leaf(leaf[0], limit)
 
     def replace_filters(self, iface: str, marks) -> None:
+        self._may("replace_filters")
         self._sync(iface)
         self.writes += 1
         self.filters_[iface] = {(family, dscp, htb_classid(q)) for family in FILTER_FAMILIES for dscp, q in marks}
@@ -407,19 +424,32 @@ class Harness:
                                pinned=load_document(str(policy)) if policy else None, active=self.remotes.locked,
                                standby=True, wall=lambda: self.clock, rng=random.Random(7))
         self.tc = tc or FakeTc(ovsdb)
-        self.worker = Worker(self.remotes.view("fake"), self.tc, lambda results: None, lambda: self.remotes.locked)
+        self.worker = Worker(self.remotes.view("fake"), self.tc, lambda results: None,
+                             lambda: self.core.authority.confirmed(self.clock))
         self.pending_jobs: list = []
         self.pending_events: list = []
+        # The order the world answers in: by default a message the core sends reaches its switch at once,
+        # before any job it asked for with it runs (flows land before OVSDB changes). jobs_first holds the
+        # messages until the jobs asked with them have run (OVSDB and tc faster than the switch).
+        self.jobs_first = False
+        self.pending_sends: list[tuple[int, tuple]] = []
         self.exited: act.Exit | None = None
-        self.timers: list = []
+        self.timers: list = [(self.clock + 1.0, -1, REPORT)]
         self._seq = itertools.count()
         self.answers: list[act.Answer] = []
         self.conns: dict[int, FakeConnection] = {}        # connection number → connection
         self.closed: list[int] = []
+        self.handle(ev.RemotesChanged(self.remotes.connected(), ("fake",), self.remotes.locked,
+                                      self.remotes.lock_taken, self.remotes.heartbeat()))   # as the app, once connected
+        self.settle()
 
     # What tests read of the controller.
     def __getattr__(self, name: str):
         return getattr(self.core, name)
+
+    @property
+    def snapshot(self):
+        return self.core.snapshot(self.clock)
 
     def another(self) -> Harness:
         """A second controller process on the same OVSDB, state file and devices: a restart (once this one
@@ -432,18 +462,22 @@ class Harness:
             self.fake_ovsdb.holder = None
 
     def remotes_changed(self) -> None:
-        """The once-a-second report of the OVSDB remotes and the lock, as the app sends it."""
-        self.handle(ev.RemotesChanged(self.remotes.connected(), (), self.remotes.locked, self.remotes.lock_taken,
-                                      self.remotes.heartbeat()))
+        """The report of the OVSDB remotes and the lock at once, as the app sends it every second."""
+        self.handle(self._report())
         self.settle()
+
+    def _report(self) -> ev.RemotesChanged:
+        return ev.RemotesChanged(self.remotes.connected(), (), self.remotes.locked, self.remotes.lock_taken,
+                                 self.remotes.heartbeat())
 
     # --- the loop -------------------------------------------------------------------------------------
     def handle(self, event: Any) -> None:
         for action in self.core.handle(event, self.clock):
             if isinstance(action, act.Send):
-                conn = self.conns.get(action.conn)
-                for message in action.messages if conn else ():
-                    conn.send_msg(openflow.message(conn, message))
+                if self.jobs_first:
+                    self.pending_sends.append((action.conn, action.messages))
+                else:
+                    self._send(action.conn, action.messages)
             elif isinstance(action, act.Submit):
                 self.pending_jobs += [*action.jobs, *([SWEEP] if action.sweep else [])]
             elif isinstance(action, act.Answer):
@@ -464,11 +498,16 @@ class Harness:
             elif isinstance(action, act.LoadPolicy):
                 self.handle(load(self.store))
             elif isinstance(action, act.Beat):
-                self.remotes.beat()
+                self.pending_events.append(ev.Beaten(action.at, self.remotes.beat()))
             elif isinstance(action, act.StealLock):
                 self.remotes.steal_lock()
             elif isinstance(action, act.Exit):
                 self.exited = action
+
+    def _send(self, number: int, messages: tuple) -> None:
+        conn = self.conns.get(number)
+        for message in messages if conn else ():
+            conn.send_msg(openflow.message(conn, message))
 
     def settle(self) -> None:
         """Deliver replies and run the worker until nothing moves."""
@@ -479,6 +518,10 @@ class Harness:
             if self.pending_jobs:
                 batch, self.pending_jobs = self.pending_jobs, []
                 self.handle(ev.JobsDone(tuple(self.worker.execute(batch))))
+                continue
+            if self.pending_sends:      # jobs_first: what was sent with the jobs reaches the switches now
+                number, messages = self.pending_sends.pop(0)
+                self._send(number, messages)
                 continue
             delivered = False
             for switch in {c.switch for c in self.conns.values()}:
@@ -501,6 +544,9 @@ class Harness:
         while self.timers and self.timers[0][0] <= until:
             due, _, event = heapq.heappop(self.timers)
             self._run(max(self.clock, due) - self.clock)
+            if event is REPORT:   # the app's report of the remotes, every second
+                heapq.heappush(self.timers, (due + 1.0, next(self._seq), REPORT))
+                event = self._report()
             self.handle(event)
             self.settle()
         self._run(until - self.clock)

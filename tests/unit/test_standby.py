@@ -7,8 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from controller.core.authority import LEASE_SECONDS
 from controller.core.controller import Standby
-from tests.unit.fakes import S1_FLOWS, FakeSwitch, flood, mode, up
+from controller.core.view import Role
+from tests.unit.fakes import S1_FLOWS, FakeSwitch, flood, mode, shipped, up
 
 MASTER, SLAVE = FakeSwitch.ofproto.OFPCR_ROLE_MASTER, FakeSwitch.ofproto.OFPCR_ROLE_SLAVE
 
@@ -89,10 +91,9 @@ def test_a_deposed_active_that_resumes_writes_nothing_anywhere(pair):
     table = {key: list(entry.instructions) for key, entry in net.s1.table.items()}
     for _ in range(8):                               # calm: the old active would roll back, if it could write
         active.poll()
-    # It could not know it was deposed (OpenFlow 1.3 tells a demoted master nothing) until the switch
-    # refused its first batch; it learnt the new generation id, failed to claim a newer one (OVSDB: not
-    # the lock's owner), stood down, and tried nothing more. Nothing of it took effect.
-    assert writes(net.s1) == ["OFPFlowMod"] * 3 and writes(net.s2) == []   # one batch: the three steering flows
+    # OpenFlow 1.3 tells a demoted master nothing, but its heartbeat no longer commits (OVSDB: not the
+    # lock's owner), so its lease ran out before it had anything to write: it sent no write at all.
+    assert writes(net.s1) == [] and writes(net.s2) == []
     assert active.authority.role == "standby" and net.s1.generation == 2
     assert {key: list(entry.instructions) for key, entry in net.s1.table.items()} == table
     assert mode(net) == "reserve" and net.s1.steering()   # the new active's reservation stands
@@ -104,7 +105,8 @@ def test_a_fresh_connection_is_an_equal_and_gets_no_write_before_the_switch_says
     net.app.exit()
     deposed = net.app.another()                      # no lock: what a controller cut off from OVSDB is
     net.ovsdb.holder = net.app.another().session     # ... while another one holds it
-    deposed.core.role = "active"                     # and which has not heard yet
+    deposed.core.authority.role = Role.ACTIVE        # and which has not heard yet, its lease still running
+    deposed.core.authority.confirmed_at = deposed.clock
     net.s1.table.clear()                             # something to repair, if it wrongly could
     net.s1.sent.clear()
     deposed.connect(net.s1)
@@ -152,3 +154,25 @@ def test_a_reconnected_switch_whose_old_connection_is_dead_is_taken_once_the_ech
     new = net.app.connect(net.s1)                    # the same bridge, a new connection
     net.app.advance(4.0)
     assert old in net.app.closed and net.app.switches[1].conn == new
+
+
+def test_an_active_cut_off_from_ovsdb_stops_writing_and_speaking_as_active_within_its_lease(net):
+    """Its heartbeats stop committing: it cannot tell whether a standby has the lock by now, so after
+    LEASE_SECONDS it writes nothing, refuses changes, never touches the saved policy, and says so."""
+    up(net)
+    saved = net.app.state_file.read_bytes()
+    net.ovsdb.connected = False                      # cut off: its heartbeats fail
+    net.app.advance(LEASE_SECONDS + 1)
+    status, _ = net.app.request("status")
+    assert status["role"] == "unconfirmed" and net.app.snapshot.role == "unconfirmed"
+    _, error = net.app.request("set_policy", shipped("auto"))
+    assert isinstance(error, Standby) and "has not confirmed" in str(error)
+    assert net.app.state_file.read_bytes() == saved
+    net.s1.table.clear()                             # something to repair, if it wrongly could
+    net.s1.sent.clear()
+    net.app.poll()
+    assert writes(net.s1) == [] and net.s1.table == {}
+    net.ovsdb.connected = True                       # back, the lock still its own: confirmed, and it repairs
+    net.app.poll()
+    net.app.poll()
+    assert net.app.request("status")[0]["role"] == "active" and len(net.s1.table) == S1_FLOWS

@@ -44,7 +44,7 @@ class Replica:
 
 
 def view(replica: Replica, generation: int = 0, active: bool = True) -> SwitchView:
-    return SwitchView(AUTO, Mode.IN_FORCE, active, generation, replica)
+    return SwitchView(AUTO, Mode.IN_FORCE, active, active, generation, replica)
 
 
 def sent(actions: list[act.SwitchAction], kind: type) -> list[Any]:
@@ -149,7 +149,7 @@ def test_a_changed_leaf_limit_is_checked_on_the_device_though_ovsdb_is_unchanged
     longer = parse_policy(document)
     port = longer.switch(1).port(1)
     assert desired_qos(longer, port, True, True).ovsdb == desired_qos(AUTO, AUTO.switch(1).port(1), True, True).ovsdb
-    out = sw.handle(ev.PolicyInstalled(), 101.0, SwitchView(longer, Mode.IN_FORCE, True, 5, replica))
+    out = sw.handle(ev.PolicyInstalled(), 101.0, SwitchView(longer, Mode.IN_FORCE, True, True, 5, replica))
     (check,) = [j for a in out if isinstance(a, act.Submit) for j in a.jobs]
     assert (check.port_no, check.qos) == (1, False) and check.spec == desired_qos(longer, longer.switch(1).port(1),
                                                                                    True, True)
@@ -158,7 +158,7 @@ def test_a_changed_leaf_limit_is_checked_on_the_device_though_ovsdb_is_unchanged
 def test_a_poll_asks_for_statistics_and_a_flood_is_decided_from_them(replica):
     document = load_document("policies/auto.yaml")
     document["congestion"]["fast_poll_interval"] = 0    # slow polls alone decide
-    slow = SwitchView(parse_policy(document), Mode.IN_FORCE, True, 5, replica)
+    slow = SwitchView(parse_policy(document), Mode.IN_FORCE, True, True, 5, replica)
     sw = mastered(replica)
     read_tables(sw, replica, asked(sw))
     decisions: list[act.Decided] = []
@@ -191,10 +191,13 @@ def test_a_standby_controller_drives_a_take_over_a_put_and_a_delete_without_io(r
                      wall=lambda: 0.0)
     ctl.handle(ev.SwitchUp(7, 1, frozenset(S1)), 1.0)
     out = ctl.handle(ev.RemotesChanged({REMOTE: True}, (), locked=True), 2.0)
-    assert act.LoadPolicy() in out and act.Beat() in out and ctl.active
+    assert act.LoadPolicy() in out and act.Beat(2.0) in out and ctl.active
     ctl.handle(ev.PolicyLoaded(SAVED_POLICY, load_document("policies/auto.yaml")), 2.0)
     assert ctl.keeper.policy == AUTO and ctl.keeper.mode is Mode.IN_FORCE
     reserve = load_document("policies/reserve.yaml")
+    (answer,) = ctl.handle(ev.SetPolicy("early", reserve), 2.0)    # the lock not confirmed yet: refused
+    assert isinstance(answer, act.Answer) and "not confirmed" in str(answer.error)
+    ctl.handle(ev.Beaten(2.0, True), 2.1)
     out = ctl.handle(ev.SetPolicy("put", reserve), 3.0)
     assert out == [act.SavePolicy(reserve)] and ctl.keeper.policy == AUTO    # nothing in force before it is saved
     ctl.handle(ev.PolicySaved(None), 3.0)
@@ -209,6 +212,6 @@ def test_a_standby_controller_drives_a_take_over_a_put_and_a_delete_without_io(r
 def test_a_switch_that_leaves_is_forgotten_whole(replica):
     ctl = Controller(replica, owner="o", saved=ev.PolicyLoaded(SAVED_ABSENT), wall=lambda: 0.0)
     ctl.handle(ev.SwitchUp(7, 1, frozenset(S1)), 1.0)
-    assert 1 in ctl.switches and 1 in ctl.snapshot.in_sync
+    assert 1 in ctl.switches and 1 in ctl.snapshot(2.0).in_sync
     ctl.handle(ev.SwitchDown(7), 2.0)
-    assert ctl.switches == {} and ctl.conns == {} and ctl.snapshot.in_sync == {}
+    assert ctl.switches == {} and ctl.conns == {} and ctl.snapshot(2.0).in_sync == {}
