@@ -60,6 +60,10 @@ MUTANTS = [
       "if fast and not 0.01 <= fast <= poll_interval:", "if fast and not 0.01 <= fast:"),
     M("monitor-drops", "topo/harness/fidelity.py",
       "cls: leaf.drops - self._first[cls].drops", "cls: leaf.drops"),
+    M("plan-reserving-now", "controller/core/plan.py",
+      "desired_flows = state.flows(state.reserving & reserving_now)", "desired_flows = state.flows(state.reserving)"),
+    M("worker-lock", "controller/adapters/worker.py",
+      "        if not self._may_write():\n", "        if False:\n"),
     # --- more of the core ------------------------------------------------------------------------------
     M("hot-streak", "controller/core/congestion.py",
       "if self._hot_streak < config.samples:", "if self._hot_streak <= config.samples:"),

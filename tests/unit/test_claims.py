@@ -2,12 +2,15 @@
 let a hand mutation of the code live (tests/mutants.py names it beside each test). What is asserted is
 what a user sees: the switch's flows and meters, OVSDB's QoS, the device's queues, the API's answer,
 the monitor's numbers."""
+import pytest
+
 from controller.adapters.tc import ClassCounters, Leaf
 from controller.core import events as ev
 from controller.core.congestion import PROGRAM, CongestionConfig, PortCongestion, PortSample
 from controller.core.meters import COUNTING, METER_BASE, is_ours
 from controller.core.portjobs import TC_SWEEP_SECONDS
-from tests.unit.fakes import S1_FLOWS, TCP, UDP, VOICE, shipped, up
+from tests.unit.fakes import S1_FLOWS, TCP, UDP, VOICE, mode, shipped, up
+from tests.unit.test_core import MARKS, steering_sent_while
 from topo.harness import fidelity
 
 # --- flows: a rule whose match changed is replaced (mutant plan-match) --------------------------------
@@ -139,3 +142,80 @@ def test_the_monitor_counts_no_drops_for_a_queue_replaced_during_its_block(monke
         {"1:2": Leaf("fq_codel", None, drops=5), "1:3": Leaf("pfifo", 25, drops=9)}))   # replaced; new
     assert monitor.leaf_drops == {}
     assert monitor.queues == {"1:2": {"pfifo", "fq_codel"}, "1:3": {"pfifo"}}
+
+
+# --- order without waiting (plan.py's docstring), whichever of the switch and OVSDB answers first ---------
+# (mutants plan-steered and plan-reserving-now; tests/unit/fakes.py Harness.jobs_first)
+
+@pytest.mark.parametrize("jobs_first", [False, True], ids=["flows land first", "OVSDB changes first"])
+def test_flows_steer_into_a_ports_queues_only_once_ovsdb_holds_them(net, jobs_first):
+    up(net, "none")
+    net.app.jobs_first = jobs_first
+    record: list = []
+    steering_sent_while(net, record)
+    result, _ = net.app.request("set_policy", shipped("reserve"))
+    assert result["in_sync"] is True and mode(net) == "reserve" and len(net.s1.steering()) == 3
+    steers = [m for kind, m in record if kind == "steer"]
+    assert steers and set(steers) == {"reserve"}, record   # every steering flow mod met the queues there
+
+
+@pytest.mark.parametrize("jobs_first", [False, True], ids=["flows land first", "OVSDB changes first"])
+def test_a_port_keeps_its_queues_while_the_switchs_flows_still_steer_into_them(net, jobs_first):
+    up(net)
+    net.app.jobs_first = jobs_first
+    record: list = []
+    steering_sent_while(net, record)
+    result, _ = net.app.request("set_policy", shipped("none"))
+    assert result["in_sync"] is True and mode(net) != "reserve" and net.s1.steering() == set()
+    queue_changes = [steering for kind, steering in record if kind == "queues"]
+    assert queue_changes and set(queue_changes) == {0}, record   # the queues went once nothing steered
+
+
+# --- tc: an operation netlink refuses is reported and tried again (FakeTc.fail) ---------------------------
+
+def test_a_tc_operation_netlink_refuses_is_reported_and_tried_again_at_the_next_poll(net):
+    net.app.tc.fail["replace_filters"] = "Operation not permitted"
+    result = up(net)
+    assert result["in_sync"] is False and "Operation not permitted" in result["not_in_sync"]["0000000000000001"][
+        "port 1 (s1-eth1)"], result
+    net.app.poll()
+    assert net.app.tc.filters("s1-eth1") == set()
+    status = net.app.request("status")[0]["switches"]["0000000000000001"]
+    assert status["in_sync"] is False and "tc: " in status["not_in_sync"]["port 1 (s1-eth1)"]
+    del net.app.tc.fail["replace_filters"]
+    net.app.poll()
+    assert net.app.tc.filters("s1-eth1") == MARKS
+    status = net.app.request("status")[0]["switches"]["0000000000000001"]
+    assert status["in_sync"] is True and status["not_in_sync"] == {}
+
+
+# --- OVSDB: the rows a bridge that went left behind are removed, by the active one only -------------------
+# (mutants bridge-gone-sweep, standby-sweeps)
+
+def new_remote(app) -> None:
+    """The app's report that the OVSDB remote has just connected."""
+    app.handle(ev.RemotesChanged(app.remotes.connected(), ("fake",), app.remotes.locked, app.remotes.lock_taken,
+                                 app.remotes.heartbeat()))
+    app.settle()
+
+
+def test_the_rows_a_bridge_that_went_left_behind_are_removed(net):
+    up(net)
+    net.ovsdb.orphans = 2        # s2's QoS and queue, left in OVSDB as its bridge went away
+    net.app.disconnect(net.s2)
+    assert net.ovsdb.orphans == 0
+
+
+def test_a_standby_leaves_ovsdb_to_the_active_one_until_it_takes_over(net):
+    up(net)
+    standby = net.app.another()
+    net.ovsdb.orphans = 2        # a dead run's rows, found by both when the remote connects
+    new_remote(standby)
+    assert standby.authority.role == "standby" and net.ovsdb.orphans == 2
+    new_remote(net.app)
+    assert net.ovsdb.orphans == 0
+    net.ovsdb.orphans = 1
+    net.app.exit()
+    net.ovsdb.holder = standby.session
+    standby.remotes_changed()
+    assert standby.authority.role == "active" and net.ovsdb.orphans == 0
