@@ -262,6 +262,7 @@ class FakeOvsdb:
         self.qos: dict[str, Any] = {}                 # iface → OvsdbQos, or FOREIGN
         self.refuse: set[str] = set()
         self.orphans = 0                              # rows of ours no port uses (a bridge that went left them)
+        self.writes_to: collections.Counter[str] = collections.Counter()   # iface → transactions that set its QoS
         self.sweeps = 0                               # remove_orphans calls that found some
         self.transactions = 0
         self.connected = True
@@ -302,6 +303,7 @@ class FakeOvsdb:
             raise OvsdbError(f"port {missing[0]!r} is not in OVSDB")
         self.transactions += 1
         for iface, spec in changes.items():
+            self.writes_to[iface] += 1
             if spec is None:
                 self.qos.pop(iface, None)
             else:
@@ -360,6 +362,7 @@ class FakeTc:
         self.filters_: dict[str, set] = {}
         self.writes = 0
         self.fail: dict[str, str] = {}      # operation (replace_leaf, replace_filters, classes) → netlink's error
+        self.gone: set[str] = set()         # devices whose root qdisc was deleted by hand
         self._built: dict[str, Any] = {}
 
     def _may(self, operation: str) -> None:
@@ -368,17 +371,24 @@ class FakeTc:
             raise OSError(1, self.fail[operation])
 
     def _sync(self, iface: str) -> None:
-        qos = self.ovsdb.qos.get(iface)
-        if self._built.get(iface) != qos:
-            self._built[iface] = qos
+        """OVS builds the device's qdisc anew for each QoS it is given (taken off and put back: anew too)."""
+        built = (self.ovsdb.qos.get(iface), self.ovsdb.writes_to[iface])
+        if self._built.get(iface) != built:
+            self._built[iface] = built
             self.leaves_[iface] = {}
             self.filters_[iface] = set()
+            self.gone.discard(iface)
+
+    def delete_root(self, iface: str) -> None:
+        """`tc qdisc del dev IFACE root` by hand: the HTB classes are gone until OVS builds them again."""
+        self._sync(iface)
+        self.gone.add(iface)
 
     def classes(self, iface: str) -> dict[str, ClassCounters]:
         self._may("classes")
         self._sync(iface)
         qos = self.ovsdb.qos.get(iface)
-        if not isinstance(qos, OvsdbQos):
+        if not isinstance(qos, OvsdbQos) or iface in self.gone:
             return {}
         return {htb_classid(q.queue_id): ClassCounters(0, 0, 0) for q in qos.queues}
 

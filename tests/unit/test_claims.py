@@ -2,6 +2,8 @@
 let a hand mutation of the code live (tests/mutants.py names it beside each test). What is asserted is
 what a user sees: the switch's flows and meters, OVSDB's QoS, the device's queues, the API's answer,
 the monitor's numbers."""
+from dataclasses import replace
+
 import pytest
 
 from controller.adapters.tc import ClassCounters, Leaf
@@ -219,3 +221,31 @@ def test_a_standby_leaves_ovsdb_to_the_active_one_until_it_takes_over(net):
     net.ovsdb.holder = standby.session
     standby.remotes_changed()
     assert standby.authority.role == "active" and net.ovsdb.orphans == 0
+
+
+# --- OVSDB and tc between two reads: a port OVSDB no longer has, a qdisc deleted by hand ------------------
+# (mutants plan-absent, tc-waiting, missing-twice)
+
+def test_a_port_ovsdb_no_longer_has_is_left_alone_until_the_switch_says_it_went(net):
+    up(net)
+    numbered = net.ovsdb.bridges[1]
+    net.ovsdb.bridges[1] = replace(numbered, ports={2: "s1-eth2", 3: "s1-eth3"})   # s1-eth1 deleted ...
+    net.ovsdb.qos.pop("s1-eth1")                                                 # ... and its QoS with it
+    net.app.poll()                               # before the switch's port status says so
+    status = net.app.request("status")[0]["switches"]["0000000000000001"]
+    assert status["in_sync"] is True and status["not_in_sync"] == {}, status
+    assert net.ovsdb.writes_to["s1-eth1"] == 1   # only the apply that put it there
+
+
+def test_an_htb_qdisc_deleted_by_hand_is_rebuilt_once_it_is_still_gone_a_poll_later(net):
+    up(net)
+    net.app.tc.delete_root("s1-eth1")
+    assert net.app.tc.classes("s1-eth1") == {}
+    net.app.handle(ev.TcChanged(frozenset({net.app.tc.ifindex("s1-eth1")})))
+    net.app.settle()
+    assert net.app.tc.classes("s1-eth1") == {}   # gone for a moment while OVS rebuilds it? looked at again
+    net.app.poll()
+    net.app.poll()
+    assert set(net.app.tc.classes("s1-eth1")) == {"1:1", "1:2", "1:3", "1:4"}
+    assert net.app.tc.filters("s1-eth1") == MARKS and mode(net) == "reserve"
+    assert net.app.snapshot.drift_repairs().get("tc") == 1
