@@ -249,3 +249,14 @@ def test_an_htb_qdisc_deleted_by_hand_is_rebuilt_once_it_is_still_gone_a_poll_la
     assert set(net.app.tc.classes("s1-eth1")) == {"1:1", "1:2", "1:3", "1:4"}
     assert net.app.tc.filters("s1-eth1") == MARKS and mode(net) == "reserve"
     assert net.app.snapshot.drift_repairs().get("tc") == 1
+
+
+# --- flows: one unclassified flow deleted by hand is back at the next poll, not the tenth (flow-count) ------
+
+def test_one_unclassified_flow_deleted_by_hand_is_back_after_the_next_poll(net):
+    up(net)
+    (key,) = [k for k, e in net.s1.table.items() if k == (1000, (("in_port", 1),))]
+    del net.s1.table[key]                       # its cookie has no CLASSIFIED bit: only the flow count shows it
+    net.app.poll()
+    assert key in net.s1.table and len(net.s1.table) == S1_FLOWS
+    assert net.app.snapshot.drift_repairs() == {"flows": 1}
