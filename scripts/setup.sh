@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(openvswitch-switch mininet iperf3 irtt prometheus ethtool iproute2 iputils-ping
           python3-venv python3-pip docker-compose qemu-system-x86 debootstrap
+          podman runc   # the controller's image (scripts/build-image.sh): runc, as crun refuses cgroup v1+v2 hosts
           sudo python-is-python3 systemd)   # `sudo python topo/run.py`; systemd-analyze checks the service unit
 WMEM=8388608   # docs/datapath.md (one full queue can stall every port): set before ovs-vswitchd starts
 
