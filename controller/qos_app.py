@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import eventlet.hubs  # noqa: E402
 import greenlet  # noqa: E402
-from prometheus_client import CollectorRegistry, make_wsgi_app  # noqa: E402
+from prometheus_client import CollectorRegistry  # noqa: E402
 
 from controller.adapters import config, openflow  # noqa: E402
 from controller.adapters.listeners import (  # noqa: E402
@@ -38,7 +38,7 @@ from controller.adapters.listeners import (  # noqa: E402
     raise_file_limit,
     serve,
 )
-from controller.adapters.metrics import ControllerCollector  # noqa: E402
+from controller.adapters.metrics import CachedExposition, ControllerCollector  # noqa: E402
 from controller.adapters.ovsdb import LockHeld, Ovsdb  # noqa: E402
 from controller.adapters.remotes import Remotes, on_this_host  # noqa: E402
 from controller.adapters.rest import REQUESTS, Busy, make_app  # noqa: E402
@@ -163,7 +163,7 @@ class QosController(App):
         self._threads += [*(hub.spawn(w.run) for w in self.workers.values()), hub.spawn(self._watch_tc),
                           hub.spawn(self._watch_remotes),
                           hub.spawn(serve, self._api_sock, make_app(self, self.settings.api_token)),
-                          hub.spawn(serve, self._metrics_sock, make_wsgi_app(self.registry))]
+                          hub.spawn(serve, self._metrics_sock, CachedExposition(self.registry))]
         LOG.info("under %s; REST on %s:%d, metrics on %s:%d", "os-ken" if FRAMEWORK == "os_ken" else "Ryu",
                  *self.settings.api, *self.settings.metrics)
         return thread

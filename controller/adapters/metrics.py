@@ -2,12 +2,20 @@
 
 Counters come from the switches, so they are exposed as they were last read
 (a collector), not incremented here. Base units, `_total` on counters.
+
+The exposition is rendered at most once per MAX_AGE and served from a cache in between: rendering is
+CPU work in the event loop's OS thread (12 ms for 40 ports, 240 ms for 1000), and eventlet runs
+every scraper whose request is ready before the event loop's next turn, so 30 scrapers rendering in
+turn held each step of a PUT back by a whole round of renders (docs/benchmarks.md, bench/scrape.py).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
+from prometheus_client import make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
 from controller.core.stats import ALL_ONES
@@ -16,6 +24,7 @@ from controller.core.telemetry import Snapshot
 PORT_COUNTERS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets",
                  "rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
 QUEUE_COUNTERS = ("tx_bytes", "tx_packets", "tx_errors")
+MAX_AGE = 0.5   # seconds; Prometheus scrapes every 1 s (prometheus/prometheus.yml), the switches are polled as often
 METER_COUNTERS = {"packets": "Packets that reached the meter", "bytes": "Bytes that reached the meter",
                   "dropped_packets": "Packets the meter's drop band dropped"}
 
@@ -120,3 +129,30 @@ def _per_port(name: str, doc: str, values: Mapping[tuple[int, int], float]) -> G
     for (dp, port), value in sorted(values.items()):
         family.add_metric([_dp(dp), str(port)], float(value))
     return family
+
+
+class CachedExposition:
+    """The WSGI app of the metrics port: prometheus_client's, with each format's answer (text or
+    OpenMetrics, gzipped or not) rendered at most once per `max_age` seconds and served again until then.
+    Only a plain GET is cached, so the cache holds a few entries whatever clients send."""
+
+    def __init__(self, registry: Collector, max_age: float = MAX_AGE, clock: Callable[[], float] = time.monotonic):
+        self._app = make_wsgi_app(registry)
+        self._max_age, self._clock = max_age, clock
+        self._cache: dict[tuple[str, bool], tuple[float, str, list[tuple[str, str]], bytes]] = {}
+
+    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        if (environ["REQUEST_METHOD"] != "GET" or environ.get("QUERY_STRING")
+                or environ.get("PATH_INFO") == "/favicon.ico"):
+            return self._app(environ, start_response)
+        key = (choose_encoder(environ.get("HTTP_ACCEPT") or "")[1],
+               gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING") or ""))
+        now = self._clock()
+        hit = self._cache.get(key)
+        if hit is None or now - hit[0] >= self._max_age:
+            answer: dict = {}
+            body = b"".join(self._app(environ, lambda status, headers, exc_info=None: answer.update(status=status,
+                                                                                               headers=headers)))
+            hit = self._cache[key] = (now, answer["status"], answer["headers"], body)
+        start_response(hit[1], list(hit[2]))
+        return [hit[3]]

@@ -1,11 +1,12 @@
 """controller/adapters/metrics.py: the exposition Prometheus scrapes from the controller."""
+import gzip
 import re
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.adapters.metrics import ControllerCollector, Snapshot
+from controller.adapters.metrics import MAX_AGE, CachedExposition, ControllerCollector, Snapshot
 from controller.core.stats import ALL_ONES, MeterCounters, PortCounters, QueueCounters
 from controller.core.telemetry import SwitchTelemetry
 
@@ -127,3 +128,50 @@ def test_the_exposition_parses_and_counters_end_in_total(registry):
     for name in samples:
         if name.removesuffix("_total") in counter_families:
             assert name.endswith("_total"), name
+
+
+def scrape(app, accept: str = "", encoding: str = "") -> tuple[str, dict, bytes]:
+    answer: dict = {}
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": "", "HTTP_ACCEPT": accept,
+               "HTTP_ACCEPT_ENCODING": encoding}
+    body = b"".join(app(environ, lambda status, headers, exc_info=None: answer.update(status=status,
+                                                                                     headers=dict(headers))))
+    return answer["status"], answer["headers"], body
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_scrape_is_served_from_the_cache_and_shows_a_change_once_the_cache_time_is_over():
+    snap, renders, clock = snapshot(), [], Clock()
+    reg = CollectorRegistry()
+    reg.register(ControllerCollector(lambda: renders.append(clock.now) or snap))
+    app = CachedExposition(reg, clock=clock)
+    assert 'ovsqos_policy_info{policy="reserve"} 1.0' in scrape(app)[2].decode()
+    snap.policy = "auto"
+    for _ in range(50):                     # a crowd of scrapers within the cache time: one render
+        clock.now += (MAX_AGE - 0.01) / 50
+        status, headers, body = scrape(app)
+        assert status == "200 OK" and 'policy="reserve"' in body.decode() and 'policy="auto"' not in body.decode()
+    assert renders == [100.0]
+    clock.now = 100.0 + MAX_AGE
+    assert 'ovsqos_policy_info{policy="auto"} 1.0' in scrape(app)[2].decode()
+    assert len(renders) == 2
+
+
+def test_each_format_and_encoding_is_cached_apart():
+    reg = CollectorRegistry()
+    reg.register(ControllerCollector(snapshot))
+    app = CachedExposition(reg, clock=Clock())
+    _, headers, text = scrape(app)
+    assert headers["Content-Type"].startswith("text/plain") and not text.endswith(b"# EOF\n")
+    _, headers, body = scrape(app, encoding="gzip")
+    assert headers["Content-Encoding"] == "gzip" and gzip.decompress(body) == text
+    _, headers, body = scrape(app, accept="application/openmetrics-text; version=1.0.0")
+    assert headers["Content-Type"].startswith("application/openmetrics-text") and body.endswith(b"# EOF\n")
+    assert scrape(app)[2] == text
