@@ -253,9 +253,13 @@ def test_sigterm_in_the_middle_of_a_400_port_apply_stops_within_seconds_and_leav
         proc = start_controller(config, tmp_path / "controller.log")
         try:
             wait(lambda: len(rest("GET", "/status")[1]["switches"]) == 20, 30, "the 20 bridges connected")
+            assert not any(rows("QoS").values())
             put = threading.Thread(target=answered, args=("PUT", "/policy", doc), daemon=True)
             put.start()
-            time.sleep(0.8)                       # the apply is under way: OVSDB and tc work in flight
+            # The apply is under way (OVSDB holds some of its QoS) and not answered yet: stopped now, the
+            # controller is in the middle of it.
+            wait(lambda: any(rows("QoS").values()), 30, "the first QoS of the apply")
+            assert put.is_alive(), "the 400-port apply was answered before it could be interrupted"
             proc.send_signal(15)
             stopped = time.monotonic()
             proc.wait(10)
@@ -264,6 +268,7 @@ def test_sigterm_in_the_middle_of_a_400_port_apply_stops_within_seconds_and_leav
             # Consistent: each QoS row of ours is on a port, each Queue row of ours in a QoS of ours.
             qos = rows("QoS")
             queues = rows("Queue")
+            assert any(qos.values()) and any(queues.values())   # else the checks below hold of nothing
             used = set(sh("ovs-vsctl", "--bare", "--columns=qos", "list", "port").split())
             assert {u for u, owner in qos.items() if owner} <= used
             in_qos = set(sh("ovs-vsctl", "--bare", "--columns=queues", "list", "qos").replace("=", " ").split())
@@ -290,14 +295,8 @@ def answered(*args) -> None:
 
 def rows(table: str) -> dict[str, bool]:
     """uuid → whether the row is the test controller's (owner test)."""
-    out = sh("ovs-vsctl", "--bare", "--columns=_uuid,external_ids", "list", table)
-    found, uuid = {}, None
-    for line in out.splitlines():
-        if not line.strip():
-            continue
-        if uuid is None:
-            uuid = line.strip()
-        else:
-            found[uuid] = "ovs-qos-controller=test" in line
-            uuid = None
+    out = json.loads(sh("ovs-vsctl", "--format=json", "--columns=_uuid,external_ids", "list", table))
+    found = {}
+    for (_, uuid), (_, ids) in out["data"]:   # ["uuid", U], ["map", [[key, value], ...]] (empty: no ids)
+        found[uuid] = ["ovs-qos-controller", "test"] in ids
     return found

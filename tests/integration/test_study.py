@@ -39,8 +39,10 @@ def run_of(summary, policy):
 
 
 def holds_or_says_why(row, ok: bool) -> bool:
-    """A measured step meets its bound, or the fidelity monitor marked it and gave the reason."""
-    return ok or (not row["faithful"] and row["fidelity_notes"])
+    """A measured step the fidelity monitor found faithful meets its bound. An unfaithful step proves
+    nothing either way, so the claim that rests on it fails, with the monitor's reason."""
+    assert row["faithful"], f"the claim rests on an unfaithful step: {row['fidelity_notes']}"
+    return ok
 
 
 def test_most_steps_are_faithful_and_every_unfaithful_one_says_why(run):
