@@ -30,19 +30,38 @@ def hfsc_available() -> bool:
     return done.returncode == 0
 
 
+def listening(net, host: str, port: int) -> bool:
+    return f":{port} " in net.host(host).cmd(f"ss -Hltn sport = :{port}")
+
+
+def until(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
+        time.sleep(0.1)
+
+
 def udp_bytes_by_class(net, tmp_path, dst: str, family: str) -> dict[str, int]:
     """Bytes each class of the bottleneck sent while h1 sent UDP at 2 Mbit/s for 3 s to `dst`."""
     tc = Tc()
     try:
         before = {c: k.bytes for c, k in tc.classes("s1-eth1").items()}
+        assert not listening(net, "h4", 5301)
         net.popen("h4", ["iperf3", "-s", "-1", "-p", "5301"], tmp_path / f"server-{family}.txt")
-        time.sleep(0.5)
+        until(lambda: listening(net, "h4", 5301), 10, "the iperf3 server listening")
         client = net.popen("h1", ["iperf3", f"-{family[-1]}", "-c", dst, "-p", "5301", "-u", "-b", "2M", "-t", "3",
                                   "-J"], tmp_path / f"client-{family}.json")
         assert client.wait(30) == 0, (tmp_path / f"client-{family}.json.stderr").read_text()
         assert json.loads((tmp_path / f"client-{family}.json").read_text())["end"]["sum"]["packets"] > 0
-        time.sleep(0.5)
-        return {c: k.bytes - before.get(c, 0) for c, k in tc.classes("s1-eth1").items()}
+        # The last datagrams may still be queued at the bottleneck: read once its classes stop counting.
+        last: list[dict] = [{}]
+
+        def still() -> bool:
+            now = {c: k.bytes for c, k in tc.classes("s1-eth1").items()}
+            same, last[0] = now == last[0], now
+            return same
+        until(still, 10, "the bottleneck's classes idle")
+        return {c: b - before.get(c, 0) for c, b in last[0].items()}
     finally:
         tc.close()
 
