@@ -130,7 +130,7 @@ class QosController(App):
             hub.sleep(0.01)      # the first remote decides active or standby; one that hangs is waited for no more
         if self._held is not None:
             _fail(self._held, 1)
-        self.store = StateFile(settings.state_file)
+        self.store = StateFile(settings.state_file, shared=settings.standby)
         try:
             self.core = Controller(self.ovsdb, owner=settings.owner, saved=load(self.store),
                                    pinned=load_document(str(settings.policy)) if settings.policy else None,

@@ -8,6 +8,7 @@ the option, before anything is touched.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +20,9 @@ from controller.core.policy import OVSDB_REMOTE
 
 OPTIONS = [
     cfg.StrOpt("policy", default="", help="policy file (YAML) to apply at start; empty: the last one applied"),
-    cfg.StrOpt("state_file", default="", help="where the policy in force is kept across restarts "
-                                              "(default /var/lib/ovs-qos-controller/<owner>.json)"),
+    cfg.StrOpt("state_file", default="", help="where the policy in force is kept across restarts (default "
+                                              "~/.local/state/ovs-qos-controller/<owner>.json, under $XDG_STATE_HOME "
+                                              "if set; the installed service's config names its own)"),
     cfg.StrOpt("ovsdb", default=DEFAULT_DB, help="OVSDB remotes, comma-separated: unix:PATH, tcp:HOST:PORT or "
                                                  "ssl:HOST:PORT; a switch is managed through the one holding its "
                                                  "bridge"),
@@ -39,7 +41,6 @@ OPTIONS = [
     cfg.StrOpt("metrics_host", default="127.0.0.1"),
     cfg.IntOpt("metrics_port", default=9101),
 ]
-STATE_DIR = Path("/var/lib/ovs-qos-controller")
 MIN_TOKEN = 16
 _OWNER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -89,11 +90,19 @@ def settings(conf) -> Settings:
         raise ConfigError("[qos] metrics_port: the same address as the REST API; give each its own port")
     remotes = _remotes(values["ovsdb"])
     return Settings(policy=Path(values["policy"]) if values["policy"] else None,
-                    state_file=Path(values["state_file"]) if values["state_file"] else STATE_DIR / f"{owner}.json",
+                    state_file=Path(values["state_file"]) if values["state_file"] else _default_state_file(owner),
                     ovsdb=remotes, owner=owner, api=api, api_token=values["api_token"],
                     metrics=(values["metrics_host"], values["metrics_port"]), ovsdb_ssl=_ovsdb_ssl(values, remotes),
                     standby=values["standby"],
                     openflow=_openflow(conf))
+
+
+def _default_state_file(owner: str) -> Path:
+    """In the user's state directory (XDG), as a user running the controller by hand expects and can write;
+    never the installed service's /var/lib/ovs-qos-controller, whose config names its file."""
+    xdg = os.environ.get("XDG_STATE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "state"   # a relative one is ignored (XDG)
+    return base / "ovs-qos-controller" / f"{owner}.json"
 
 
 def _remotes(text: str) -> tuple[str, ...]:

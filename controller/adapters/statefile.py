@@ -5,24 +5,62 @@ Written whole or not at all (temporary file, fsync, rename), whenever a policy i
 {"policy": <document or null>, "saved": <unix time>}. A file that is not exactly that (empty, cut
 short, binary, or JSON of another shape) is refused with one line: the controller then starts without
 a policy and leaves the switches as they are, never clearing them on a misreading.
+
+One controller per state file: unless it is shared (an active/standby pair's, [qos] standby = true),
+the StateFile holds an exclusive flock on `.<name>.lock` beside it for the process's life, and a
+second controller naming the same file is refused at start. A pair shares one on purpose, and an old
+active stopped with SIGSTOP must not keep the new one from saving, so a shared file is not locked.
 """
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from controller.core.document import load_json, read_file
 from controller.core.errors import PolicyError
 from controller.core.events import PolicyLoaded
 from controller.core.keeper import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
 
+LOG = logging.getLogger(__name__)
+
+
+class StateFileInUse(SystemExit):
+    """Another process holds the state file's lock. A SystemExit because the app makes its StateFile while
+    it starts: Python ends it with status 1 and prints this one line, with no traceback."""
+
 
 class StateFile:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, shared: bool = False):
         self.path = path
+        self.lock = path.with_name(f".{path.name}.lock")
+        self._held = None if shared else self._take_lock()
+
+    def _take_lock(self) -> BinaryIO | None:
+        """The open lock file (the flock lives as long as it), or None where no lock can be had: a directory
+        that cannot hold a lock file cannot hold the state either, and a put then says it cannot save."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            held = open(os.open(self.lock, os.O_RDONLY | os.O_CREAT, 0o600), "rb")   # flock needs no write access
+        except OSError as err:
+            LOG.warning("%s: cannot make the state file's lock (%s)", self.lock, err.strerror)
+            return None
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held.close()
+            raise StateFileInUse(f"error: {self.path} is in use by another controller, which holds {self.lock}; "
+                                 "give this one its own [qos] state_file, or stop the other (an active/standby "
+                                 "pair sets [qos] standby = true on both)") from None
+        except OSError as err:
+            held.close()
+            LOG.warning("%s: cannot lock the state file (%s)", self.lock, err.strerror)
+            return None
+        return held
 
     def read(self) -> tuple[str, Any]:
         """(SAVED_ABSENT, None), (SAVED_CLEARED, None) or (SAVED_POLICY, document); a PolicyError names

@@ -210,6 +210,30 @@ def test_a_second_controller_is_refused_and_the_first_one_keeps_its_queues(contr
     assert port_qos(f"{bridges[0]}p2") == before and in_sync("first")
 
 
+def test_a_second_controller_on_a_state_file_in_use_exits_1_with_one_line_and_the_first_still_saves(tmp_path):
+    state = tmp_path / "state.json"
+    first = start_controller(controller_config(tmp_path / "qos.conf", state_file=state), tmp_path / "first.log")
+    try:
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-2000:]
+        # Another owner, or the OVSDB lock would refuse it first (as it would not with another OVSDB), and
+        # other ports; the first one's state file.
+        second = start_controller(controller_config(tmp_path / "second.conf", state_file=state, owner="other",
+                                                    ofp_port=6654, api_port=8081, metrics_port=9111),
+                                  tmp_path / "second.log")
+        try:
+            assert second.wait(30) == 1
+        finally:
+            stop_controller(second, clear=False)
+        log = (tmp_path / "second.log").read_text()
+        assert "Traceback" not in log and [line for line in log.splitlines() if line.startswith("error: ")] == [
+            f"error: {state} is in use by another controller, which holds {tmp_path}/.state.json.lock; give this "
+            "one its own [qos] state_file, or stop the other (an active/standby pair sets [qos] standby = true on "
+            "both)"], log[-2000:]
+        assert rest("DELETE", "/policy")[0] == 200 and json.loads(state.read_text())["policy"] is None
+    finally:
+        stop_controller(first, clear=False)
+
+
 # --- concurrent changes ----------------------------------------------------------------------------
 
 def test_200_concurrent_requests_all_answer_and_leave_ovsdb_flows_and_tc_as_the_last_policy_says(controller):

@@ -429,7 +429,7 @@ class Harness:
         self.session = ovsdb.session()
         self.remotes = Remotes(("fake",), lambda name: self.session, standby=True)
         self.remotes.connect("fake")
-        self.store = StateFile(state_file)
+        self.store = StateFile(state_file, shared=True)   # its controllers are a standby pair (standby=True)
         self.core = Controller(self.remotes, owner="test", saved=load(self.store),
                                pinned=load_document(str(policy)) if policy else None, active=self.remotes.locked,
                                standby=True, wall=lambda: self.clock, rng=random.Random(7))

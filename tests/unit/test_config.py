@@ -60,3 +60,16 @@ def test_an_api_token_too_short_to_resist_guessing_is_refused(tmp_path, host):
         "[qos] api_token: too short to resist guessing; use at least 16 printable characters, e.g. the output of: "
         "openssl rand -hex 16")
     assert settings(conf(tmp_path, api_host=host, api_token="0123456789abcdef")).api_token == "0123456789abcdef"
+
+
+def test_by_default_the_state_file_is_in_the_users_state_directory_not_the_installed_services(tmp_path, monkeypatch):
+    assert not settings(conf(tmp_path)).state_file.is_relative_to("/var/lib/ovs-qos-controller")
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert settings(conf(tmp_path, owner="lab")).state_file == tmp_path / "home/.local/state/ovs-qos-controller/lab.json"
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    assert settings(conf(tmp_path)).state_file == tmp_path / "xdg/ovs-qos-controller/default.json"
+    monkeypatch.setenv("XDG_STATE_HOME", "relative")          # not absolute: ignored, as XDG says
+    assert settings(conf(tmp_path)).state_file.parent == tmp_path / "home/.local/state/ovs-qos-controller"
+    assert settings(conf(tmp_path, state_file="/var/lib/ovs-qos-controller/default.json")).state_file == Path(
+        "/var/lib/ovs-qos-controller/default.json")          # what the installed service's config names
