@@ -19,8 +19,10 @@ import logging
 import signal
 import sys
 import time
+from functools import partial
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, NoReturn
 
 # The manager loads this file by path; make the `controller` package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -30,6 +32,7 @@ import greenlet  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 
 from controller.adapters import config, openflow  # noqa: E402
+from controller.adapters.coordination import Coordination  # noqa: E402
 from controller.adapters.listeners import (  # noqa: E402
     PortInUse,
     check_free,
@@ -42,7 +45,7 @@ from controller.adapters.metrics import CachedExposition, ControllerCollector  #
 from controller.adapters.ovsdb import LockHeld, Ovsdb  # noqa: E402
 from controller.adapters.remotes import Remotes, on_this_host  # noqa: E402
 from controller.adapters.rest import REQUESTS, Busy, make_app  # noqa: E402
-from controller.adapters.statefile import StateFile, load  # noqa: E402
+from controller.adapters.statefile import StateFile, load, save  # noqa: E402
 from controller.adapters.tc import Tc, TcEvents  # noqa: E402
 from controller.adapters.worker import Worker  # noqa: E402
 from controller.compat import (  # noqa: E402
@@ -61,6 +64,7 @@ from controller.compat import (  # noqa: E402
 )
 from controller.core import actions as act  # noqa: E402
 from controller.core import events as ev  # noqa: E402
+from controller.core.cluster import Cluster  # noqa: E402
 from controller.core.controller import Controller  # noqa: E402
 from controller.core.errors import PolicyError  # noqa: E402
 from controller.core.policy import load_document  # noqa: E402
@@ -90,7 +94,7 @@ class EventRequest(EventRequestBase):
 
 
 class EventReply(EventReplyBase):
-    def __init__(self, dst, result: Any = None, error: Exception | None = None):
+    def __init__(self, dst: str, result: Any = None, error: Exception | None = None):
         super().__init__(dst)
         self.result, self.error = result, error
 
@@ -118,9 +122,12 @@ class QosController(App):
             _fail(err, 2 if isinstance(err, config.ConfigError) else 1)
         raise_file_limit()
         guard_openflow()      # before os-ken starts listening
-        settings = self.settings
+        settings, co = self.settings, self.settings.coordination
+        # A cluster's members share the owner: etcd, not the OVSDB lock, says who writes what.
+        self.coordination = Coordination(co.url, settings.owner, co.member, co.lease) if co else None
         self.ovsdb = Remotes(settings.ovsdb, lambda name: Ovsdb(name, owner=settings.owner, timeout=10.0,
-                                                              ssl=settings.ovsdb_ssl, standby=settings.standby),
+                                                              ssl=settings.ovsdb_ssl, standby=settings.standby,
+                                                              lock=co is None),
                              settings.standby)
         self._first_tried: bool = False
         self._held: LockHeld | None = None
@@ -130,11 +137,17 @@ class QosController(App):
             hub.sleep(0.01)      # the first remote decides active or standby; one that hangs is waited for no more
         if self._held is not None:
             _fail(self._held, 1)
-        self.store = StateFile(settings.state_file, shared=settings.standby)
+        # Where the policy in force is kept: the state file, or a cluster's in etcd.
+        if self.coordination:
+            self._load, self._keep = self.coordination.policy_loaded, self.coordination.policy_saved
+        else:
+            store = StateFile(settings.state_file, shared=settings.standby)
+            self._load, self._keep = partial(load, store), partial(save, store)
         try:
-            self.core = Controller(self.ovsdb, owner=settings.owner, saved=load(self.store),
+            self.core = Controller(self.ovsdb, owner=settings.owner, saved=self._load(),
                                    pinned=load_document(str(settings.policy)) if settings.policy else None,
-                                   active=self.ovsdb.locked, standby=settings.standby, wall=time.time)
+                                   active=self.ovsdb.locked, standby=settings.standby,
+                                   cluster=Cluster(co.member, co.lease) if co else None, wall=time.time)
         except PolicyError as err:
             _fail(err, 2)
         self.registry = CollectorRegistry()
@@ -146,7 +159,7 @@ class QosController(App):
         self.workers: dict[str, Worker] = {}
 
     # --- life cycle ------------------------------------------------------------------------------------
-    def start(self):
+    def start(self) -> Any:   # the framework's start()'s value, passed on
         thread = super().start()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, _stop)
@@ -162,19 +175,23 @@ class QosController(App):
                         for name in self.ovsdb.names}
         self._threads += [*(hub.spawn(w.run) for w in self.workers.values()), hub.spawn(self._watch_tc),
                           hub.spawn(self._watch_remotes),
+                          *([hub.spawn(self.coordination.run, self._post)] if self.coordination else []),
                           hub.spawn(serve, self._api_sock, make_app(self, self.settings.api_token)),
                           hub.spawn(serve, self._metrics_sock, CachedExposition(self.registry))]
         LOG.info("under %s; REST on %s:%d, metrics on %s:%d", "os-ken" if FRAMEWORK == "os_ken" else "Ryu",
                  *self.settings.api, *self.settings.metrics)
         return thread
 
-    def stop(self):
+    def stop(self) -> None:
         for thread in self._threads:
             hub.kill(thread)
         super().stop()
 
-    def close(self):
-        """Leave flows and queues as they are: a restarted controller adopts them (no outage)."""
+    def close(self) -> None:
+        """Leave flows and queues as they are: a restarted controller adopts them (no outage). A member of a
+        cluster gives its switches up at once, so that the others take them over within a second."""
+        if self.coordination:
+            self.coordination.leave()
         self.ovsdb.close()
         if self.tc:
             self.tc.close()
@@ -248,7 +265,7 @@ class QosController(App):
         self._execute(self.core.handle(event, time.monotonic()))
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
-    def _state_change(self, event):
+    def _state_change(self, event: Any) -> None:
         dp = event.datapath
         if event.state == MAIN_DISPATCHER:
             dp.qos_conn = next(self._conns)
@@ -262,13 +279,13 @@ class QosController(App):
     # The state change, not the port status: the framework sends it once it has updated dp.ports, which
     # it does in its own thread, so a port status may reach this app before dp.ports holds the port.
     @set_ev_cls(ofp_event.EventOFPPortStateChange, MAIN_DISPATCHER)
-    def _port_status(self, event):
+    def _port_status(self, event: Any) -> None:
         dp = event.datapath
         if getattr(dp, "qos_conn", None) in self.datapaths:
             self._handle(ev.PortsChanged(dp.qos_conn, _ports(dp)))
 
     @set_ev_cls(REPLIES, MAIN_DISPATCHER)
-    def _reply(self, event):
+    def _reply(self, event: Any) -> None:
         msg = event.msg
         conn = getattr(msg.datapath, "qos_conn", None)
         if conn not in self.datapaths:
@@ -317,10 +334,14 @@ class QosController(App):
                 case act.ClaimGeneration():
                     hub.spawn(lambda above: self._post(ev.GenerationClaimed(self.ovsdb.claim_generation(above))),
                               action.above)
-                case act.SavePolicy():
-                    self._handle(ev.PolicySaved(_save(self.store, action.document)))
+                case act.SavePolicy():   # local and small, or etcd's milliseconds: in order, before the core goes on
+                    self._handle(self._keep(action.document))
+                case act.ClaimSwitch() if self.coordination:
+                    hub.spawn(self.coordination.claim_reported, action, self._post)
+                case act.ReleaseSwitch() if self.coordination:
+                    hub.spawn(self.coordination.release, action.dp_id)
                 case act.LoadPolicy():
-                    self._handle(load(self.store))
+                    self._handle(self._load())
                 case act.Beat():
                     hub.spawn(lambda at: self._post(ev.Beaten(at, self.ovsdb.beat())), action.at)
                 case act.StealLock():
@@ -348,24 +369,16 @@ class QosController(App):
         self._handle(REQUESTS[req.op](req, req.arg))
 
 
-def _ports(dp) -> frozenset[int]:
+def _ports(dp: Any) -> frozenset[int]:
     return frozenset(p for p in dp.ports if p != dp.ofproto.OFPP_LOCAL)
 
 
-def _save(store: StateFile, document: Any) -> str | None:
-    try:
-        store.write(document)
-    except OSError as err:
-        return str(err)
-    return None
-
-
-def _fail(err: Exception, code: int):
+def _fail(err: Exception, code: int) -> NoReturn:
     print(f"error: {err}", file=sys.stderr, flush=True)
     raise SystemExit(code)
 
 
-def _stop(signum, frame):
+def _stop(signum: int, frame: FrameType | None) -> None:
     """SIGTERM or SIGINT: stop now, whatever greenthread runs. The stop is raised in the manager's own
     greenlet, which then closes every app; raised anywhere else it would end only that greenthread.
     If closing has not ended the process within STOP_SECONDS, SIGALRM's default action ends it."""

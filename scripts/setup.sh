@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 PACKAGES=(openvswitch-switch mininet iperf3 irtt prometheus ethtool iproute2 iputils-ping
           python3-venv python3-pip docker-compose qemu-system-x86 debootstrap
           podman runc   # the controller's image (scripts/build-image.sh): runc, as crun refuses cgroup v1+v2 hosts
-          sudo python-is-python3 systemd)   # `sudo python topo/run.py`; systemd-analyze checks the service unit
+          sudo python-is-python3 systemd   # `sudo python topo/run.py`; systemd-analyze checks the service unit
+          etcd-server)                     # a cluster's coordination; tests start their own (not the service)
 WMEM=8388608   # docs/datapath.md (one full queue can stall every port): set before ovs-vswitchd starts
 
 say() { echo "setup: $*"; }
@@ -28,6 +29,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   # Debian enables an irtt server on every address at boot; the study starts its own inside Mininet hosts.
   if [[ " ${missing[*]} " == *" irtt "* ]]; then
     systemctl disable irtt.service >/dev/null 2>&1 || true
+  fi
+  # Likewise etcd on :2379: a cluster names the etcd its members share; tests start their own.
+  if [[ " ${missing[*]} " == *" etcd-server "* ]]; then
+    systemctl disable etcd.service >/dev/null 2>&1 || true
   fi
 fi
 

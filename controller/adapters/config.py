@@ -10,8 +10,10 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from oslo_config import cfg
 
@@ -61,13 +63,33 @@ class Settings:
     ovsdb_ssl: tuple[Path, Path, Path] | None = None   # private key, certificate, CA certificate
     standby: bool = False                               # wait as standby while another holds the lock
     openflow: tuple[str, int] = ("0.0.0.0", 6653)       # where switches connect (TLS when configured)
+    coordination: CoordinationSettings | None = None    # a member of a cluster ([coordination])
 
 
-def register(conf) -> None:
+# [coordination], as OpenStack services configure tooz: without backend_url the controller runs alone.
+COORDINATION = [
+    cfg.StrOpt("backend_url", default="", help="tooz URL of the etcd that members of this owner share, e.g. "
+                                               "etcd3+http://127.0.0.1:2379 (etcd3+https:// with ?ca_cert=...); "
+                                               "empty: no cluster"),
+    cfg.IntOpt("membership_timeout", default=6, help="seconds a member's switches stay its own after it was last "
+                                                     "heard from (its etcd lease); at least 2"),
+    cfg.StrOpt("member", default="", help="this member's name in the cluster (default: HOSTNAME-API_PORT)"),
+]
+
+
+@dataclass(frozen=True)
+class CoordinationSettings:
+    url: str
+    lease: int                  # seconds
+    member: str
+
+
+def register(conf: cfg.ConfigOpts) -> None:
     conf.register_opts(OPTIONS, group="qos")
+    conf.register_opts(COORDINATION, group="coordination")
 
 
-def settings(conf) -> Settings:
+def settings(conf: cfg.ConfigOpts) -> Settings:
     try:
         qos = conf.qos
         values = {o.name: getattr(qos, o.name) for o in OPTIONS}
@@ -94,7 +116,30 @@ def settings(conf) -> Settings:
                     ovsdb=remotes, owner=owner, api=api, api_token=values["api_token"],
                     metrics=(values["metrics_host"], values["metrics_port"]), ovsdb_ssl=_ovsdb_ssl(values, remotes),
                     standby=values["standby"],
-                    openflow=_openflow(conf))
+                    openflow=_openflow(conf), coordination=_coordination(conf, api[1], values["standby"]))
+
+
+def _coordination(conf: cfg.ConfigOpts, api_port: int, standby: bool) -> CoordinationSettings | None:
+    try:
+        values = {o.name: getattr(conf.coordination, o.name) for o in COORDINATION}
+    except cfg.Error as err:
+        raise ConfigError(f"[coordination] {err}") from None
+    url = values["backend_url"]
+    if not url:
+        return None
+    if not url.startswith(("etcd3+http://", "etcd3+https://")):
+        raise ConfigError(f"[coordination] backend_url: {url!r} is not an etcd3+http:// or etcd3+https:// URL; "
+                          "give the etcd the members share, e.g. etcd3+http://127.0.0.1:2379")
+    if values["membership_timeout"] < 2:
+        raise ConfigError(f"[coordination] membership_timeout: {values['membership_timeout']} s is too short for "
+                          "a member to refresh its lease in time; use 2 or more (6 is the default)")
+    if standby:
+        raise ConfigError("[qos] standby: a member of a cluster needs no standby (every member is active); remove "
+                          "standby, or remove [coordination] backend_url")
+    member = values["member"] or f"{socket.gethostname()}-{api_port}"
+    if not _OWNER.match(member):
+        raise ConfigError(f"[coordination] member: {member!r} is not 1-64 letters, digits, '_', '.' or '-'")
+    return CoordinationSettings(url, values["membership_timeout"], member)
 
 
 def _default_state_file(owner: str) -> Path:
@@ -118,7 +163,7 @@ def _remotes(text: str) -> tuple[str, ...]:
     return remotes
 
 
-def _ovsdb_ssl(values: dict, remotes: tuple[str, ...]) -> tuple[Path, Path, Path] | None:
+def _ovsdb_ssl(values: dict[str, Any], remotes: tuple[str, ...]) -> tuple[Path, Path, Path] | None:
     """The key, certificate and CA ssl: remotes need (one set for all: python-ovs keeps one): all three,
     readable, and only with such a remote."""
     names = ("ovsdb_private_key", "ovsdb_certificate", "ovsdb_ca_cert")
@@ -136,7 +181,7 @@ def _ovsdb_ssl(values: dict, remotes: tuple[str, ...]) -> tuple[Path, Path, Path
     return key, certificate, ca_cert
 
 
-def _openflow(conf) -> tuple[str, int]:
+def _openflow(conf: cfg.ConfigOpts) -> tuple[str, int]:
     """Where switches connect: plain TCP, or TLS with switches' certificates checked against ca_certs."""
     host = conf.ofp_listen_host or "0.0.0.0"
     tls = {"ctl_privkey": conf.ctl_privkey, "ctl_cert": conf.ctl_cert, "ca_certs": conf.ca_certs}

@@ -23,7 +23,9 @@ from __future__ import annotations
 import logging
 import queue
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ovs.stream import Stream
 from ovsdbapp.backend.ovs_idl import command, connection, idlutils, transaction
@@ -57,8 +59,10 @@ class LockHeld(OvsdbError):
 
 class Ovsdb:
     def __init__(self, remote: str = DEFAULT_DB, owner: str = "default", timeout: float = 30.0,
-                 lock_wait: float = 10.0, ssl: tuple[Path, Path, Path] | None = None, standby: bool = False):
-        """`standby`: another controller of this owner holding the lock is waited for, not an error."""
+                 lock_wait: float = 10.0, ssl: tuple[Path, Path, Path] | None = None, standby: bool = False,
+                 lock: bool = True):
+        """`standby`: another controller of this owner holding the lock is waited for, not an error. `lock`
+        False: the members of a cluster share the owner (etcd decides who writes what), so none locks."""
         self.owner, self.standby = owner, standby
         if ssl:   # python-ovs keeps one key, certificate and CA for all its SSL streams
             key, certificate, ca_cert = map(str, ssl)
@@ -74,7 +78,8 @@ class Ovsdb:
         self._idl = connection.OvsdbIdl(remote, helper)
         # The generation id and the heartbeat live there: changes to them are not changes to what we plan from.
         self._idl.tables["Open_vSwitch"].columns["external_ids"].alert = False
-        self._idl.set_lock(lock_name(owner))    # before the connection starts (python-ovs asks that)
+        if lock:
+            self._idl.set_lock(lock_name(owner))    # before the connection starts (python-ovs asks that)
         # A server back is used within 2 s (python-ovs backs off to 8 s); its session is private, no other way.
         self._idl._session.reconnect.set_backoff(1000, 2000)
         # ovsdbapp keeps one connection per API class: a class of our own per instance keeps them apart.
@@ -82,25 +87,30 @@ class Ovsdb:
         self._api = api_class(connection.Connection(idl=self._idl, timeout=timeout))
         self._cache: dict[str, OvsdbQos | str | None] = {}
         self._cache_generation = -1
-        self._wait_for_lock(lock_wait)
+        if lock:
+            self._wait_for_lock(lock_wait)
 
     @property
     def generation(self) -> int:
         """Changes whenever anything we read in OVSDB changes."""
-        return self._idl.change_seqno
+        seqno: int = self._idl.change_seqno
+        return seqno
 
     @property
     def connected(self) -> bool:
-        return self._idl._session.is_connected()   # python-ovs keeps its session private; no other way to ask
+        up: bool = self._idl._session.is_connected()   # python-ovs keeps its session private; no other way to ask
+        return up
 
     @property
     def has_lock(self) -> bool:
-        return self._idl.has_lock
+        held: bool = self._idl.has_lock
+        return held
 
     @property
     def lock_contended(self) -> bool:
         """Another session holds our owner's lock (not merely: we have not got it back yet)."""
-        return self._idl.is_lock_contended
+        contended: bool = self._idl.is_lock_contended
+        return contended
 
     def _wait_for_lock(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -173,7 +183,8 @@ class Ovsdb:
         holder can make it (OvsdbError otherwise)."""
         with self._api.transaction(check_error=True, log_errors=False) as txn:
             found = txn.add(_NextGeneration(self._api, self._generation_key, above or 0))
-        return found.result
+        claimed: int = found.result
+        return claimed
 
     @property
     def _generation_key(self) -> str:
@@ -217,8 +228,9 @@ class Ovsdb:
     def close(self) -> None:
         self._api.ovsdb_connection.stop()
 
-    def _owned(self, row) -> bool:
-        return row.external_ids.get(OWNER_KEY) == self.owner
+    def _owned(self, row: Any) -> bool:
+        owner: str | None = row.external_ids.get(OWNER_KEY)
+        return owner == self.owner
 
 
 def lock_name(owner: str) -> str:
@@ -226,7 +238,7 @@ def lock_name(owner: str) -> str:
     return f"ovs_qos_controller_{owner.encode().hex()}"
 
 
-def _int(column: dict, key: str) -> int:
+def _int(column: dict[str, str], key: str) -> int:
     try:
         return int(column.get(key, 0))
     except ValueError:
@@ -240,11 +252,11 @@ class _ReplacePortQos(command.BaseCommand):
     verify(): the port's QoS is verified, so another tool's QoS set a moment ago is never overwritten.
     """
 
-    def __init__(self, api, iface: str, spec: QosSpec | None, ids: dict[str, str]):
+    def __init__(self, api: Any, iface: str, spec: QosSpec | None, ids: dict[str, str]) -> None:
         super().__init__(api)
         self.iface, self.spec, self.ids = iface, spec, ids
 
-    def run_idl(self, txn):
+    def run_idl(self, txn: Any) -> None:
         port = idlutils.row_by_value(self.api.idl, "Port", "name", self.iface, None)
         if port is None:
             if self.spec is None:
@@ -280,11 +292,11 @@ class _ReplacePortQos(command.BaseCommand):
 
 
 class _NextGeneration(command.BaseCommand):
-    def __init__(self, api, key: str, above: int):
+    def __init__(self, api: Any, key: str, above: int) -> None:
         super().__init__(api)
         self.key, self.above = key, above
 
-    def run_idl(self, txn):
+    def run_idl(self, txn: Any) -> None:
         row = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
         row.verify("external_ids")
         self.result = (max(_int(row.external_ids, self.key), self.above, 0) + 1) % 2**64
@@ -297,7 +309,10 @@ class _Steal:
     asks only "lock"; its own request path, given the other methods, does the rest (the steal's reply
     sets has_lock as a lock reply would)."""
 
-    def __init__(self, idl):
+    results: queue.Queue[Any]
+    commands: list[Any]
+
+    def __init__(self, idl: Any) -> None:
         self.idl, self.results, self.commands = idl, queue.Queue(1), []
 
     def do_commit(self) -> None:
@@ -306,21 +321,21 @@ class _Steal:
 
 
 class _Beat(command.BaseCommand):
-    def __init__(self, api, key: str):
+    def __init__(self, api: Any, key: str) -> None:
         super().__init__(api)
         self.key = key
 
-    def run_idl(self, txn):
+    def run_idl(self, txn: Any) -> None:
         row = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
         row.setkey("external_ids", self.key, str((_int(row.external_ids, self.key) + 1) % 2**31))
 
 
 class _RemoveOrphans(command.BaseCommand):
-    def __init__(self, api, owned):
+    def __init__(self, api: Any, owned: Callable[[Any], bool]) -> None:
         super().__init__(api)
         self.owned = owned
 
-    def run_idl(self, txn):
+    def run_idl(self, txn: Any) -> None:
         used_qos = {p.qos[0].uuid for p in self.api.tables["Port"].rows.values() if p.qos}
         removed = 0
         for qos in list(self.api.tables["QoS"].rows.values()):

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 from controller.core.document import load_json, read_file
 from controller.core.errors import PolicyError
-from controller.core.events import PolicyLoaded
+from controller.core.events import PolicyLoaded, PolicySaved
 from controller.core.keeper import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
 
 LOG = logging.getLogger(__name__)
@@ -99,3 +99,12 @@ def load(store: StateFile) -> PolicyLoaded:
     except (OSError, PolicyError) as err:
         return PolicyLoaded(SAVED_ABSENT, error=str(err))
     return PolicyLoaded(saved, document)
+
+
+def save(store: StateFile, document: Any) -> PolicySaved:
+    """Keep `document` (None: cleared), as the core takes the outcome."""
+    try:
+        store.write(document)
+    except OSError as err:
+        return PolicySaved(str(err))
+    return PolicySaved(None)

@@ -152,13 +152,28 @@ class StealLock:
 
 
 @dataclass(frozen=True)
+class ClaimSwitch:
+    """Create the switch's ownership key on this member's lease (renew: put ours again, for a newer
+    revision) in one etcd transaction (events.SwitchClaimed)."""
+    dp_id: int
+    renew: bool
+
+
+@dataclass(frozen=True)
+class ReleaseSwitch:
+    """Delete the switch's ownership key if it is ours: the ring gives the switch to another member."""
+    dp_id: int
+
+
+@dataclass(frozen=True)
 class Exit:
     """End the process: this controller must not run beside the one that holds the lock."""
     code: int
     reason: str
 
 
-Action = Send | Close | Submit | Answer | Later | ClaimGeneration | SavePolicy | LoadPolicy | Beat | StealLock | Exit
+Action = (Send | Close | Submit | Answer | Later | ClaimGeneration | SavePolicy | LoadPolicy | Beat | StealLock
+          | ClaimSwitch | ReleaseSwitch | Exit)
 
 
 # What a switch tells its controller (controller/core/switch.py → controller.py); never reaches the app.
@@ -166,6 +181,7 @@ Action = Send | Close | Submit | Answer | Later | ClaimGeneration | SavePolicy |
 @dataclass(frozen=True)
 class NeedGeneration:
     """The switch has seen generation id `above` (or none): claiming it as master needs a newer one."""
+    dp_id: int
     above: int
 
 

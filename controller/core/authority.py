@@ -21,6 +21,7 @@ import logging
 
 from controller.core import actions as act
 from controller.core import events as ev
+from controller.core.cluster import Cluster
 from controller.core.view import Role
 
 LOG = logging.getLogger("qos")
@@ -29,10 +30,11 @@ LEASE_SECONDS = 3.0       # the holder writes only this long after its last hear
 
 
 class Authority:
-    def __init__(self, active: bool, standby: bool):
-        """`standby`: this controller is one of a pair, so only the lock's holder is active."""
+    def __init__(self, active: bool, standby: bool, cluster: Cluster | None = None):
+        """`standby`: this controller is one of a pair, so only the lock's holder is active. `cluster`: it is
+        a member of a cluster that shares the switches: each is this member's only while it owns it."""
         self.role = Role.ACTIVE if active else Role.STANDBY
-        self.standby = standby
+        self.standby, self.cluster = standby, cluster
         self.generation = 0                       # ours as master; 0 until claimed
         self.claiming = False                     # a claim in flight
         self.above = -1                           # what the next claim must be newer than (-1: none wanted)
@@ -45,19 +47,35 @@ class Authority:
 
     def confirmed(self, now: float) -> bool:
         """Whether this controller may write and speak as the active one now (alone, it always may)."""
+        if self.cluster is not None:
+            return self.cluster.confirmed(now)
         return self.active and (not self.standby or self.confirmed_at is not None
                                 and now - self.confirmed_at < LEASE_SECONDS)
 
+    def owns(self, dp_id: int) -> bool:
+        """Whether the switch is this controller's to poll and master."""
+        return self.active and (self.cluster is None or self.cluster.owns(dp_id))
+
+    def generation_of(self, dp_id: int) -> int:
+        """The generation id to claim the switch's mastership with (0: none yet)."""
+        if self.cluster is not None:
+            return self.cluster.mine.get(dp_id, 0)
+        return self.generation
+
     def label(self, now: float) -> str:
         """What the status and the metrics say: only a confirmed fact is `active`."""
+        if self.cluster is not None:
+            return "member" if self.confirmed(now) else "coordination lost"
         return str(self.role) if self.confirmed(now) or not self.active else "unconfirmed"
 
     def beaten(self, beat: ev.Beaten) -> None:
         if beat.ok and self.active:
             self.confirmed_at = max(self.confirmed_at or beat.at, beat.at)
 
-    def need(self, above: int) -> list[act.Action]:
+    def need(self, dp_id: int, above: int) -> list[act.Action]:
         """A switch has seen `above`: claim a newer id, once no claim is in flight."""
+        if self.cluster is not None:
+            return self.cluster.renew(dp_id, above)
         self.above = max(self.above, above)
         if self.claiming or not self.active:
             return []
@@ -72,7 +90,7 @@ class Authority:
             return []
         LOG.info("OpenFlow master with generation id %d", generation)
         self.generation = generation
-        return self.need(self.above) if self.above > generation else []
+        return self.need(0, self.above) if self.above > generation else []
 
     def watch(self, change: ev.RemotesChanged, now: float) -> list[act.Action]:
         """Each report of the remotes: the holder's heartbeat, or the standby's watch over it."""

@@ -22,9 +22,10 @@ from controller.core import actions as act
 from controller.core import events as ev
 from controller.core.authority import LEASE_SECONDS, Authority
 from controller.core.bridges import check_ports
+from controller.core.cluster import Cluster
 from controller.core.errors import PolicyError
 from controller.core.flowsync import UNKNOWN_METERS
-from controller.core.keeper import PolicyKeeper, from_saved
+from controller.core.keeper import SAVED_CLEARED, SAVED_POLICY, PolicyKeeper, from_saved
 from controller.core.meters import desired_meters
 from controller.core.policy import Policy, parse_policy
 from controller.core.switch import BRIDGE_RETRIES, Switch
@@ -46,15 +47,15 @@ class Rival:
 
 class Controller:
     def __init__(self, ovsdb: OvsdbReplica, *, owner: str, saved: ev.PolicyLoaded, pinned: Any = None,
-                 active: bool = True, standby: bool = False, wall: Callable[[], float],
-                 rng: random.Random | None = None):
+                 active: bool = True, standby: bool = False, cluster: Cluster | None = None,
+                 wall: Callable[[], float], rng: random.Random | None = None):
         """`saved`: the policy the store held at start; `pinned`: the configured policy file's document
         (a bad one raises PolicyError), which wins over the saved one and a take-over alike."""
         self.ovsdb, self.owner, self.pinned = ovsdb, owner, pinned
         self.wall, self.rng = wall, rng or random.Random()
         self.keeper = PolicyKeeper(*(Mode.IN_FORCE, pinned, parse_policy(pinned)) if pinned is not None
                                    else from_saved(saved))
-        self.authority = Authority(active, standby)
+        self.authority = Authority(active, standby, cluster)
         self.switches: dict[int, Switch] = {}          # datapath id → the switch (its accepted connection)
         self.conns: dict[int, Switch] = {}             # accepted connection → its switch
         self.rivals: dict[int, Rival] = {}             # rival connection → its claim
@@ -64,13 +65,10 @@ class Controller:
         self.out: list[act.Action] = []
         LOG.info("owner %s, policy %s (%s)", owner, self.keeper.name, self.keeper.mode)
 
-    @property
-    def active(self) -> bool:
-        return self.authority.active
-
-    def view(self, now: float) -> SwitchView:
-        return SwitchView(self.keeper.policy, self.keeper.mode, self.active, self.authority.confirmed(now),
-                          self.authority.generation, self.ovsdb)
+    def view(self, dp_id: int, now: float) -> SwitchView:
+        owns = self.authority.owns(dp_id)
+        return SwitchView(self.keeper.policy, self.keeper.mode, owns, owns and self.authority.confirmed(now),
+                          self.authority.generation_of(dp_id), self.ovsdb)
 
     # --- the one entry point ------------------------------------------------------------------------------
     def handle(self, event: ev.Event, now: float) -> list[act.Action]:
@@ -106,6 +104,9 @@ class Controller:
                 self.out += [act.Answer(event, error=refused)] if refused else \
                     self.keeper.change(ev.SetPolicy(event, event.document), self.check, now)
             case ev.PolicySaved():
+                if self.authority.cluster is not None:
+                    self.authority.cluster.policy_revision = max(self.authority.cluster.policy_revision,
+                                                                 event.revision)
                 actions, installed = self.keeper.saved(event, now)
                 if installed:
                     self._everywhere(ev.PolicyInstalled(), now)
@@ -129,24 +130,34 @@ class Controller:
                 self.authority.beaten(event)
                 if lapsed and self.authority.confirmed(now):
                     self._everywhere(ev.Reconcile(), now)
+            case ev.ClusterChanged() | ev.SwitchClaimed():
+                self._cluster(event, now)
             case ev.GenerationClaimed():
-                self._generation_claimed(event, now)
+                self.out += self.authority.claimed(event.generation)
+                if event.generation is not None:
+                    self._everywhere(ev.RoleDue(), now)   # the new id everywhere, so no switch keeps the older one
+                elif self.authority.active:
+                    LOG.warning("owner %s: could not claim an OpenFlow generation id (the OVSDB lock is not ours)",
+                                self.owner)
+                    self._stand_down(now)
             case ev.LockHeld():
                 self.out.append(act.Exit(1, event.reason))
             case _:
                 assert_never(event)
-        if self.keeper.waiting:
-            switches = [sw for sw in self.switches.values() if sw.bridge is not None]
-            self.out += self.keeper.answer(switches, now)
+        if self.keeper.waiting:   # a cluster's member answers for the switches it owns, and names the others' owners
+            switches = [sw for sw in self.switches.values() if sw.bridge is not None and self.authority.owns(sw.dp_id)]
+            cluster = self.authority.cluster
+            elsewhere = {dp: owner for dp, owner in cluster.owners.items() if owner != cluster.me} if cluster else {}
+            self.out += self.keeper.answer(switches, now, elsewhere)
         out, self.out = self.out, []
         return out
 
     def _to(self, sw: Switch, event: ev.SwitchEvent, now: float) -> None:
         """One switch handles an event; what it asks of the controller is done here, the rest goes out."""
-        for action in sw.handle(event, now, self.view(now)):
+        for action in sw.handle(event, now, self.view(sw.dp_id, now)):
             match action:
                 case act.NeedGeneration():
-                    self.out += self.authority.need(action.above)
+                    self.out += self.authority.need(action.dp_id, action.above)
                 case act.Decided():
                     decision = action.decision
                     self.decisions.append({"time": self.wall(), "dp_id": f"{action.dp_id:016x}",
@@ -209,7 +220,7 @@ class Controller:
         if sw is None:
             return       # never the switch's connection
         self._forget(sw)
-        if sw.bridge is not None and self.active:
+        if sw.bridge is not None and self.authority.active:
             self.out.append(act.Submit(sw.bridge.remote, sweep=True))   # a bridge that went leaves our rows behind
         LOG.info("switch %016x left", sw.dp_id)
 
@@ -226,11 +237,11 @@ class Controller:
                                                "is not connected; its switches' queues wait for it")
         self.ovsdb_connected = dict(change.connected)
         self.out += self.authority.watch(change, now)
-        if not self.active and change.locked:
+        if not self.authority.active and change.locked:
             self._take_over(now)
-        elif self.active and change.taken:
+        elif self.authority.active and change.taken:
             self._stand_down(now)
-        elif self.active:   # rows of ours that a dead run left on ports that are gone
+        elif self.authority.active:   # rows of ours that a dead run left on ports that are gone
             self.out += [act.Submit(name, sweep=True) for name in change.new]
         if change.new:      # bridges that were not found may be in the remote connected now
             for sw in list(self.switches.values()):
@@ -255,14 +266,7 @@ class Controller:
         self.authority.stand_down()
         self._everywhere(ev.StandingDown(), now)
 
-    def _generation_claimed(self, claimed: ev.GenerationClaimed, now: float) -> None:
-        self.out += self.authority.claimed(claimed.generation)
-        if claimed.generation is None and self.active:
-            LOG.warning("owner %s: could not claim an OpenFlow generation id (the OVSDB lock is not ours)", self.owner)
-            self._stand_down(now)
-        elif claimed.generation is not None:
-            self._everywhere(ev.RoleDue(), now)   # the new id everywhere, so no switch keeps the older one
-
+    # --- REST changes ---------------------------------------------------------------------------------------
     def check(self, policy: Policy) -> None:
         """A policy against this controller and the switches connected to it: its pinned remotes, each
         switch's ports (the one check the offline checker makes too), and the switches' meters."""
@@ -287,20 +291,45 @@ class Controller:
 
     def _refused(self, now: float) -> Standby | None:
         """Why this controller may not change the policy now, if it may not."""
-        if not self.active:
+        if not self.authority.active:
             return Standby(f"this controller is the standby of owner {self.owner}: send changes to the active one")
+        if self.authority.cluster is not None and not self.authority.confirmed(now):
+            return Standby("coordination lost: this member has not reached etcd within its lease; try again, or "
+                           "send the change to another member")
         if not self.authority.confirmed(now):
             return Standby(f"this controller of owner {self.owner} has not confirmed within {LEASE_SECONDS:g} s "
                            "that it still holds its owner's OVSDB lock; try again, or send the change to the other one")
         return None
 
     def _status(self, now: float) -> dict[str, Any]:
-        view = self.view(now)
-        switches = {f"{dp_id:016x}": sw.status(view) for dp_id, sw in self.switches.items() if sw.bridge is not None}
+        cluster = self.authority.cluster
+        switches = {f"{dp_id:016x}": sw.status(self.view(dp_id, now)) | ({"owner": cluster.owners.get(dp_id)}
+                                                                          if cluster else {})
+                    for dp_id, sw in self.switches.items() if sw.bridge is not None}
         remotes = {name: {"connected": self.ovsdb_connected.get(name, False)} for name in self.ovsdb.names}
         return {"role": self.authority.label(now), "policy": self.keeper.name,
                 "mode": str(self.keeper.mode), "owner": self.owner, "ovsdb": remotes, "switches": switches,
-                "decisions": list(self.decisions)}
+                "decisions": list(self.decisions), **({"cluster": cluster.status()} if cluster else {})}
+
+    # --- a cluster's members sharing the switches (controller/core/cluster.py) -------------------------------
+    def _cluster(self, event: ev.ClusterChanged | ev.SwitchClaimed, now: float) -> None:
+        cluster = self.authority.cluster
+        assert cluster is not None, "a coordination event without a cluster"
+        if isinstance(event, ev.SwitchClaimed):
+            if cluster.claimed(event) and event.dp_id in self.switches:
+                LOG.info("switch %016x is ours (ownership revision %d)", event.dp_id, event.revision)
+                self._to(self.switches[event.dp_id], ev.TakingOver(), now)
+            return
+        actions, lost = cluster.report(event, now, self.switches)
+        self.out += actions
+        for dp_id in lost & self.switches.keys():
+            LOG.info("switch %016x is another member's now", dp_id)
+            self._to(self.switches[dp_id], ev.StandingDown(), now)
+        if event.policy is not None and event.policy[0] > cluster.policy_revision:   # put through another member
+            cluster.policy_revision = event.policy[0]
+            self.keeper.install(*from_saved(ev.PolicyLoaded(SAVED_POLICY if event.policy[1] is not None
+                                                            else SAVED_CLEARED, event.policy[1])))
+            self._everywhere(ev.PolicyInstalled(), now)
 
     # --- the worker --------------------------------------------------------------------------------------
     def _jobs_done(self, done: ev.JobsDone, now: float) -> None:

@@ -207,6 +207,23 @@ class Beaten:
 
 
 @dataclass(frozen=True)
+class ClusterChanged:
+    """The coordination service's state, read every second (controller/core/cluster.py)."""
+    members: tuple[str, ...] | None         # the group's members; None: etcd did not answer
+    owners: dict[int, str]                  # switch → the member whose ownership key it has
+    revision: int                           # etcd's revision when they were read
+    policy: tuple[int, Any] | None          # the cluster's policy: (its key's revision, document or None)
+    refreshed_at: float | None              # when the lease refresh etcd answered was sent; None: it failed
+
+
+@dataclass(frozen=True)
+class SwitchClaimed:
+    """The answer to actions.ClaimSwitch: the ownership key's revision, or None when another holds it."""
+    dp_id: int
+    revision: int | None
+
+
+@dataclass(frozen=True)
 class LockHeld:
     """Another controller of our owner holds the lock, and this one is configured without a standby."""
     reason: str
@@ -222,6 +239,7 @@ class GenerationClaimed:
 class PolicySaved:
     """The answer to actions.SavePolicy: None, or why the store refused it."""
     error: str | None
+    revision: int = 0                       # in a cluster: the policy key's revision
 
 
 @dataclass(frozen=True)
@@ -267,5 +285,5 @@ SwitchEvent = (PortsChanged | BridgeDue | PollDue | RoleReply | ErrorReply | Bar
 Event = (SwitchUp | SwitchDown | PortsChanged | BridgeDue | PollDue | RoleReply | ErrorReply | BarrierReply
          | FlowStatsReply | FlowCountReply | MeterFeaturesReply | MeterConfigReply | MeterStatsReply
          | QueueStatsReply | PortStatsReply | EchoReply | ClaimDue | ConfirmDue | GetPolicy | SetPolicy | ClearPolicy
-         | GetStatus | Reload | JobsDone | TcChanged | RemotesChanged | Beaten | LockHeld | GenerationClaimed
-         | PolicySaved | PolicyLoaded)
+         | GetStatus | Reload | JobsDone | TcChanged | RemotesChanged | Beaten | ClusterChanged | SwitchClaimed
+         | LockHeld | GenerationClaimed | PolicySaved | PolicyLoaded)

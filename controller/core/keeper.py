@@ -99,9 +99,9 @@ class PolicyKeeper:
         self.waiting.append(Waiting(token, result, now + CONFIRM_SECONDS, named))
         return [act.Later(CONFIRM_SECONDS, ev.ConfirmDue())]   # answered then even if nothing else happens
 
-    def answer(self, switches: Sequence[Settling], now: float) -> list[act.Action]:
+    def answer(self, switches: Sequence[Settling], now: float, elsewhere: dict[int, str]) -> list[act.Action]:
         """Answer the changes waiting for every switch to settle (in sync, or failed and shown as such),
-        or for their time to run out."""
+        or for their time to run out. `elsewhere`: switches other members of a cluster own → the member."""
         settled = all(sw.settled for sw in switches)
         answers: list[act.Action] = []
         waiting = []
@@ -109,12 +109,15 @@ class PolicyKeeper:
             if not (settled or now > change.deadline):
                 waiting.append(change)
                 continue
-            known = {sw.dp_id for sw in switches}
+            known = {sw.dp_id for sw in switches} | elsewhere.keys()
             not_in_sync: dict[str, Any] = {f"{sw.dp_id:016x}": sw.errors() or "in progress" for sw in switches
                                            if not sw.in_sync}
             not_in_sync |= {f"{dp_id:016x}": NOT_CONNECTED for dp_id in sorted(change.named - known)}
+            others = {f"{dp_id:016x}": f"member {elsewhere[dp_id]} puts it in force"
+                      for dp_id in sorted(change.named & elsewhere.keys())}
             answers.append(act.Answer(change.token, {**change.result, "in_sync": not not_in_sync,
-                                                     **({"not_in_sync": not_in_sync} if not_in_sync else {})}))
+                                                     **({"not_in_sync": not_in_sync} if not_in_sync else {}),
+                                                     **({"elsewhere": others} if others else {})}))
         self.waiting = waiting
         return answers
 

@@ -48,7 +48,7 @@ class RoleManager(SwitchPart):
             return
         if view.active and not (view.generation and (self.seen is None or not_older(view.generation, self.seen))):
             self.waiting = True
-            self.link.do(act.NeedGeneration(self.seen or 0))
+            self.link.do(act.NeedGeneration(self.link.dp_id, self.seen or 0))
             return
         self.waiting = False
         xid = self.link.xid()

@@ -5,14 +5,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from controller.adapters.config import OPTIONS, ConfigError, settings
+from controller.adapters.config import COORDINATION, OPTIONS, ConfigError, settings
 
 
-def conf(tmp_path: Path, default: dict | None = None, **qos) -> SimpleNamespace:
+def conf(tmp_path: Path, default: dict | None = None, coordination: dict | None = None, **qos) -> SimpleNamespace:
     values = {o.name: o.default for o in OPTIONS} | qos
     framework = {"ofp_listen_host": "127.0.0.1", "ofp_tcp_listen_port": 6653, "ofp_ssl_listen_port": None,
                  "ctl_privkey": None, "ctl_cert": None, "ca_certs": None} | (default or {})
-    return SimpleNamespace(qos=SimpleNamespace(**values), **framework)
+    return SimpleNamespace(qos=SimpleNamespace(**values), **framework, coordination=SimpleNamespace(
+        **{o.name: o.default for o in COORDINATION} | (coordination or {})))
 
 
 @pytest.fixture
@@ -73,3 +74,27 @@ def test_by_default_the_state_file_is_in_the_users_state_directory_not_the_insta
     assert settings(conf(tmp_path)).state_file.parent == tmp_path / "home/.local/state/ovs-qos-controller"
     assert settings(conf(tmp_path, state_file="/var/lib/ovs-qos-controller/default.json")).state_file == Path(
         "/var/lib/ovs-qos-controller/default.json")          # what the installed service's config names
+
+
+def test_without_coordination_the_controller_runs_alone(tmp_path):
+    assert settings(conf(tmp_path)).coordination is None
+
+
+def test_a_cluster_member_is_named_after_its_host_and_api_port_unless_named(tmp_path):
+    member = settings(conf(tmp_path, coordination={"backend_url": "etcd3+http://127.0.0.1:2379"})).coordination
+    assert member is not None and member.member.endswith("-8080") and member.lease == 6
+    named = settings(conf(tmp_path, coordination={"backend_url": "etcd3+https://e:2379", "member": "m1",
+                                                   "membership_timeout": 4})).coordination
+    assert named is not None and (named.member, named.lease) == ("m1", 4)
+
+
+@pytest.mark.parametrize("coordination, qos, message", [
+    ({"backend_url": "http://127.0.0.1:2379"}, {}, "[coordination] backend_url: 'http://127.0.0.1:2379' is not"),
+    ({"backend_url": "etcd3+http://e", "membership_timeout": 1}, {}, "[coordination] membership_timeout: 1 s"),
+    ({"backend_url": "etcd3+http://e", "member": "a b"}, {}, "[coordination] member: 'a b' is not"),
+    ({"backend_url": "etcd3+http://e"}, {"standby": True}, "[qos] standby: a member of a cluster needs no standby"),
+])
+def test_a_bad_coordination_section_is_one_line_naming_the_option(tmp_path, coordination, qos, message):
+    with pytest.raises(ConfigError) as err:
+        settings(conf(tmp_path, coordination=coordination, **qos))
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)

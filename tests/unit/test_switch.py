@@ -107,7 +107,7 @@ def test_a_master_claim_waits_for_a_generation_id_newer_than_the_switchs(replica
     sw, out = connected(replica)
     (ask,) = sent(out, act.RoleRequest)
     out = sw.handle(ev.RoleReply(7, ask.xid, "equal", 9), 100.0, view(replica, generation=3))
-    assert out == [act.NeedGeneration(9)]           # 3 is older than the switch's 9: nothing sent
+    assert out == [act.NeedGeneration(1, 9)]           # 3 is older than the switch's 9: nothing sent
     out = sw.handle(ev.RoleDue(), 100.0, view(replica, generation=10))
     assert [(m.role, m.generation) for m in sent(out, act.RoleRequest)] == [("master", 10)]
 
@@ -191,7 +191,7 @@ def test_a_standby_controller_drives_a_take_over_a_put_and_a_delete_without_io(r
                      wall=lambda: 0.0)
     ctl.handle(ev.SwitchUp(7, 1, frozenset(S1)), 1.0)
     out = ctl.handle(ev.RemotesChanged({REMOTE: True}, (), locked=True), 2.0)
-    assert act.LoadPolicy() in out and act.Beat(2.0) in out and ctl.active
+    assert act.LoadPolicy() in out and act.Beat(2.0) in out and ctl.authority.active
     ctl.handle(ev.PolicyLoaded(SAVED_POLICY, load_document("policies/auto.yaml")), 2.0)
     assert ctl.keeper.policy == AUTO and ctl.keeper.mode is Mode.IN_FORCE
     reserve = load_document("policies/reserve.yaml")

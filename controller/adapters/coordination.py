@@ -1,0 +1,211 @@
+"""This controller as a member of its owner's cluster in etcd, through tooz as OpenStack services use it
+([coordination] backend_url = etcd3+http://HOST:2379): the group it joins, the ownership keys of the
+switches it owns, and the cluster's policy (controller/core/cluster.py decides; this only reads and writes).
+
+Keys, under /ovs-qos/<owner>/: switch/<datapath id> holds the member that owns the switch, on that
+member's lease (so it goes when the member does); policy holds the policy in force for the whole cluster,
+as the state file holds it for one controller ({"policy": <document or null>}). Every call is a short
+HTTP request to etcd (green under os-ken's eventlet); a failure raises CoordinationError.
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import time
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+from controller.compat import hub
+from controller.core import actions as act
+from controller.core import events as ev
+from controller.core.keeper import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
+
+LOG = logging.getLogger(__name__)
+
+
+class CoordinationError(RuntimeError):
+    """etcd did not answer, or refused."""
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _text(value: str) -> str:
+    return base64.b64decode(value).decode()
+
+
+def _range_end(prefix: str) -> str:
+    """The key after every key that starts with `prefix` (etcd's prefix range)."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+class Coordination:
+    def __init__(self, url: str, owner: str, member: str, lease: int):
+        """`lease`: seconds a member's keys outlive its last refresh (tooz's membership_timeout)."""
+        query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
+        self.url = url if "membership_timeout" in query else \
+            f"{url}{'&' if '?' in url else '?'}membership_timeout={lease}&timeout={max(1, lease // 3)}"
+        self.owner, self.member, self.lease_seconds = owner, member, lease
+        self.group = f"ovs-qos-{owner}".encode()
+        self.prefix = f"/ovs-qos/{owner}/"
+        self._coord: Any = None
+        self._lease: Any = None          # the lease our ownership keys are on
+
+    def connect(self) -> None:
+        """Join the owner's group (made if it is not there yet)."""
+        from tooz import coordination  # only a cluster's member needs it (and it is not in Ryu's venv)
+        try:
+            coord: Any = coordination.get_coordinator(self.url, self.member.encode())   # its etcd3gw driver
+            coord.start(start_heart=False)
+            try:
+                coord.create_group(self.group).get()
+            except coordination.GroupAlreadyExist:
+                pass
+            try:
+                coord.join_group(self.group).get()
+            except coordination.MemberAlreadyExist:   # our key from before a restart, on the old (dying) lease
+                coord.leave_group(self.group).get()
+                coord.join_group(self.group).get()
+            self._lease = coord.client.lease(self.lease_seconds)
+        except Exception as err:   # noqa: BLE001 - tooz and etcd3gw raise many kinds; all mean "not reached"
+            raise CoordinationError(_why(err)) from None
+        self._coord = coord
+
+    @property
+    def connected(self) -> bool:
+        return self._coord is not None
+
+    def refresh(self) -> bool:
+        """Keep our membership and our keys alive; False when our lease had run out (our keys are gone: a new
+        lease is taken, and the switches must be claimed anew)."""
+        try:
+            self._coord.heartbeat()
+            if self._lease.refresh() != -1:
+                return True
+            self._lease = self._coord.client.lease(self.lease_seconds)
+            return False
+        except Exception as err:   # noqa: BLE001
+            raise CoordinationError(_why(err)) from None
+
+    def read(self) -> tuple[tuple[str, ...], dict[int, str], int, tuple[int, Any] | None]:
+        """The members, the switches' owners, etcd's revision at the read, and the policy (revision, document)."""
+        try:
+            members = tuple(sorted(m.decode() for m in self._coord.get_members(self.group).get()))
+            answer = self._post("/kv/range", {"key": _b64(self.prefix), "range_end": _b64(_range_end(self.prefix))})
+        except CoordinationError:
+            raise
+        except Exception as err:   # noqa: BLE001
+            raise CoordinationError(_why(err)) from None
+        owners: dict[int, str] = {}
+        policy = None
+        for kv in answer.get("kvs", []):
+            key, value = _text(kv["key"])[len(self.prefix):], _text(kv.get("value", ""))
+            if key.startswith("switch/"):
+                owners[int(key[len("switch/"):], 16)] = value
+            elif key == "policy":
+                policy = (int(kv["mod_revision"]), json.loads(value).get("policy"))
+        return members, owners, int(answer["header"]["revision"]), policy
+
+    def claim(self, dp_id: int, renew: bool) -> int | None:
+        """Make the switch's key ours, on our lease, in one transaction: only if it has none (or, to renew,
+        only if it is ours). The revision of the write, which is the key's; None when the condition failed."""
+        key = _b64(f"{self.prefix}switch/{dp_id:016x}")
+        compare: dict[str, Any] = {"key": key, "result": "EQUAL", "target": "VALUE", "value": _b64(self.member)} \
+            if renew else {"key": key, "result": "EQUAL", "target": "CREATE", "create_revision": 0}
+        answer = self._post("/kv/txn", {"compare": [compare], "success": [
+            {"request_put": {"key": key, "value": _b64(self.member), "lease": self._lease.id}}]})
+        return int(answer["header"]["revision"]) if answer.get("succeeded") else None
+
+    def release(self, dp_id: int) -> None:
+        """Delete the switch's key if it is ours (if etcd does not answer, it goes with our lease)."""
+        key = _b64(f"{self.prefix}switch/{dp_id:016x}")
+        with contextlib.suppress(CoordinationError):
+            self._post("/kv/txn", {"compare": [{"key": key, "result": "EQUAL", "target": "VALUE",
+                                                "value": _b64(self.member)}],
+                                   "success": [{"request_delete_range": {"key": key}}]})
+
+    def save_policy(self, document: Any) -> int:
+        """The cluster's policy (None: cleared); the revision it was written at."""
+        answer = self._post("/kv/put", {"key": _b64(f"{self.prefix}policy"),
+                                        "value": _b64(json.dumps({"policy": document}))})
+        return int(answer["header"]["revision"])
+
+    # --- as the app uses it: outcomes as the core's events ---------------------------------------------------
+    def run(self, post: Callable[[ev.Event], None]) -> None:
+        """Each second: our lease refreshed and the cluster read, posted for the core, which decides what follows.
+        etcd down (at start or later) is tried again every second, said once, and changes nothing on a switch."""
+        failing: str | None = None
+        while True:
+            sent = time.monotonic()
+            try:
+                if not self.connected:
+                    self.connect()
+                refreshed = self.refresh()
+                members, owners, revision, policy = self.read()
+                post(ev.ClusterChanged(members, owners, revision, policy, sent if refreshed else None))
+                if failing is not None:
+                    LOG.info("etcd answers again; member %s", self.member)
+                    failing = None
+            except CoordinationError as err:
+                if failing != str(err):
+                    LOG.error("etcd: %s; this member changes no switch until it answers (tried every second)", err)
+                failing = str(err)
+                post(ev.ClusterChanged(None, {}, 0, None, None))
+            hub.sleep(max(0.0, 1.0 - (time.monotonic() - sent)))
+
+    def claim_reported(self, claim: act.ClaimSwitch, post: Callable[[ev.Event], None]) -> None:
+        try:
+            revision = self.claim(claim.dp_id, claim.renew)
+        except CoordinationError as err:
+            LOG.warning("etcd: cannot claim switch %016x: %s", claim.dp_id, err)
+            revision = None
+        post(ev.SwitchClaimed(claim.dp_id, revision))
+
+    def policy_loaded(self) -> ev.PolicyLoaded:
+        """The cluster's policy, if etcd answers now (else it comes with etcd's first answer)."""
+        try:
+            if not self.connected:
+                self.connect()
+            policy = self.read()[3]
+        except CoordinationError as err:
+            return ev.PolicyLoaded(SAVED_ABSENT, error=f"etcd: {err}; the cluster's policy is put in force once "
+                                                       "etcd answers")
+        if policy is None:
+            return ev.PolicyLoaded(SAVED_ABSENT)
+        return ev.PolicyLoaded(SAVED_CLEARED, None) if policy[1] is None else ev.PolicyLoaded(SAVED_POLICY, policy[1])
+
+    def policy_saved(self, document: Any) -> ev.PolicySaved:
+        try:
+            return ev.PolicySaved(None, self.save_policy(document))
+        except CoordinationError as err:
+            return ev.PolicySaved(str(err))
+
+    def leave(self) -> None:
+        """A clean stop: our keys go at once (the lease revoked), so other members claim our switches now."""
+        if self._coord is None:
+            return
+        try:
+            self._lease.revoke()
+            self._coord.leave_group(self.group).get()
+            self._coord.stop()
+        except Exception as err:   # noqa: BLE001 - leaving is best effort: the lease expires anyway
+            LOG.warning("etcd: could not leave the group cleanly (%s); our keys expire with our lease", _why(err))
+        self._coord = None
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self._coord is None:
+            raise CoordinationError("not connected to etcd")
+        client = self._coord.client
+        try:
+            answer: dict[str, Any] = client.post(client.get_url(path), json=body)
+        except Exception as err:   # noqa: BLE001
+            raise CoordinationError(_why(err)) from None
+        return answer
+
+
+def _why(err: Exception) -> str:
+    return " ".join(str(err).split())[:300] or type(err).__name__

@@ -1,0 +1,239 @@
+"""Three active controllers of one owner sharing four bridges through a real etcd (started here, on
+loopback, with its own data): every bridge has exactly one master in OVSDB's Controller table and at
+least two members master some; a PUT to one member puts the queues on every bridge and every member
+returns the policy; a member killed with SIGKILL has its bridges mastered by another within its lease and
+a second, the queues left as they were; a PUT through a survivor reaches them; a member stopped with
+SIGTERM hands its bridges over at once."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+
+from tests.integration.conftest import controller_config, requires_ovs, start_controller, stop_controller
+from tests.integration.test_reliability import policy, sh
+from topo.harness.etcd import etcd
+
+pytestmark = requires_ovs
+LEASE = 4                                  # [coordination] membership_timeout of the members, seconds
+MEMBERS = {"m1": (6653, 8080, 9101), "m2": (6654, 8081, 9111), "m3": (6655, 8082, 9121)}   # OpenFlow, REST, metrics
+DPIDS = (0xC1, 0xC2, 0xC3, 0xC4)
+
+
+def api(port: int, method: str = "GET", path: str = "/status", body=None):
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/qos/v1{path}", method=method,
+                                     data=json.dumps(body).encode() if body is not None else None)
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.load(answer)
+
+
+def wait(condition, seconds: float, what: str):
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
+        time.sleep(0.1)
+
+
+def masters(bridges: list[str]) -> dict[str, list[str]]:
+    """Bridge → the targets OVS says are its connected masters (OVSDB's Controller table)."""
+    rows = json.loads(sh("ovs-vsctl", "--format=json", "--columns=_uuid,target,role,is_connected", "list",
+                         "controller"))
+    by_uuid = {row[0][1]: dict(zip(("target", "role", "connected"), row[1:])) for row in rows["data"]}
+    found = {}
+    for bridge in bridges:
+        listed = sh("ovs-vsctl", "get", "bridge", bridge, "controller").strip("[] \n")
+        ids = [u.strip() for u in listed.split(",") if u.strip()]
+        found[bridge] = [by_uuid[i]["target"] for i in ids
+                         if by_uuid[i]["role"] == "master" and by_uuid[i]["connected"] is True]
+    return found
+
+
+def mastered_by_survivor(bridge: str, victim: str) -> bool:
+    """Whether a member other than `victim` says the switch confirmed it as master."""
+    dpid = f"{int(sh('ovs-vsctl', 'get', 'bridge', bridge, 'datapath_id').strip().strip(chr(34)), 16):016x}"
+    for name, (_, rest, _) in MEMBERS.items():
+        if name == victim:
+            continue
+        try:
+            switch = api(rest)["switches"].get(dpid)
+        except OSError:
+            continue
+        if switch and switch["role"] == "master" and switch.get("owner") == name:
+            return True
+    return False
+
+
+def qos_rows(bridges: list[str]) -> dict[str, str]:
+    return {bridge: sh("ovs-vsctl", "get", "port", f"{bridge}p2", "qos").strip() for bridge in bridges}
+
+
+@pytest.fixture
+def bridges():
+    tag = uuid.uuid4().hex[:4]
+    names, links = [], []
+    targets = [f"tcp:127.0.0.1:{ofp}" for ofp, _, _ in MEMBERS.values()]
+    try:
+        for k, dpid in enumerate(DPIDS):
+            bridge = f"cl{tag}{k}"
+            args = ["ovs-vsctl", "add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev",
+                    "protocols=OpenFlow13", "fail_mode=secure", f"other_config:datapath-id={dpid:016x}"]
+            for port in (1, 2):
+                iface = f"{bridge}p{port}"
+                sh("ip", "link", "add", iface, "type", "veth", "peer", "name", iface + "x")
+                sh("ip", "link", "set", iface, "up")
+                links.append(iface)
+                args += ["--", "add-port", bridge, iface, "--", "set", "interface", iface, f"ofport_request={port}"]
+            sh(*args)
+            names.append(bridge)
+            sh("ovs-vsctl", "set-controller", bridge, *targets)
+        yield names
+    finally:
+        for bridge in names:
+            subprocess.run(["ovs-vsctl", "--if-exists", "del-br", bridge], capture_output=True)
+        for iface in links:
+            subprocess.run(["ip", "link", "del", iface], capture_output=True)
+
+
+def cluster_policy(name: str, rate: str) -> dict:
+    doc = policy(name)
+    switches = next(iter(doc["switches"].values()))
+    doc["switches"] = {f"c{k}": {**switches, "dp_id": dpid,
+                                 "ports": {2: {"capacity": rate, "queues": "reserve", "queue_packets": 50}}}
+                       for k, dpid in enumerate(DPIDS)}
+    return doc
+
+
+def start_member(tmp_path, url: str, name: str):
+    ofp, rest, metrics = MEMBERS[name]
+    config = controller_config(tmp_path / f"{name}.conf", ofp_port=ofp, owner="cluster", api_port=rest,
+                               metrics_port=metrics, state_file=tmp_path / f"{name}.json")
+    config.write_text(config.read_text() + f"[coordination]\nbackend_url = {url}\nmembership_timeout = {LEASE}\n"
+                                           f"member = {name}\n")
+    proc = start_controller(config, tmp_path / f"{name}.log")
+    wait(lambda: proc.poll() is not None or _answers(rest), 30, f"{name}'s API")
+    assert proc.poll() is None, (tmp_path / f"{name}.log").read_text()[-3000:]
+    return proc
+
+
+def _answers(port: int) -> bool:
+    try:
+        api(port)
+        return True
+    except OSError:
+        return False
+
+
+def test_three_members_share_the_bridges_and_survive_a_kill_and_a_stop(tmp_path, bridges):
+    procs = {}
+    with etcd(23791, tmp_path / "etcd.log") as url:
+        try:
+            for name in MEMBERS:
+                procs[name] = start_member(tmp_path, url, name)
+            targets = {f"tcp:127.0.0.1:{ofp}": name for name, (ofp, _, _) in MEMBERS.items()}
+            # One master per bridge, and (once the later members are past the hold-down) not all the same one.
+            held = wait(lambda: (m := masters(bridges)) and all(len(t) == 1 for t in m.values())
+                        and len({t[0] for t in m.values()}) >= 2 and m, 30, "the bridges shared, one master each")
+            owners = {bridge: targets[t[0]] for bridge, t in held.items()}
+
+            answer = api(8080, "PUT", "/policy", cluster_policy("first", "10Mbit"))
+            assert answer["applied"] == "first", answer
+            wait(lambda: all(q != "[]" for q in qos_rows(bridges).values()), 20, "queues on every bridge")
+            assert all(api(rest, path="/policy")["name"] == "first" for _, rest, _ in MEMBERS.values())
+            rows = qos_rows(bridges)
+
+            victim = next(name for name in owners.values() if name != "m1")   # m1 stays to be asked
+            orphans = [bridge for bridge, name in owners.items() if name == victim]
+            os.kill(procs[victim].pid, signal.SIGKILL)
+            killed = time.monotonic()
+            # Mastered again as the new owners see it (the switch answered their role request) ...
+            wait(lambda: all(mastered_by_survivor(b, victim) for b in orphans), LEASE + 10,
+                 "the killed member's bridges mastered by a survivor")
+            confirmed = time.monotonic() - killed
+            # ... and as OVSDB's Controller table says it (vswitchd writes a controller's role there a moment later).
+            wait(lambda: all(masters([b])[b] and targets[masters([b])[b][0]] != victim for b in orphans),
+                 LEASE + 15, "the killed member's bridges mastered in OVSDB")
+            recorded = time.monotonic() - killed
+            print(f"kill -9: re-mastered {confirmed:.2f} s (OVSDB: {recorded:.2f} s), lease {LEASE} s")
+            assert qos_rows(bridges) == rows                                    # nothing rebuilt meanwhile
+            assert confirmed <= LEASE + 3, confirmed                            # its lease, then a poll of etcd or two
+
+            api(8080, "PUT", "/policy", cluster_policy("second", "20Mbit"))
+            wait(lambda: all(sh("ovs-vsctl", "get", "qos", q, "other_config:max-rate").strip('"\n') == "20000000"
+                             for q in qos_rows(bridges).values()), 20, "the survivors' PUT on every bridge")
+
+            survivor = next(name for name in MEMBERS if name not in (victim, "m1"))
+            moved = [b for b, t in masters(bridges).items() if targets[t[0]] == survivor]
+            stopped = time.monotonic()
+            stop_controller(procs.pop(survivor), clear=False)
+            wait(lambda: all(masters([b])[b] and targets[masters([b])[b][0]] == "m1" for b in moved), 10,
+                 "a stopped member's bridges handed over")
+            assert time.monotonic() - stopped <= 8
+            api(8080, "DELETE", "/policy")                                      # m1 owns them all now
+            wait(lambda: all(q == "[]" for q in qos_rows(bridges).values()), 20, "every bridge's queues removed")
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    stop_controller(proc, clear=False)
+
+
+def test_a_paused_member_writes_nothing_when_it_resumes_and_etcd_down_changes_nothing(tmp_path, bridges):
+    procs = {}
+    with etcd(23791, tmp_path / "etcd.log") as url:
+        etcd_pid = int(subprocess.run(["pgrep", "-f", "--newest", "etcd --name ovsqos"], capture_output=True,
+                                      text=True).stdout.split()[0])
+        try:
+            for name in ("m1", "m2"):
+                procs[name] = start_member(tmp_path, url, name)
+            wait(lambda: all(len(t) == 1 for t in masters(bridges).values()), 30, "one master per bridge")
+            api(8080, "PUT", "/policy", cluster_policy("first", "10Mbit"))
+            wait(lambda: all(q != "[]" for q in qos_rows(bridges).values()), 20, "queues on every bridge")
+            state = {b: (qos_rows([b])[b], flows(b)) for b in bridges}
+
+            os.kill(procs["m2"].pid, signal.SIGSTOP)                          # past its lease: m1 takes all
+            try:
+                wait(lambda: all(mastered_by_survivor(b, "m2") for b in bridges), LEASE + 10, "m1 masters every bridge")
+            finally:
+                os.kill(procs["m2"].pid, signal.SIGCONT)
+            assert api(8081)["role"] != "member" or all(s.get("owner") != "m2" for s in api(8081)["switches"].values())
+            samples = []
+            resumed = time.monotonic()
+            while time.monotonic() - resumed < 4:                            # m2 wakes: nothing of it lands
+                samples.append({b: (qos_rows([b])[b], flows(b)) for b in bridges})
+                time.sleep(0.25)
+            assert all(sample == state for sample in samples), [s for s in samples if s != state][:1]
+
+            os.kill(etcd_pid, signal.SIGSTOP)                                # etcd unreachable for everyone
+            try:
+                wait(lambda: api(8080)["role"] == "coordination lost", LEASE + 5, "m1 says coordination is lost")
+                with pytest.raises(urllib.error.HTTPError) as refused:
+                    api(8080, "PUT", "/policy", cluster_policy("second", "20Mbit"))
+                assert refused.value.code == 503
+                assert {b: (qos_rows([b])[b], flows(b)) for b in bridges} == state   # flows and queues stay
+            finally:
+                os.kill(etcd_pid, signal.SIGCONT)
+            wait(lambda: api(8080)["role"] == "member" and all(len(t) == 1 for t in masters(bridges).values()),
+                 LEASE + 15, "the members carry on once etcd is back")
+            for proc in procs.values():
+                assert proc.poll() is None
+            logs = "".join((tmp_path / f"{name}.log").read_text() for name in procs)
+            assert "Traceback" not in logs
+            api(8080, "DELETE", "/policy")
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    stop_controller(proc, clear=False)
+
+
+def flows(bridge: str) -> list[str]:
+    out = sh("ovs-ofctl", "-O", "OpenFlow13", "dump-flows", bridge, "--no-stats")
+    return sorted(line.strip() for line in out.splitlines() if "cookie=" in line)

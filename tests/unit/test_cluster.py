@@ -1,0 +1,121 @@
+"""A cluster's members sharing the switches (controller/core/cluster.py, and the controller with one): the
+ring as intent, ownership won in etcd and lost with the key, the lease that fences a member cut off."""
+from __future__ import annotations
+
+import pytest
+
+from controller.core import actions as act
+from controller.core import events as ev
+from controller.core.cluster import HOLD_DOWN_SECONDS, SAFE_SHARE, Cluster, Ring
+from controller.core.controller import Controller
+from controller.core.keeper import SAVED_ABSENT
+from tests.unit.test_switch import S1, Replica, sent
+
+DPIDS = range(1, 1001)
+
+
+def report(members, owners=None, revision=10, policy=None, refreshed_at=0.0) -> ev.ClusterChanged:
+    return ev.ClusterChanged(tuple(members), owners or {}, revision, policy, refreshed_at)
+
+
+def test_the_ring_spreads_the_switches_and_a_join_moves_about_one_in_n():
+    three, four = Ring(["a", "b", "c"]), Ring(["a", "b", "c", "d"])
+    counts = {m: sum(three.owner(dp) == m for dp in DPIDS) for m in "abc"}
+    assert min(counts.values()) > 200                                      # each holds a fair share
+    moved = [dp for dp in DPIDS if three.owner(dp) != four.owner(dp)]
+    assert all(four.owner(dp) == "d" for dp in moved)                      # only to the new member
+    assert len(moved) <= (1 / 4 + 0.10) * len(DPIDS)
+    two = Ring(["a", "c"])                                                 # b leaves: only b's move
+    assert all(two.owner(dp) == three.owner(dp) for dp in DPIDS if three.owner(dp) != "b")
+
+
+def test_a_member_enters_the_ring_only_after_the_hold_down():
+    cluster = Cluster("a", 6)
+    cluster.report(report(["a", "c"]), 0.0, [])
+    assert cluster.ring.members == ["a", "c"]                              # there before us: established
+    cluster.report(report(["a", "b", "c"]), 1.0, [])
+    assert cluster.ring.members == ["a", "c"]                              # b is new: not yet
+    cluster.report(report(["a", "b", "c"]), 1.0 + HOLD_DOWN_SECONDS, [])
+    assert cluster.ring.members == ["a", "b", "c"]
+
+
+def test_a_member_claims_the_free_switches_the_ring_gives_it_and_no_other():
+    cluster = Cluster("a", 6)
+    cluster.report(report(["a", "b"]), 0.0, [])
+    mine = [dp for dp in range(1, 40) if Ring(["a", "b"]).owner(dp) == "a"]
+    theirs = [dp for dp in range(1, 40) if dp not in mine]
+    owned = {theirs[0]: "b", mine[0]: "b"}                                 # b holds one the ring gives a: wait
+    actions, _ = cluster.report(report(["a", "b"], owned), HOLD_DOWN_SECONDS, range(1, 40))
+    assert {a.dp_id for a in actions if isinstance(a, act.ClaimSwitch)} == set(mine) - {mine[0]}
+    again, _ = cluster.report(report(["a", "b"], owned), HOLD_DOWN_SECONDS + 1, range(1, 40))
+    assert again == []                                                     # claims in flight are not repeated
+    assert cluster.claimed(ev.SwitchClaimed(mine[1], 77)) and cluster.owns(mine[1])
+    assert not cluster.claimed(ev.SwitchClaimed(mine[2], None)) and not cluster.owns(mine[2])
+
+
+def test_a_key_etcd_no_longer_holds_is_lost_but_not_one_claimed_after_the_read():
+    cluster = Cluster("a", 6)
+    cluster.claimed(ev.SwitchClaimed(5, 20))
+    _, lost = cluster.report(report(["a"], {}, revision=19), 0.0, [5])    # read before the claim
+    assert not lost and cluster.owns(5)
+    _, lost = cluster.report(report(["a"], {5: "b"}, revision=25), 1.0, [5])
+    assert lost == {5} and not cluster.owns(5)
+
+
+def test_a_switch_the_ring_gives_another_member_is_handed_over():
+    cluster = Cluster("a", 6)
+    cluster.report(report(["a", "b"]), 0.0, [])
+    dp = next(dp for dp in range(1, 100) if Ring(["a", "b"]).owner(dp) == "b")
+    cluster.claimed(ev.SwitchClaimed(dp, 30))                              # ours while b was not in the ring
+    actions, lost = cluster.report(report(["a", "b"], {dp: "a"}, 31), HOLD_DOWN_SECONDS, [dp])
+    assert actions == [act.ReleaseSwitch(dp)] and lost == {dp} and not cluster.owns(dp)
+
+
+def test_a_member_writes_only_within_its_safe_share_of_the_lease():
+    cluster = Cluster("a", 6)
+    assert not cluster.confirmed(0.0)
+    cluster.report(report(["a"], refreshed_at=100.0), 100.5, [])
+    assert cluster.confirmed(100.0 + SAFE_SHARE * 6 - 0.01)
+    assert not cluster.confirmed(100.0 + SAFE_SHARE * 6)
+    cluster.report(ev.ClusterChanged(None, {}, 0, None, None), 101.0, [])  # etcd did not answer: nothing anew
+    assert not cluster.confirmed(104.0)
+
+
+@pytest.fixture
+def member():
+    ctl = Controller(Replica(), owner="o", saved=ev.PolicyLoaded(SAVED_ABSENT), cluster=Cluster("a", 6),
+                     wall=lambda: 0.0)
+    out = ctl.handle(ev.SwitchUp(7, 1, frozenset(S1)), 0.0)
+    (ask,) = sent(out, act.RoleRequest)
+    out = ctl.handle(ev.RoleReply(7, ask.xid, "equal", None), 0.0)
+    assert [(m.role, m.generation) for m in sent(out, act.RoleRequest)] == [("slave", 0)]   # not ours yet
+    return ctl
+
+
+def test_a_member_masters_a_switch_with_its_keys_revision_once_it_owns_it(member):
+    out = member.handle(report(["a"], refreshed_at=HOLD_DOWN_SECONDS), HOLD_DOWN_SECONDS)
+    assert out == [act.ClaimSwitch(1, renew=False)]
+    out = member.handle(ev.SwitchClaimed(1, 42), HOLD_DOWN_SECONDS)
+    assert [(m.role, m.generation) for m in sent(out, act.RoleRequest)] == [("master", 42)]
+    status = member.handle(ev.GetStatus("s"), HOLD_DOWN_SECONDS)[0].result
+    assert status["role"] == "member" and status["switches"]["0000000000000001"]["owner"] == "a"
+
+
+def test_a_member_whose_key_another_holds_now_stands_down_and_one_cut_off_refuses_changes(member):
+    member.handle(report(["a"], refreshed_at=HOLD_DOWN_SECONDS), HOLD_DOWN_SECONDS)
+    member.handle(ev.SwitchClaimed(1, 42), HOLD_DOWN_SECONDS)
+    out = member.handle(report(["a", "b"], {1: "b"}, revision=60, refreshed_at=5.0), 5.0)
+    assert [(m.role, m.generation) for m in sent(out, act.RoleRequest)] == [("slave", 0)]
+    out = member.handle(ev.ClearPolicy("delete"), 5.0 + SAFE_SHARE * 6)   # its last refresh too long ago
+    (answer,) = out
+    assert "coordination lost" in str(answer.error)
+    assert member.handle(ev.GetStatus("s"), 10.0)[0].result["role"] == "coordination lost"
+
+
+def test_a_policy_put_through_another_member_is_put_in_force_here(member):
+    from controller.core.policy import load_document
+    document = load_document("policies/reserve.yaml")
+    member.handle(report(["a"], policy=(12, document), refreshed_at=1.0), 1.0)
+    assert member.keeper.policy is not None and member.keeper.policy.name == "reserve"
+    member.handle(report(["a"], policy=(13, None), refreshed_at=2.0), 2.0)
+    assert member.keeper.policy is None and str(member.keeper.mode) == "cleared"
