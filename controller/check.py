@@ -14,7 +14,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar, TypeVarTuple
 
 import yaml
 
@@ -23,6 +23,8 @@ from controller.core.errors import PolicyError
 from controller.core.normalised import HexNumber, normalised_document
 from controller.core.policy import Policy, load_document, parse_policy
 
+T = TypeVar("T")
+Args = TypeVarTuple("Args")
 EXIT_ERROR = 2
 OVSDB_TIMEOUT = 10.0
 
@@ -67,7 +69,7 @@ def _check_file(path: str) -> Policy:
     return _in_file(path, parse_policy, load_document(path))   # load_document's errors name the file already
 
 
-def _in_file(path: str, check: Callable[..., Any], *args: Any) -> Any:
+def _in_file(path: str, check: Callable[[*Args], T], *args: *Args) -> T:
     """`check(*args)`, its PolicyError prefixed with the file it is about."""
     try:
         return check(*args)

@@ -9,7 +9,15 @@ Imported on its own (tests, tools), os-ken is preferred.
 """
 import importlib
 import sys
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any, Protocol, TypeVar
+
+_Handler = TypeVar("_Handler", bound=Callable[..., Any])
+
+
+class _Decorator(Protocol):
+    def __call__(self, handler: _Handler, /) -> _Handler: ...
 
 
 def _framework() -> str:
@@ -36,7 +44,8 @@ _event, _handler = _load("controller.event"), _load("controller.handler")
 EventBase, EventReplyBase, EventRequestBase = _event.EventBase, _event.EventReplyBase, _event.EventRequestBase
 CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER = (_handler.CONFIG_DISPATCHER, _handler.DEAD_DISPATCHER,
                                                        _handler.MAIN_DISPATCHER)
-set_ev_cls = _handler.set_ev_cls
+# Typed here (the framework is untyped): it registers a handler and returns it unchanged.
+set_ev_cls: Callable[..., _Decorator] = _handler.set_ev_cls
 hub = _load("lib.hub")
 ofproto_v1_3 = _load("ofproto.ofproto_v1_3")
 

@@ -17,11 +17,18 @@ import errno
 import logging
 import resource
 import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import eventlet
 import eventlet.wsgi
 
 from controller.compat import FRAMEWORK, openflow_controller
+
+if TYPE_CHECKING:
+    from wsgiref.types import WSGIApplication
+
+    from eventlet.greenthread import GreenThread
 
 LOG = logging.getLogger(__name__)
 IDLE_SECONDS = 5.0
@@ -55,7 +62,7 @@ def check_free(addr: tuple[str, int]) -> None:
     listen(addr).close()
 
 
-def serve(sock: socket.socket, app) -> None:
+def serve(sock: socket.socket, app: WSGIApplication) -> None:
     """Serve a WSGI app on a listening socket, each connection in its own greenthread (the manager has
     monkey-patched `socket`, so the socket is already green)."""
     eventlet.wsgi.server(sock, app, log_output=False, custom_pool=_BoundedPool(MAX_CONNECTIONS),
@@ -70,7 +77,8 @@ class _BoundedPool(eventlet.GreenPool):
         super().__init__(limit + 64)   # refusals are greenthreads too, for an instant
         self.limit, self.serving = limit, 0
 
-    def spawn(self, function, connection):
+    def spawn(self, function: Callable[[list[Any]], None], connection: list[Any]) -> GreenThread:
+        """`connection`: eventlet.wsgi's [address, socket, state]."""
         if self.serving >= self.limit:
             return super().spawn(_refuse, connection)
         self.serving += 1
@@ -78,11 +86,11 @@ class _BoundedPool(eventlet.GreenPool):
         thread.link(self._done)
         return thread
 
-    def _done(self, _thread) -> None:
+    def _done(self, _thread: GreenThread) -> None:
         self.serving -= 1
 
 
-def _refuse(connection) -> None:
+def _refuse(connection: list[Any]) -> None:
     with contextlib.suppress(OSError):
         connection[1].sendall(_REFUSED)
 
@@ -102,7 +110,7 @@ def guard_openflow() -> None:
     each OpenFlow connection through this module-level factory, which it looks up when it listens."""
     module = openflow_controller()
 
-    def factory(sock, address) -> None:
+    def factory(sock: socket.socket, address: tuple[Any, ...]) -> None:
         with contextlib.closing(module.Datapath(sock, address)) as datapath:
             try:
                 datapath.serve()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -20,6 +21,9 @@ from prometheus_client.registry import Collector
 
 from controller.core.stats import ALL_ONES
 from controller.core.telemetry import Snapshot
+
+if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIEnvironment
 
 PORT_COUNTERS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets",
                  "rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
@@ -141,16 +145,17 @@ class CachedExposition:
         self._max_age, self._clock = max_age, clock
         self._cache: dict[tuple[str, bool], tuple[float, str, list[tuple[str, str]], bytes]] = {}
 
-    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         if (environ["REQUEST_METHOD"] != "GET" or environ.get("QUERY_STRING")
                 or environ.get("PATH_INFO") == "/favicon.ico"):
-            return self._app(environ, start_response)
+            uncached: Iterable[bytes] = self._app(environ, start_response)
+            return uncached
         key = (choose_encoder(environ.get("HTTP_ACCEPT") or "")[1],
                gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING") or ""))
         now = self._clock()
         hit = self._cache.get(key)
         if hit is None or now - hit[0] >= self._max_age:
-            answer: dict = {}
+            answer: dict[str, Any] = {}
             body = b"".join(self._app(environ, lambda status, headers, exc_info=None: answer.update(status=status,
                                                                                                headers=headers)))
             hit = self._cache[key] = (now, answer["status"], answer["headers"], body)

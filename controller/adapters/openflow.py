@@ -14,6 +14,10 @@ from controller.core.plan import ActualFlow
 from controller.core.policy import Police
 from controller.core.stats import FlowCounters, MeterCounters, PortCounters, QueueCounters
 
+# os-ken's datapaths, protocol modules and messages are untyped.
+Datapath = Any
+OFProto = Any
+OFPMessage = Any
 ALL_COOKIE_BITS = 0xFFFF_FFFF_FFFF_FFFF
 METER_FLAGS = ("OFPMF_KBPS", "OFPMF_BURST", "OFPMF_STATS")
 ROLES = {"master": "OFPCR_ROLE_MASTER", "slave": "OFPCR_ROLE_SLAVE", "equal": "OFPCR_ROLE_EQUAL",
@@ -27,7 +31,7 @@ _CODE_PREFIX = {"OFPET_BAD_REQUEST": "OFPBRC_", "OFPET_BAD_ACTION": "OFPBAC_", "
 
 # --- the core's messages, built -------------------------------------------------------------------------
 
-def message(dp, m: act.Message):
+def message(dp: Datapath, m: act.Message) -> OFPMessage:
     """The os-ken message for one of the core's, with the core's xid."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
     if isinstance(m, act.AddFlow | act.ModifyFlow):
@@ -57,7 +61,7 @@ def message(dp, m: act.Message):
     return msg
 
 
-def _stats_request(dp, m: act.StatsRequest):
+def _stats_request(dp: Datapath, m: act.StatsRequest) -> OFPMessage:
     ofp, parser = dp.ofproto, dp.ofproto_parser
     port = ofp.OFPP_ANY if m.port is None else m.port
     if m.kind in (act.FLOWS, act.CLASSIFIED_FLOWS):
@@ -80,9 +84,10 @@ def _stats_request(dp, m: act.StatsRequest):
     raise ValueError(f"no such statistics: {m.kind}")
 
 
-def _instructions(dp, entry: FlowEntry) -> list:
+def _instructions(dp: Datapath, entry: FlowEntry) -> list[OFPMessage]:
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    actions, meters = [], []
+    actions: list[OFPMessage] = []
+    meters: list[OFPMessage] = []
     for action in entry.actions:
         if action[0] == "meter":
             meters.append(parser.OFPInstructionMeter(action[1], ofp.OFPIT_METER))
@@ -97,21 +102,22 @@ def _instructions(dp, entry: FlowEntry) -> list:
 
 # --- the switch's replies, read ------------------------------------------------------------------------
 
-def reply(conn: int, msg) -> Any:
+def reply(conn: int, msg: OFPMessage) -> ev.Event | None:
     """The core's event for a whole reply (multipart parts joined by the caller, msg.body whole)."""
     reader = _READERS.get(type(msg).__name__)
     return reader(conn, msg) if reader else None
 
 
-def _flows(conn: int, msg) -> ev.FlowStatsReply:
-    flows, counters = {}, {}
+def _flows(conn: int, msg: OFPMessage) -> ev.FlowStatsReply:
+    flows: dict[int, ActualFlow] = {}
+    counters: dict[int, FlowCounters] = {}
     for stat in msg.body:
         cookie, flow = actual_flow(stat)
         flows[cookie], counters[cookie] = flow, FlowCounters(stat.byte_count, stat.packet_count)
     return ev.FlowStatsReply(conn, msg.xid, flows, counters)
 
 
-def actual_flow(stat) -> tuple[int, ActualFlow]:
+def actual_flow(stat: Any) -> tuple[int, ActualFlow]:
     """A flow stats entry as (cookie, ActualFlow)."""
     actions: list[tuple[Any, ...]] = []
     for instruction in stat.instructions:
@@ -130,7 +136,7 @@ def actual_flow(stat) -> tuple[int, ActualFlow]:
     return stat.cookie, ActualFlow(stat.priority, tuple(sorted(stat.match.items())), tuple(actions))
 
 
-def _meter_config(conn: int, msg) -> ev.MeterConfigReply:
+def _meter_config(conn: int, msg: OFPMessage) -> ev.MeterConfigReply:
     """Our meters → their band; None for a meter we would not write so."""
     ofp = msg.datapath.ofproto
     flags = sum(getattr(ofp, f) for f in METER_FLAGS)
@@ -143,14 +149,14 @@ def _meter_config(conn: int, msg) -> ev.MeterConfigReply:
     return ev.MeterConfigReply(conn, msg.xid, meters)
 
 
-def _meter_stats(conn: int, msg) -> ev.MeterStatsReply:
+def _meter_stats(conn: int, msg: OFPMessage) -> ev.MeterStatsReply:
     return ev.MeterStatsReply(conn, msg.xid, {
         stat.meter_id: MeterCounters(stat.packet_in_count, stat.byte_in_count,
                                      sum(band.packet_band_count for band in stat.band_stats))
         for stat in msg.body if is_ours(stat.meter_id)})
 
 
-def meters_missing(ofp, features) -> str | None:
+def meters_missing(ofp: OFProto, features: Any) -> str | None:
     """Why a switch cannot police (its meter features), or None when it can."""
     if features is None or features.max_meter == 0:
         return "the switch has no OpenFlow meters"
@@ -161,32 +167,32 @@ def meters_missing(ofp, features) -> str | None:
     return None
 
 
-def _meter_features(conn: int, msg) -> ev.MeterFeaturesReply:
+def _meter_features(conn: int, msg: OFPMessage) -> ev.MeterFeaturesReply:
     return ev.MeterFeaturesReply(conn, msg.xid, meters_missing(msg.datapath.ofproto, msg.body[0] if msg.body else None))
 
 
-def _queues(conn: int, msg) -> ev.QueueStatsReply:
+def _queues(conn: int, msg: OFPMessage) -> ev.QueueStatsReply:
     return ev.QueueStatsReply(conn, msg.xid, {(s.port_no, s.queue_id): QueueCounters(s.tx_bytes, s.tx_packets,
                                                                                       s.tx_errors) for s in msg.body})
 
 
-def _ports(conn: int, msg) -> ev.PortStatsReply:
+def _ports(conn: int, msg: OFPMessage) -> ev.PortStatsReply:
     return ev.PortStatsReply(conn, msg.xid, {
         s.port_no: PortCounters(s.rx_bytes, s.tx_bytes, s.rx_packets, s.tx_packets, s.rx_dropped, s.tx_dropped,
                                 s.rx_errors, s.tx_errors) for s in msg.body})
 
 
-def _role(conn: int, msg) -> ev.RoleReply:
+def _role(conn: int, msg: OFPMessage) -> ev.RoleReply:
     ofp = msg.datapath.ofproto
     role = next((name for name, const in ROLES.items() if getattr(ofp, const) == msg.role), str(msg.role))
     return ev.RoleReply(conn, msg.xid, role, None if msg.generation_id == NO_GENERATION else msg.generation_id)
 
 
-def _error(conn: int, msg) -> ev.ErrorReply:
+def _error(conn: int, msg: OFPMessage) -> ev.ErrorReply:
     return ev.ErrorReply(conn, msg.xid, describe_error(msg.datapath.ofproto, msg.type, msg.code))
 
 
-def describe_error(ofp, err_type: int, code: int) -> str:
+def describe_error(ofp: OFProto, err_type: int, code: int) -> str:
     """'OFPET_BAD_MATCH/OFPBMC_BAD_FIELD' for an error message's type and code."""
     type_name = next((n for n in dir(ofp) if n.startswith("OFPET_") and getattr(ofp, n) == err_type), str(err_type))
     prefix = _CODE_PREFIX.get(type_name)
@@ -194,7 +200,7 @@ def describe_error(ofp, err_type: int, code: int) -> str:
     return f"{type_name}/{code_name}"
 
 
-_READERS: dict[str, Callable[[int, Any], Any]] = {
+_READERS: dict[str, Callable[[int, OFPMessage], ev.Event]] = {
     "OFPFlowStatsReply": _flows,
     "OFPAggregateStatsReply": lambda conn, msg: ev.FlowCountReply(conn, msg.xid, msg.body.flow_count),
     "OFPMeterConfigStatsReply": _meter_config,

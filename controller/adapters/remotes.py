@@ -16,25 +16,49 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from controller.adapters.ovsdb import LockHeld, OvsdbError
 from controller.core.bridges import BridgeInfo
 from controller.core.plan import ABSENT
+from controller.core.queues import OvsdbQos, QosSpec
 
 LOG = logging.getLogger(__name__)
 FIRST_RETRY, MAX_RETRY = 1.0, 30.0
 
 
+class Database(Protocol):
+    """One remote's connection: controller/adapters/ovsdb.py's Ovsdb."""
+
+    @property
+    def generation(self) -> int: ...
+    @property
+    def connected(self) -> bool: ...
+    @property
+    def has_lock(self) -> bool: ...
+    @property
+    def lock_contended(self) -> bool: ...
+    def bridge(self, dp_id: int) -> BridgeInfo | None: ...
+    def port_qos(self, iface: str) -> OvsdbQos | str | None: ...
+    def apply(self, changes: dict[str, QosSpec | None], tags: dict[str, str] | None = None,
+              port_tags: dict[str, dict[str, str]] | None = None) -> None: ...
+    def next_generation_id(self, above: int | None = None) -> int: ...
+    def heartbeat(self) -> int: ...
+    def beat(self) -> None: ...
+    def steal_lock(self) -> None: ...
+    def remove_orphans(self) -> int: ...
+    def close(self) -> None: ...
+
+
 class Remotes:
-    def __init__(self, names: tuple[str, ...], connect: Callable[[str], Any], standby: bool = False):
+    def __init__(self, names: tuple[str, ...], connect: Callable[[str], Database], standby: bool = False):
         """`standby`: this controller has a standby (or is one), so only the holder of the first remote's
         lock is active. Without one, a controller that started is the only one of its owner (a second is
         refused by each remote's lock), and is active whichever remotes answer."""
         self.names, self.standby = names, standby
         self._connect = connect
         self._claimed = 0
-        self.dbs: dict[str, Any] = {}
+        self.dbs: dict[str, Database] = {}
         self.errors: dict[str, str] = {}                      # why a remote is not connected
         self._backoff = dict.fromkeys(names, FIRST_RETRY)
 
@@ -112,7 +136,7 @@ class Remotes:
             return None
 
     @property
-    def _first(self):
+    def _first(self) -> Database | None:
         """The first remote's connection, which holds the lock and the generation id; None until reached."""
         return self.dbs.get(self.names[0])
 
@@ -137,7 +161,7 @@ class Remotes:
                 return dataclasses.replace(found, remote=name)
         return None
 
-    def port_qos(self, remote: str, iface: str):
+    def port_qos(self, remote: str, iface: str) -> OvsdbQos | str | None:
         db = self.dbs.get(remote)
         return db.port_qos(iface) if db else ABSENT
 
@@ -152,16 +176,16 @@ class Remotes:
 class RemoteView:
     """One remote as the worker changes it: a remote not connected refuses at once."""
 
-    def __init__(self, remotes: Remotes, name: str):
+    def __init__(self, remotes: Remotes, name: str) -> None:
         self._remotes, self.name = remotes, name
 
-    def _db(self):
+    def _db(self) -> Database:
         db = self._remotes.dbs.get(self.name)
         if db is None or not db.connected:
             raise OvsdbError(f"OVSDB {self.name} is not connected; tried again when it is back")
         return db
 
-    def apply(self, *args, **kwargs) -> None:
+    def apply(self, *args: Any, **kwargs: Any) -> None:
         self._db().apply(*args, **kwargs)
 
     def remove_orphans(self) -> int:

@@ -130,7 +130,8 @@ class Tc:
         with self._netlink() as ipr:
             if not ipr.getsockname()[0]:
                 ipr.link("get", index=1)   # the kernel assigns the port on a socket's first message
-            return ipr.getsockname()[0]
+            port: int = ipr.getsockname()[0]
+            return port
 
     @contextmanager
     def _netlink(self) -> Iterator[IPRoute]:
@@ -325,10 +326,11 @@ def _dscp_filter(index: int, spec: DscpFilter, dscp: int, target: int) -> _U32Ds
     return msg
 
 
-def _u32_keys(sel) -> list[tuple[int, int, int]]:
+def _u32_keys(sel: nla) -> list[tuple[int, int, int]]:
     """(value, mask, offset) of each key, read from the raw selector: pyroute2 0.8 decodes the keys
     from the wrong offset."""
     base, keys = sel.offset + 4 + 16, []   # nla header, then the 16-byte struct tc_u32_sel
+
     for k in range(sel["nkeys"]):
         mask, value = struct.unpack_from(">II", sel.data, base + 16 * k)
         offset, = struct.unpack_from("=i", sel.data, base + 16 * k + 8)
@@ -336,10 +338,12 @@ def _u32_keys(sel) -> list[tuple[int, int, int]]:
     return keys
 
 
-def _fifo_limit(msg) -> int | None:
+def _fifo_limit(msg: tcmsg) -> int | None:
     options = msg.get_attr("TCA_OPTIONS")
     if options is None:
         return None
     if isinstance(options, str):   # pfifo_head_drop: no pyroute2 plugin, the struct comes back as hex
         return int.from_bytes(bytes.fromhex(options.replace(":", "")[:8]), "little")
-    return options.get("limit")
+    limit: int | None = options.get("limit")
+    return limit
+

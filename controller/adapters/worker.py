@@ -10,25 +10,38 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Literal, Protocol, TypeVar, TypeVarTuple, overload
 
 from controller.adapters.ovsdb import OvsdbError
 from controller.adapters.tc import Tc
 from controller.compat import hub
 from controller.core.jobs import Job, JobResult
 from controller.core.plan import spec_classes, tc_changes
+from controller.core.queues import QosSpec
 
 LOG = logging.getLogger(__name__)
 CLASS_WAIT_SECONDS = 3.0   # ovsdbapp returns once vswitchd applied the change; the classes follow at once
 
 
 SWEEP = "sweep"   # in the queue: remove our QoS rows that no port uses any more
+T = TypeVar("T")
+Args = TypeVarTuple("Args")
+
+
+class OvsdbWriter(Protocol):
+    """What a worker changes in its OVSDB remote (controller/adapters/remotes.py's RemoteView)."""
+
+    def apply(self, changes: dict[str, QosSpec | None], tags: dict[str, str] | None = None,
+              port_tags: dict[str, dict[str, str]] | None = None) -> None: ...
+
+    def remove_orphans(self) -> int: ...
 
 
 class Worker:
     """One OVSDB remote's work; `tc` None when its ports are devices of another machine."""
 
-    def __init__(self, ovsdb, tc: Tc | None, done: Callable[[list[JobResult]], None],
-                 may_write: Callable[[], bool] = lambda: True):
+    def __init__(self, ovsdb: OvsdbWriter, tc: Tc | None, done: Callable[[list[JobResult]], None],
+                 may_write: Callable[[], bool] = lambda: True) -> None:
         """`may_write`: whether this controller holds its owner's lock now. OVSDB fences our transactions by
         the lock itself; tc has no such guard, so a controller that lost the lock while it hung writes none."""
         self._ovsdb, self._tc, self._done, self._may_write = ovsdb, tc, done, may_write
@@ -53,14 +66,15 @@ class Worker:
                 results = [JobResult(job, f"internal error: {err}") for job in batch]
             self._done(results)
 
-    def execute(self, batch: list) -> list[JobResult]:
+    def execute(self, batch: list[Job | str]) -> list[JobResult]:
+        """`batch`: jobs, and SWEEP if asked."""
         sweep = SWEEP in batch
-        batch = [job for job in batch if job != SWEEP]
+        jobs = [job for job in batch if not isinstance(job, str)]   # SWEEP is the only str
         if not self._may_write():
             return [JobResult(job, "this controller does not hold its owner's OVSDB lock; it changes nothing")
-                    for job in batch]
-        results = {id(job): JobResult(job) for job in batch}
-        changes = [job for job in batch if job.qos]
+                    for job in jobs]
+        results = {id(job): JobResult(job) for job in jobs}
+        changes = [job for job in jobs if job.qos]
         for job in changes:
             if job.userspace and self._tc:
                 # HTB refuses to delete a class a filter points at: our filters go first.
@@ -75,7 +89,7 @@ class Worker:
                     LOG.info("removed %d QoS/Queue rows no port uses any more", removed)
             except (OvsdbError, RuntimeError) as err:
                 LOG.error("could not remove unused QoS/Queue rows: %s", err)
-        for job in batch:
+        for job in jobs:
             result = results[id(job)]
             if job.spec is not None and result.error is None:
                 self._ensure_tc(job, result)
@@ -84,7 +98,7 @@ class Worker:
     def _apply(self, jobs: list[Job], results: dict[int, JobResult]) -> None:
         port_tags = {job.iface: dict(job.tags) for job in jobs}
         try:
-            rebuilt = {job.iface: None for job in jobs if job.rebuild}
+            rebuilt: dict[str, QosSpec | None] = {job.iface: None for job in jobs if job.rebuild}
             if rebuilt:
                 self._ovsdb.apply(rebuilt, port_tags=port_tags)
             self._ovsdb.apply({job.iface: job.spec for job in jobs}, port_tags=port_tags)
@@ -138,8 +152,16 @@ class Worker:
             result.tc.append(f"filters for DSCP marks {plan.filters}")
         result.ifindex = self._tc_call(result, self._tc.ifindex, job.iface)
 
+    @overload
     @staticmethod
-    def _tc_call(result: JobResult, method, *args):
+    def _tc_call(result: JobResult, method: Callable[[*Args], None], *args: *Args) -> Literal[True] | None: ...
+
+    @overload
+    @staticmethod
+    def _tc_call(result: JobResult, method: Callable[[*Args], T], *args: *Args) -> T | None: ...
+
+    @staticmethod
+    def _tc_call(result: JobResult, method: Callable[[*Args], object], *args: *Args) -> object:
         """The call's value (True for one that returns nothing), or None with the error recorded."""
         try:
             value = method(*args)
