@@ -150,7 +150,7 @@ class Worker:
         if plan.filters is not None and self._tc_call(result, self._tc.replace_filters, job.iface,
                                                       plan.filters) is not None:
             result.tc.append(f"filters for DSCP marks {plan.filters}")
-        result.ifindex = self._tc_call(result, self._tc.ifindex, job.iface)
+        result.ifindex = self._tc.ifindex(job.iface)   # None for a device that is gone: no netlink index for it
 
     @overload
     @staticmethod
