@@ -49,6 +49,7 @@ def image() -> str:
     return podman("image", "inspect", "-f", "{{.Id}}", IMAGE).stdout.strip()
 
 
+@pytest.mark.timeout(900)   # the first test pays for the module's cold build: about 4 min on a fresh machine
 def test_a_second_build_finds_the_image_up_to_date(image):
     done = build()
     assert done.returncode == 0, done.stderr[-3000:]
