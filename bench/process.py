@@ -1,11 +1,20 @@
-"""The controller process as the benchmarks measure it: its pid, and the CPU it and its children used."""
+"""What the benchmarks share: the controller they measure (its pid, the CPU it and its children used), and
+how one runs (as root, under the host's lock, in a temporary directory, cleaned up on Ctrl-C)."""
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import Any
+
+from topo.harness.controller import ControllerClient, controller
+from topo.harness.host import Busy, HostLock
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -28,3 +37,34 @@ def peak_rss_kib(pid: int) -> int:
     found = re.search(r"VmHWM:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
     assert found is not None
     return int(found.group(1))
+
+
+def bench_main(name: str, args: argparse.Namespace, run: Callable[[argparse.Namespace, Path, Any], int],
+               interrupted: str) -> int:
+    """Run `run(args, tmp, record)` as root, holding the host's lock (one study or benchmark at a time);
+    Ctrl-C or SIGTERM ends it with what `interrupted` says was removed."""
+    if os.geteuid() != 0:
+        sys.exit("run as root: it creates OVS bridges")
+    lock = HostLock()
+    try:
+        record, _ = lock.acquire(Path(f"(bench/{name}.py)"))
+    except Busy as err:
+        sys.exit(f"error: {err}")
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"ovsqos-{name}-") as tmp:
+            return run(args, Path(tmp), record)
+    except KeyboardInterrupt:
+        print(f"interrupted: {interrupted}", file=sys.stderr)
+        return 130
+    finally:
+        record.close()
+        lock.release()
+
+
+def measured(args: argparse.Namespace, tmp: Path, record: Any) -> AbstractContextManager[ControllerClient]:
+    """The controller measured: the one already on 127.0.0.1:8080 (--running), or one started for the run."""
+    if args.running:
+        client = ControllerClient()
+        client.status()
+        return nullcontext(client)
+    return controller(args.log or tmp / "controller.log", record)

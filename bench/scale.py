@@ -17,9 +17,7 @@ poll for --seconds, deletes the policy, and removes everything, Ctrl-C included.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -27,9 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.process import TICKS, controller_pid, cpu_ticks, peak_rss_kib  # noqa: E402
-from topo.harness.controller import ControllerClient, controller  # noqa: E402
-from topo.harness.host import Busy, HostLock  # noqa: E402
+from bench.process import TICKS, bench_main, controller_pid, cpu_ticks, measured, peak_rss_kib  # noqa: E402
 from topo.net.bridges import idle_bridges, policy_switches  # noqa: E402
 
 METRICS = "http://127.0.0.1:9101/metrics"
@@ -43,28 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--running", action="store_true", help="use the controller already on 127.0.0.1:8080")
     p.add_argument("--log", type=Path, help="keep the controller's log here (default: a temporary file)")
     args = p.parse_args(argv)
-    if os.geteuid() != 0:
-        sys.exit("run as root: it creates OVS bridges")
-    lock = HostLock()
-    try:
-        record, _ = lock.acquire(Path("(bench/scale.py)"))
-    except Busy as err:
-        sys.exit(f"error: {err}")
-    try:
-        with tempfile.TemporaryDirectory(prefix="ovsqos-scale-") as tmp:
-            return run(args, Path(tmp), record)
-    except KeyboardInterrupt:
-        print("interrupted: bridges, controller and queues removed", file=sys.stderr)
-        return 130
-    finally:
-        record.close()
-        lock.release()
+    return bench_main("scale", args, run, "bridges, controller and queues removed")
 
 
 def run(args, tmp: Path, record) -> int:
     ports = args.bridges * args.ports
     print(f"bridges {args.bridges} x ports {args.ports} = {ports} ports", flush=True)
-    context = _existing() if args.running else controller(args.log or tmp / "controller.log", record)
+    context = measured(args, tmp, record)
     with context as client, idle_bridges(ports, args.ports, prefix="scale", record=record) as bridges:
         pid = controller_pid()
         print(f"controller pid {pid}", flush=True)
@@ -91,16 +72,6 @@ def run(args, tmp: Path, record) -> int:
     print(f"cpu_share_of_one_core  {(cpu1 - cpu0) / TICKS / window:.3f}")
     print(f"peak_rss_mib           {rss / 1024:.1f}")
     return 0
-
-
-class _existing:
-    def __enter__(self) -> ControllerClient:
-        client = ControllerClient()
-        client.status()
-        return client
-
-    def __exit__(self, *exc) -> None:
-        pass
 
 
 def _metrics() -> str:

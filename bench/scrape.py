@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import os
 import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -33,8 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from topo.harness.controller import ControllerClient, controller  # noqa: E402
-from topo.harness.host import Busy, HostLock  # noqa: E402
+from bench.process import bench_main, measured  # noqa: E402
+from topo.harness.controller import ControllerClient  # noqa: E402
 from topo.net.bridges import idle_bridges, policy_switches  # noqa: E402
 
 METRICS = ("127.0.0.1", 9101)
@@ -52,30 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--running", action="store_true", help="use the controller already on 127.0.0.1:8080")
     p.add_argument("--log", type=Path, help="keep the controller's log here (default: a temporary file)")
     args = p.parse_args(argv)
-    if os.geteuid() != 0:
-        sys.exit("run as root: it creates OVS bridges")
     # Started in the background, a process inherits SIGINT ignored; SIGTERM cleans up as Ctrl-C does.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    lock = HostLock()
-    try:
-        record, _ = lock.acquire(Path("(bench/scrape.py)"))
-    except Busy as err:
-        sys.exit(f"error: {err}")
-    try:
-        with tempfile.TemporaryDirectory(prefix="ovsqos-scrape-") as tmp:
-            return run(args, Path(tmp), record)
-    except KeyboardInterrupt:
-        print("interrupted: scrapers stopped, bridges, controller and queues removed", file=sys.stderr)
-        return 130
-    finally:
-        record.close()
-        lock.release()
+    return bench_main("scrape", args, run, "scrapers stopped, bridges, controller and queues removed")
 
 
 def run(args, tmp: Path, record) -> int:
     print(f"bridges {args.bridges} x ports {args.ports}, {args.scrapers} scrapers", flush=True)
-    context = _existing() if args.running else controller(args.log or tmp / "controller.log", record)
+    context = measured(args, tmp, record)
     with context as client, idle_bridges(args.bridges * args.ports, args.ports, prefix="scrape",
                                          record=record) as bridges:
         client.wait(lambda s: len(s["switches"]) == len(bridges), 120, "every bridge connected")
@@ -179,16 +162,6 @@ class Scrapers:
                         self.latencies.append(elapsed)
         finally:
             conn.close()
-
-
-class _existing:
-    def __enter__(self) -> ControllerClient:
-        client = ControllerClient()
-        client.status()
-        return client
-
-    def __exit__(self, *exc) -> None:
-        pass
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 from tests.integration.conftest import controller_config, requires_ovs, start_controller, stop_controller
-from tests.integration.test_reliability import policy, sh
+from tests.integration.test_reliability import policy, sh, wait
 from topo.harness.etcd import etcd
 
 pytestmark = requires_ovs
@@ -32,16 +32,6 @@ def api(port: int, method: str = "GET", path: str = "/status", body=None):
                                      data=json.dumps(body).encode() if body is not None else None)
     with urllib.request.urlopen(request, timeout=30) as answer:
         return json.load(answer)
-
-
-def wait(condition, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
-        time.sleep(0.1)
 
 
 def masters(bridges: list[str]) -> dict[str, list[str]]:
