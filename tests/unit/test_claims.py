@@ -8,6 +8,7 @@ import pytest
 
 from controller.adapters.tc import ClassCounters, Leaf
 from controller.core import events as ev
+from controller.core.authority import LEASE_SECONDS
 from controller.core.congestion import PROGRAM, CongestionConfig, PortCongestion, PortSample
 from controller.core.meters import COUNTING, METER_BASE, is_ours
 from controller.core.portjobs import TC_SWEEP_SECONDS
@@ -260,3 +261,15 @@ def test_one_unclassified_flow_deleted_by_hand_is_back_after_the_next_poll(net):
     net.app.poll()
     assert key in net.s1.table and len(net.s1.table) == S1_FLOWS
     assert net.app.snapshot.drift_repairs() == {"flows": 1}
+
+
+# --- the worker: a controller that is no longer sure of its lock changes nothing (worker-lock) ------------
+
+def test_jobs_a_controller_asked_for_change_nothing_once_its_lease_ran_out_before_they_ran(net):
+    up(net, "none")
+    before = dict(net.ovsdb.qos)
+    net.app.begin("set_policy", shipped("reserve"))   # the queues first: jobs wait for the worker's thread
+    assert net.app.pending_jobs
+    net.app.clock += LEASE_SECONDS + 1                 # which ran late: no heartbeat confirmed the lock since
+    net.app.settle()
+    assert net.ovsdb.qos == before and mode(net) != "reserve"
