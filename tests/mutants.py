@@ -141,7 +141,7 @@ MUTANTS = [
 # Mutants no test can kill because they change nothing a user can see, each with the reason.
 EQUIVALENT: dict[str, str] = {
     "standby-sweeps": "the worker refuses every write from a controller without the lock, the sweep included "
-                      "(worker-lock is the matching guard: each hides the other's removal)",
+                      "(that guard is mutant worker-lock, which test_claims.py kills)",
     "tc-filters-userspace": "for a kernel-datapath port the worker reads no filters and passes an empty set, "
                             "which equals the empty marks such a port wants",
 }

@@ -273,3 +273,16 @@ def test_jobs_a_controller_asked_for_change_nothing_once_its_lease_ran_out_befor
     net.app.clock += LEASE_SECONDS + 1                 # which ran late: no heartbeat confirmed the lock since
     net.app.settle()
     assert net.ovsdb.qos == before and mode(net) != "reserve"
+
+
+# --- authority: a standby never takes the lock from an active one whose heartbeat moves (heartbeat-moves) ---
+
+def test_a_standby_leaves_the_lock_to_an_active_one_that_keeps_beating(net):
+    up(net)
+    standby = net.app.another()
+    for _ in range(3 * 8):                 # three times the time a still heartbeat is given
+        net.app.advance(1.0)               # the active one's report: its heartbeat moves
+        standby.clock = net.app.clock
+        standby.remotes_changed()          # the standby's: it sees it move
+        assert standby.authority.role == "standby" and net.app.authority.role == "active"
+        assert net.ovsdb.holder is net.app.session
