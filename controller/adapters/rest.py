@@ -4,6 +4,7 @@
   PUT    /qos/v1/policy   a policy document (JSON); 400 names the bad field and the old policy stays
   DELETE /qos/v1/policy   no policy: this controller's flows and queues come off every switch
   GET    /qos/v1/status   switches, ports, queues in force, what is not in sync, decisions
+  GET    /qos/v1/openapi.json   this API as an OpenAPI 3.0 document (openapi.json beside this file)
 
 Every method but GET needs `Authorization: Bearer <api_token>` when a token is configured (and one
 must be where the API listens beyond loopback). A body may come with Content-Length or chunked; over
@@ -14,10 +15,12 @@ traceback ever reaches a client: an unexpected error is a 500 that points to the
 """
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from webob import Request, Response
@@ -30,6 +33,8 @@ from controller.core.errors import PolicyError, StorageError
 LOG = logging.getLogger(__name__)
 DRAIN_BYTES = 8 * MAX_BYTES
 _READ = "ovs-qos-controller.body_read"   # environ key: the body has been read from (a 100 Continue went out)
+# Read at import: a missing or broken document stops the controller at start, not a client's GET later.
+OPENAPI_DOCUMENT = json.loads(Path(__file__).with_name("openapi.json").read_text(encoding="utf-8"))
 
 
 class BodyError(ValueError):
@@ -48,15 +53,21 @@ class Controller(Protocol):
     def call(self, op: str, arg: Any = None) -> Any: ...
 
 
-def make_app(controller: Controller, token: str = "") -> Callable:
-    routes = {
-        ("GET", "/qos/v1/policy"): lambda req: (200, controller.call("policy")),
-        ("PUT", "/qos/v1/policy"): lambda req: (200, controller.call("set_policy", _body(req))),
-        ("DELETE", "/qos/v1/policy"): lambda req: (200, controller.call("clear_policy")),
-        ("GET", "/qos/v1/status"): lambda req: (200, controller.call("status")),
-    }
+# Every route the API serves, and what answers it; openapi.json describes each of them and no other.
+ROUTES: dict[tuple[str, str], Callable[[Controller, Request], tuple[int, Any]]] = {
+    ("GET", "/qos/v1/policy"): lambda controller, req: (200, controller.call("policy")),
+    ("PUT", "/qos/v1/policy"): lambda controller, req: (200, controller.call("set_policy", _body(req))),
+    ("DELETE", "/qos/v1/policy"): lambda controller, req: (200, controller.call("clear_policy")),
+    ("GET", "/qos/v1/status"): lambda controller, req: (200, controller.call("status")),
+    # Not through the event loop: the document is there even while the controller is busy.
+    ("GET", "/qos/v1/openapi.json"): lambda controller, req: (200, OPENAPI_DOCUMENT),
+}
 
-    def app(environ, start_response):
+
+def make_app(controller: Controller, token: str = "") -> Callable[..., Any]:
+    routes = {route: functools.partial(answer, controller) for route, answer in ROUTES.items()}
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         req = Request(environ)
         handler = routes.get((req.method, req.path))
         allowed = sorted(method for method, path in routes if path == req.path)
