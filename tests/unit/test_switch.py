@@ -215,3 +215,32 @@ def test_a_switch_that_leaves_is_forgotten_whole(replica):
     assert 1 in ctl.switches and 1 in ctl.snapshot(2.0).in_sync
     ctl.handle(ev.SwitchDown(7), 2.0)
     assert ctl.switches == {} and ctl.conns == {} and ctl.snapshot(2.0).in_sync == {}
+
+
+def test_a_write_refused_as_from_a_slave_demotes_the_switch_and_asks_its_generation_again(replica):
+    """Another controller became master: this one writes nothing more to the switch and learns its id."""
+    sw = mastered(replica)
+    assert sw.role.writable(view(replica, 5))
+    out = sw.handle(ev.ErrorReply(7, 999, "OFPET_BAD_REQUEST/OFPBRC_IS_SLAVE"), 101.0, view(replica, 5))
+    assert not sw.role.writable(view(replica, 5))
+    assert [m.role for m in sent(out, act.RoleRequest)] == ["nochange"]
+
+
+def test_a_put_while_another_is_being_saved_is_saved_after_it_not_answered_unchanged(replica):
+    """In force A; B is being saved; A again must be saved after B, or B would end up in force."""
+    auto, reserve = load_document("policies/auto.yaml"), load_document("policies/reserve.yaml")
+    ctl = Controller(replica, owner="o", saved=ev.PolicyLoaded(SAVED_POLICY, auto), wall=lambda: 0.0)
+    assert ctl.handle(ev.SetPolicy("b", reserve), 1.0) == [act.SavePolicy(reserve)]
+    assert ctl.handle(ev.SetPolicy("a", auto), 1.0) == [act.SavePolicy(auto)]
+    ctl.handle(ev.PolicySaved(None), 1.0)
+    ctl.handle(ev.PolicySaved(None), 1.0)
+    assert ctl.keeper.policy == AUTO
+
+
+def test_a_newer_generation_seen_while_a_claim_is_in_flight_is_claimed_above_next():
+    from controller.core.authority import Authority
+    authority = Authority(active=True, standby=True)
+    assert authority.need(1, 5) == [act.ClaimGeneration(5)]
+    assert authority.need(2, 9) == []                  # one claim at a time
+    assert authority.claimed(6) == [act.ClaimGeneration(9)]   # 6 is older than what switch 2 has seen
+    assert authority.claimed(10) == [] and authority.generation == 10
