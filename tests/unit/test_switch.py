@@ -244,3 +244,24 @@ def test_a_newer_generation_seen_while_a_claim_is_in_flight_is_claimed_above_nex
     assert authority.need(2, 9) == []                  # one claim at a time
     assert authority.claimed(6) == [act.ClaimGeneration(9)]   # 6 is older than what switch 2 has seen
     assert authority.claimed(10) == [] and authority.generation == 10
+
+
+def test_ovsdb_changed_by_our_own_job_in_flight_is_no_drift(replica):
+    """The worker's transaction lands in OVSDB a moment before its result reaches the core: a reconcile
+    in between sees OVSDB differ from what we last put, and must not take our own change for another's."""
+    sw = mastered(replica)
+    out = read_tables(sw, replica, asked(sw))
+    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    sw.handle(ev.BarrierReply(7, sent(out, act.Barrier)[0].xid), 100.0, view(replica, 5))
+    for job in submit.jobs:
+        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
+    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5))
+    document = load_document("policies/auto.yaml")
+    document["switches"]["s1"]["ports"][1]["capacity"] = "8Mbit"
+    faster = SwitchView(parse_policy(document), Mode.IN_FORCE, True, True, 5, replica)
+    out = sw.handle(ev.PolicyInstalled(), 101.0, faster)
+    (job,) = [j for a in out if isinstance(a, act.Submit) for j in a.jobs]
+    replica.qos[job.iface] = job.spec.ovsdb if job.spec else None      # landed, not reported yet
+    replica.generation = (2,)
+    sw.handle(ev.Reconcile(), 101.1, faster)
+    assert sw.telemetry.drift_repairs == {}
