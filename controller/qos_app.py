@@ -240,7 +240,7 @@ class QosController(App):
 
     def _remotes(self, new: tuple[str, ...] = ()) -> ev.RemotesChanged:
         return ev.RemotesChanged(self.ovsdb.connected(), new, self.ovsdb.locked, self.ovsdb.lock_taken,
-                                 self.ovsdb.heartbeat())
+                                 self.ovsdb.heartbeat(), dict(self.ovsdb.errors))
 
     def _watch_tc(self) -> None:
         assert self.tc is not None      # made in start(), before this greenthread

@@ -143,10 +143,6 @@ class Remotes:
     def connected(self) -> dict[str, bool]:
         return {name: name in self.dbs and self.dbs[name].connected for name in self.names}
 
-    def remotes(self) -> dict[str, dict[str, Any]]:
-        return {name: {"connected": up, **({"error": self.errors[name]} if name in self.errors else {})}
-                for name, up in self.connected().items()}
-
     @property
     def generation(self) -> tuple[int, ...]:
         """Changes whenever anything we read in any remote changes."""

@@ -61,7 +61,7 @@ class Controller:
         self.rivals: dict[int, Rival] = {}             # rival connection → its claim
         self.devices: dict[int, int] = {}              # device (ifindex) → its switch, for netlink's news
         self.decisions: collections.deque[dict[str, Any]] = collections.deque(maxlen=1000)
-        self.ovsdb_connected: dict[str, bool] = {}
+        self.reported = ev.RemotesChanged({})         # the remotes as the app last reported them
         self.out: list[act.Action] = []
         LOG.info("owner %s, policy %s (%s)", owner, self.keeper.name, self.keeper.mode)
 
@@ -232,10 +232,10 @@ class Controller:
     # --- authority: active or standby, and the generation id behind OpenFlow mastership ---------------------
     def _remotes_changed(self, change: ev.RemotesChanged, now: float) -> None:
         for name, up in change.connected.items():
-            if self.ovsdb_connected.get(name, up) != up:
+            if self.reported.connected.get(name, up) != up:
                 (LOG.info if up else LOG.error)("OVSDB %s %s", name, "is back" if up else
                                                "is not connected; its switches' queues wait for it")
-        self.ovsdb_connected = dict(change.connected)
+        self.reported = change
         self.out += self.authority.watch(change, now)
         if not self.authority.active and change.locked:
             self._take_over(now)
@@ -306,7 +306,10 @@ class Controller:
         switches = {f"{dp_id:016x}": sw.status(self.view(dp_id, now)) | ({"owner": cluster.owners.get(dp_id)}
                                                                           if cluster else {})
                     for dp_id, sw in self.switches.items() if sw.bridge is not None}
-        remotes = {name: {"connected": self.ovsdb_connected.get(name, False)} for name in self.ovsdb.names}
+        reported = self.reported
+        remotes = {name: {"connected": reported.connected.get(name, False),
+                          **({"error": reported.errors[name]} if name in reported.errors else {})}
+                   for name in self.ovsdb.names}
         return {"role": self.authority.label(now), "policy": self.keeper.name,
                 "mode": str(self.keeper.mode), "owner": self.owner, "ovsdb": remotes, "switches": switches,
                 "decisions": list(self.decisions), **({"cluster": cluster.status()} if cluster else {})}
@@ -345,7 +348,7 @@ class Controller:
     # --- what the metrics show ----------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:
         snap = Snapshot(policy=self.keeper.name, role=self.authority.label(now), load_error=self.keeper.load_error,
-                        ovsdb_connected=dict(self.ovsdb_connected))
+                        ovsdb_connected=dict(self.reported.connected))
         for dp_id, sw in self.switches.items():
             if sw.bridge is not None:
                 snap.switches[dp_id], snap.in_sync[dp_id] = sw.telemetry, sw.in_sync

@@ -8,7 +8,7 @@ one datapath id, and only one of them is the switch (controller/core/controller.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from controller.core.jobs import JobResult
@@ -197,6 +197,7 @@ class RemotesChanged:
     locked: bool = True                     # this controller holds the lock (or needs none: no standby)
     taken: bool = False                     # another controller of the owner holds it
     heartbeat: int = 0                      # the lock holder's heartbeat, as the first remote holds it
+    errors: dict[str, str] = field(default_factory=dict)   # why a remote is not connected
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,7 @@ def test_a_remote_that_does_not_answer_is_tried_again_with_back_off_and_the_othe
     assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]             # doubling, to 30 s at most
     assert remotes.connected() == {"unix:/a": True, "tcp:127.0.0.2:6640": False}
     assert remotes.bridge(1).remote == "unix:/a" and remotes.bridge(2) is None
-    assert remotes.remotes()["tcp:127.0.0.2:6640"] == {
-        "connected": False, "error": "Could not retrieve schema from tcp:127.0.0.2:6640"}
+    assert remotes.errors == {"tcp:127.0.0.2:6640": "Could not retrieve schema from tcp:127.0.0.2:6640"}
     down.clear()
     assert remotes.connect("tcp:127.0.0.2:6640") is None
     assert remotes.bridge(2) == BridgeInfo("br2", "netdev", {1: "p1"}, "tcp:127.0.0.2:6640")

@@ -265,3 +265,10 @@ def test_ovsdb_changed_by_our_own_job_in_flight_is_no_drift(replica):
     replica.generation = (2,)
     sw.handle(ev.Reconcile(), 101.1, faster)
     assert sw.telemetry.drift_repairs == {}
+
+
+def test_the_status_says_why_a_remote_is_not_connected(replica):
+    ctl = Controller(replica, owner="o", saved=ev.PolicyLoaded(SAVED_ABSENT), wall=lambda: 0.0)
+    ctl.handle(ev.RemotesChanged({REMOTE: False}, errors={REMOTE: "Connection refused"}), 1.0)
+    (answer,) = ctl.handle(ev.GetStatus("s"), 1.0)
+    assert answer.result["ovsdb"] == {REMOTE: {"connected": False, "error": "Connection refused"}}
