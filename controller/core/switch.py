@@ -22,7 +22,7 @@ from controller.core import events as ev
 from controller.core.bridges import BridgeInfo
 from controller.core.flowsync import FlowSync
 from controller.core.meters import meter_id
-from controller.core.part import LOG, Link
+from controller.core.part import LOG, Link, SwitchPart
 from controller.core.plan import plan, steered_ports
 from controller.core.poll import PollRound
 from controller.core.poller import Poller
@@ -51,6 +51,10 @@ class Switch:
         self.in_sync = False
         self.settled = False                              # nothing in flight: in sync, or failed until the next poll
         self.ovsdb_generation: tuple[int, ...] = ()       # what OVSDB held at the last reconcile
+
+    @property
+    def parts(self) -> tuple[SwitchPart, ...]:
+        return self.role, self.flows, self.jobs, self.poller
 
     @property
     def conn(self) -> int:
@@ -126,11 +130,13 @@ class Switch:
                 if self.bridge is not None:   # read again; a fresh state adopts what is there
                     self.state = None
                     self._set_state(view)
-                    self.flows.read_anew()
+                    for part in self.parts:
+                        part.read_anew()
                     self.role.claim(view)
                     self.poller.start(view, now)
             case ev.StandingDown():
-                self.poller.stand_down()
+                for part in self.parts:
+                    part.stand_down()
                 self.role.due(view)
             case ev.Reconcile():
                 self.reconcile(view)
@@ -255,7 +261,7 @@ class Switch:
 
     def errors(self) -> dict[str, str]:
         """What is not in sync, and why."""
-        return {**self.flows.errors(), **self.jobs.errors()}
+        return {key: why for part in self.parts for key, why in part.errors().items()}
 
     # --- what a client sees --------------------------------------------------------------------------
     def status(self, view: SwitchView) -> dict[str, Any]:
