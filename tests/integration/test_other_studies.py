@@ -66,11 +66,13 @@ def test_fairness_reports_each_case_and_its_index(tmp_path):
         assert 0.5 <= case["jain_index"] <= 1, case
         assert case["jain_index"] == round(jain_index(rates), 3)
     tcp_cases = [c for c in summary["cases"] if all(f["protocol"] == "tcp" for f in c["flows"])]
-    # What the study shows (docs/other-studies.md): two TCP flows through one FIFO share it about equally
-    # (0.995 and more in the quick runs), while a UDP flood takes nearly all from TCP (about 0.5: for two
-    # flows 0.5 is one flow getting everything, so "> 0.5" alone would pass nearly any outcome).
-    assert all(c["jain_index"] >= 0.85 for c in tcp_cases), tcp_cases
-    assert summary["cases"][-1]["jain_index"] < 0.6, summary["cases"][-1]
+    # What the study shows (docs/other-studies.md): a UDP flood takes nearly all from TCP (about 0.5: for two
+    # flows 0.5 is one flow getting everything, so "> 0.5" alone would pass nearly any outcome), while two
+    # TCP flows share one FIFO far more fairly, though not always equally: cubic against reno measured 0.848
+    # in a short run on a fresh clone (1.38 vs 3.40 Mbit/s), and the published cubic pair 0.69.
+    udp_case = summary["cases"][-1]
+    assert udp_case["jain_index"] < 0.6, udp_case
+    assert all(c["jain_index"] >= udp_case["jain_index"] + 0.15 for c in tcp_cases), (tcp_cases, udp_case)
     udp = summary["cases"][-1]["flows"][1]
     assert udp["protocol"] == "udp" and udp["offered_mbps"] == 10
     assert (tmp_path / "fairness.png").stat().st_size > 0
