@@ -63,6 +63,12 @@ def mastered_by_survivor(bridge: str, victim: str) -> bool:
     return False
 
 
+def max_rate(qos: str) -> str:
+    """A QoS row's max-rate; "" for a row the controller replaced since it was read (not yet the new one)."""
+    done = subprocess.run(["ovs-vsctl", "get", "qos", qos, "other_config:max-rate"], capture_output=True, text=True)
+    return done.stdout.strip().strip('"') if done.returncode == 0 else ""
+
+
 def qos_rows(bridges: list[str]) -> dict[str, str]:
     return {bridge: sh("ovs-vsctl", "get", "port", f"{bridge}p2", "qos").strip() for bridge in bridges}
 
@@ -158,8 +164,8 @@ def test_three_members_share_the_bridges_and_survive_a_kill_and_a_stop(tmp_path,
             assert confirmed <= LEASE + 3, confirmed                            # its lease, then a poll of etcd or two
 
             api(8080, "PUT", "/policy", cluster_policy("second", "20Mbit"))
-            wait(lambda: all(sh("ovs-vsctl", "get", "qos", q, "other_config:max-rate").strip('"\n') == "20000000"
-                             for q in qos_rows(bridges).values()), 20, "the survivors' PUT on every bridge")
+            wait(lambda: all(max_rate(q) == "20000000" for q in qos_rows(bridges).values()), 20,
+                 "the survivors' PUT on every bridge")
 
             survivor = next(name for name in MEMBERS if name not in (victim, "m1"))
             moved = [b for b, t in masters(bridges).items() if targets[t[0]] == survivor]
