@@ -63,3 +63,24 @@ def test_a_run_that_ended_in_order_leaves_nothing_to_remove(tmp_path):
     proc.wait()
     assert record.close() == []
     assert not (tmp_path / "run.json").exists()
+
+
+def test_what_a_host_started_but_no_record_names_is_killed_by_its_namespace(tmp_path):
+    # A host, and in its network namespace a child the record never heard of: a launcher SIGKILLed
+    # between starting a server in a host and writing its pid down leaves exactly that.
+    host = subprocess.Popen(["unshare", "-rn", "sh", "-c", "sleep 60 & echo $!; exec sleep 60"],
+                            stdout=subprocess.PIPE, text=True)
+    orphan = int(host.stdout.readline())
+    record = RunRecord(tmp_path, tmp_path / "out")
+    record.network(bridges=[], links=[], hosts={"h4": host.pid})
+    bystander = sleeper()        # in this test's namespace: not the dead run's
+    try:
+        host.kill()              # the host's shell goes with its launcher; the child stays
+        host.wait()
+        assert start_time(orphan) is not None
+        removed = remove_leftovers(tmp_path / "run.json")
+        assert removed == [f"sleep (pid {orphan}, in host h4)"]
+        assert start_time(orphan) is None
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()

@@ -3,7 +3,9 @@
 A launcher holds an flock on /run/ovs-qos-study/lock (the kernel releases it however the process
 dies) and records in /run/ovs-qos-study/run.json everything it starts: processes, with their start
 time so that a reused pid is never killed, the OVS bridges and links of its networks, and the owner
-and OVSDB remotes of the controller it started. A launcher that finds the record of a dead one, or
+and OVSDB remotes of the controller it started, and the network namespace of each Mininet host: a
+process started in a host the moment before the launcher was killed is in no record, but it is in that
+namespace. A launcher that finds the record of a dead one, or
 `topo/run.py clean`, removes what it lists: the controller and Prometheus first with SIGTERM, the rest
 with SIGKILL, then the bridges and links, then the controller owner's QoS and Queue rows (a controller
 leaves them in place when it stops, for the next one to adopt; here there is no next one).
@@ -60,6 +62,8 @@ class RunRecord:
         self._data["links"] += links
         self._data["processes"] += [{"pid": pid, "start_time": start_time(pid), "what": f"mininet host {name}"}
                                     for name, pid in hosts.items()]
+        self._data.setdefault("namespaces", {}).update(
+            {name: inode for name, pid in hosts.items() if (inode := net_namespace(pid)) is not None})
         self._save()
 
     def close(self) -> list[str]:
@@ -140,6 +144,7 @@ def remove_leftovers(path: Path) -> list[str]:
             else:
                 _signal(proc["pid"], signal.SIGKILL)
                 removed.append(f"{proc['what']} (pid {proc['pid']}, killed)")
+    removed += _empty_namespaces(run.get("namespaces", {}), run["start_time"])
     for bridge in run["bridges"]:
         if subprocess.run(["ovs-vsctl", "--timeout=10", "br-exists", bridge], capture_output=True).returncode == 0:
             subprocess.run(["ovs-vsctl", "--timeout=10", "del-br", bridge], capture_output=True)
@@ -155,6 +160,40 @@ def remove_leftovers(path: Path) -> list[str]:
                 removed.append(f"{count} QoS/Queue rows of owner {rows['owner']} in {remote}")
     path.unlink(missing_ok=True)
     return removed
+
+
+def net_namespace(pid: int) -> int | None:
+    """The inode of the process's network namespace, or None when it is gone."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def _empty_namespaces(namespaces: dict[str, int], since: int) -> list[str]:
+    """SIGKILL what still runs in a dead run's host namespaces (by inode), when it started after that run
+    began: an inode number is reused once its namespace is gone, and an older process cannot be ours."""
+    hosts = {inode: name for name, inode in namespaces.items()}
+    if not hosts:
+        return []
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        host = hosts.get(net_namespace(pid) or 0)
+        started = start_time(pid)
+        if host is None or started is None or started < since:
+            continue
+        try:
+            what = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        _signal(pid, signal.SIGKILL)
+        killed.append((pid, started, f"{what} (pid {pid}, in host {host})"))
+    for pid, started, _ in killed:
+        _wait_gone({"pid": pid, "start_time": started}, 5)
+    return [phrase for _, _, phrase in killed]
 
 
 def remove_rows(owner: str, remote: str) -> int:
