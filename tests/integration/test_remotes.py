@@ -173,18 +173,17 @@ def test_a_second_ovs_down_at_the_start_is_managed_once_it_answers(tmp_path):
 @pytest.mark.timeout(STUDY_TIMEOUT)   # a whole study
 def test_the_main_study_with_s2_on_a_second_ovs_gives_the_same_result(tmp_path):
     out = tmp_path / "study"
-    done = subprocess.run([sys.executable, "topo/run.py", "--policy", "reserve", "auto", *FLOOD_ONLY,
+    done = subprocess.run([sys.executable, "topo/run.py", "--policy", "auto", *FLOOD_ONLY,
                            "--ovs-instances", "2", "--prometheus", "none", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ovs_instances"] == 2
-    reservation = summary["policies"]["reserve"]["tcp_reservation_mbps"]
-    for name in ("reserve", "auto"):
-        for step in summary["policies"][name]["steps"]:
-            if step["udp_mbps_offered"] in (10, 12):
-                assert step["faithful"], step   # an unfaithful step proves nothing either way
-                assert step["tcp_mbps"] >= 0.9 * reservation, step
+    reservation = summary["policies"]["auto"]["tcp_reservation_mbps"]
+    for step in summary["policies"]["auto"]["steps"]:
+        if step["udp_mbps_offered"] in (10, 12):
+            assert step["faithful"], step   # an unfaithful step proves nothing either way
+            assert step["tcp_mbps"] >= 0.9 * reservation, step
     (auto,) = summary["policies"]["auto"]["repetitions"]
     assert [d["action"] for d in auto["decisions"]] == ["program", "rollback"]
     log = (out / "controller.log").read_text()

@@ -1,7 +1,7 @@
 """`ryu-manager controller/qos_app.py`: the same app under Ryu (csle-ryu-fork, in .venv-ryu: its eventlet
 pin clashes with os-ken's), controlling the main study's network. The launcher uses the controller it
-finds on 127.0.0.1:6653, as a user who started one by hand would have it do; the study's reserve and auto
-then hold what they hold under os-ken (test_study.py)."""
+finds on 127.0.0.1:6653, as a user who started one by hand would have it do; the study's auto (which
+does all that reserve does, after detecting the flood) then holds what it holds under os-ken (test_study.py)."""
 import json
 import subprocess
 import sys
@@ -44,11 +44,11 @@ def step(summary, policy, udp):
 
 
 @pytest.mark.timeout(STUDY_TIMEOUT)   # a whole study
-def test_the_main_studys_reserve_and_auto_under_a_controller_started_by_ryu_manager(tmp_path):
+def test_the_main_studys_auto_under_a_controller_started_by_ryu_manager(tmp_path):
     proc = start_ryu(controller_config(tmp_path / "qos.conf"), tmp_path / "ryu.log")
     try:
         out = tmp_path / "study"
-        done = subprocess.run([sys.executable, "topo/run.py", "--policy", "reserve", "auto", *FLOOD_ONLY,
+        done = subprocess.run([sys.executable, "topo/run.py", "--policy", "auto", *FLOOD_ONLY,
                                "--prometheus", "none", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
                               timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
@@ -57,17 +57,17 @@ def test_the_main_studys_reserve_and_auto_under_a_controller_started_by_ryu_mana
     log = (tmp_path / "ryu.log").read_text()
     assert "under Ryu;" in log and "Traceback" not in log, log[-3000:]
     summary = json.loads((out / "summary.json").read_text())
-    reservation = summary["policies"]["reserve"]["tcp_reservation_mbps"]
+    # auto does all that reserve does (flows, queues in OVSDB, meters) and detects the flood first.
+    reservation = summary["policies"]["auto"]["tcp_reservation_mbps"]
     for udp in (10, 12):
-        for policy in ("reserve", "auto"):
-            row = step(summary, policy, udp)
-            assert row["faithful"], row   # an unfaithful step proves nothing either way
-            assert row["tcp_mbps"] >= 0.9 * reservation, row
-            assert row["probe_loss_percent"] <= 2, row
+        row = step(summary, "auto", udp)
+        assert row["faithful"], row   # an unfaithful step proves nothing either way
+        assert row["tcp_mbps"] >= 0.9 * reservation, row
+        assert row["probe_loss_percent"] <= 2, row
     (run,) = summary["policies"]["auto"]["repetitions"]
     assert [d["action"] for d in run["decisions"]] == ["program", "rollback"]
     (episode,) = run["episodes"]
     assert 0 < episode["reaction_seconds"] <= 0.5 and episode["recovery_seconds"] is not None
-    classes = {c["class"]: c for c in summary["policies"]["reserve"]["repetitions"][0]["tc_classes"].values()}
+    classes = {c["class"]: c for c in run["tc_classes"].values()}
     assert classes["udp"]["drops"] > 1000 and classes["tcp"]["bytes"] > 5 * classes["udp"]["bytes"]
     assert leftovers() == NOTHING_LEFT
