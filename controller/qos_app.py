@@ -315,6 +315,7 @@ class QosController(App):
                 case act.Submit():
                     worker = self.workers.get(action.remote)
                     if worker is not None:
+                        worker.raise_epochs(dict(action.epochs))
                         worker.submit(list(action.jobs))
                         if action.sweep:
                             worker.sweep_orphans()
@@ -340,6 +341,10 @@ class QosController(App):
                     hub.spawn(self.coordination.claim_reported, action, self._post)
                 case act.ReleaseSwitch() if self.coordination:
                     hub.spawn(self.coordination.release, action.dp_id)
+                case act.Unreachable() if self.coordination:
+                    LOG.warning("switches whose OVSDB this member cannot reach, left to members that can: %s",
+                                ", ".join(f"{dp:016x}" for dp in sorted(action.dp_ids)) or "none now")
+                    self.coordination.mark(action.dp_ids)
                 case act.LoadPolicy():
                     self._handle(self._load())
                 case act.Beat():

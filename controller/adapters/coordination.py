@@ -3,7 +3,8 @@
 switches it owns, and the cluster's policy (controller/core/cluster.py decides; this only reads and writes).
 
 Keys, under /ovs-qos/<owner>/: switch/<datapath id> holds the member that owns the switch, on that
-member's lease (so it goes when the member does); policy holds the policy in force for the whole cluster,
+member's lease (so it goes when the member does); unreachable/<member> lists the switches whose OVSDB
+that member cannot reach, on its lease too; policy holds the policy in force for the whole cluster,
 as the state file holds it for one controller ({"policy": <document or null>}). Every call is a short
 HTTP request to etcd (green under os-ken's eventlet); a failure raises CoordinationError.
 """
@@ -54,6 +55,8 @@ class Coordination:
         self.prefix = f"/ovs-qos/{owner}/"
         self._coord: Any = None
         self._lease: Any = None          # the lease our ownership keys are on
+        self._unreachable: frozenset[int] = frozenset()      # what we must tell the others ...
+        self._told: frozenset[int] | None = frozenset()      # ... and what etcd holds of it (None: unknown)
 
     def connect(self) -> None:
         """Join the owner's group (made if it is not there yet)."""
@@ -91,8 +94,25 @@ class Coordination:
         except Exception as err:   # noqa: BLE001
             raise CoordinationError(_why(err)) from None
 
-    def read(self) -> tuple[tuple[str, ...], dict[int, str], int, tuple[int, Any] | None]:
-        """The members, the switches' owners, etcd's revision at the read, and the policy (revision, document)."""
+    def mark(self, dp_ids: frozenset[int]) -> None:
+        """The switches whose OVSDB we cannot reach: written to etcd with the next refresh."""
+        self._unreachable = dp_ids
+
+    def _tell(self) -> None:
+        if self._told == self._unreachable:
+            return
+        key = _b64(f"{self.prefix}unreachable/{self.member}")
+        if self._unreachable:
+            self._post("/kv/put", {"key": key, "value": _b64(json.dumps(sorted(self._unreachable))),
+                                   "lease": self._lease.id})
+        else:
+            self._post("/kv/deleterange", {"key": key})
+        self._told = self._unreachable
+
+    def read(self) -> tuple[tuple[str, ...], dict[int, str], int, tuple[int, Any] | None,
+                            dict[str, frozenset[int]]]:
+        """The members, the switches' owners, etcd's revision at the read, the policy (revision, document), and
+        the switches each member cannot reach."""
         try:
             members = tuple(sorted(m.decode() for m in self._coord.get_members(self.group).get()))
             answer = self._post("/kv/range", {"key": _b64(self.prefix), "range_end": _b64(_range_end(self.prefix))})
@@ -101,14 +121,17 @@ class Coordination:
         except Exception as err:   # noqa: BLE001
             raise CoordinationError(_why(err)) from None
         owners: dict[int, str] = {}
+        unreachable: dict[str, frozenset[int]] = {}
         policy = None
         for kv in answer.get("kvs", []):
             key, value = _text(kv["key"])[len(self.prefix):], _text(kv.get("value", ""))
             if key.startswith("switch/"):
                 owners[int(key[len("switch/"):], 16)] = value
+            elif key.startswith("unreachable/"):
+                unreachable[key[len("unreachable/"):]] = frozenset(json.loads(value))
             elif key == "policy":
                 policy = (int(kv["mod_revision"]), json.loads(value).get("policy"))
-        return members, owners, int(answer["header"]["revision"]), policy
+        return members, owners, int(answer["header"]["revision"]), policy, unreachable
 
     def claim(self, dp_id: int, renew: bool) -> int | None:
         """Make the switch's key ours, on our lease, in one transaction: only if it has none (or, to renew,
@@ -145,8 +168,11 @@ class Coordination:
                 if not self.connected:
                     self.connect()
                 refreshed = self.refresh()
-                members, owners, revision, policy = self.read()
-                post(ev.ClusterChanged(members, owners, revision, policy, sent if refreshed else None))
+                if not refreshed:
+                    self._told = None            # our keys went with the lease
+                self._tell()
+                members, owners, revision, policy, unreachable = self.read()
+                post(ev.ClusterChanged(members, owners, revision, policy, sent if refreshed else None, unreachable))
                 if failing is not None:
                     LOG.info("etcd answers again; member %s", self.member)
                     failing = None

@@ -17,6 +17,13 @@ deadlock) would keep the lock as long as its socket stays open. The active contr
 pair therefore beats a heartbeat (a counter in Open_vSwitch external_ids, written without asking
 vswitchd to reconfigure), and a standby that sees it stand still steals the lock (controller/adapters/
 remotes.py), whereupon the hung one, should it resume, finds its transactions refused.
+
+A cluster's members share the owner and take no lock: etcd decides who owns a switch, and the revision of
+the ownership key is an epoch that only grows. Each transaction of a member for a switch's ports carries
+that epoch as a condition on the bridge's external_ids[EPOCH_KEY-owner]: raised to it when lower, refused
+when higher (another member owns the switch now), verified so that a raise by another member between
+our read and our commit makes OVSDB refuse the commit. A deposed member's write fails even before it
+learns from etcd that it is deposed.
 """
 from __future__ import annotations
 
@@ -39,11 +46,13 @@ from controller.core.queues import OvsdbQos, QosSpec, QueueSpec
 LOG = logging.getLogger(__name__)
 DEFAULT_DB = LOCAL_OVSDB
 OWNER_KEY = "ovs-qos-controller"
+EPOCH_KEY = "ovs-qos-epoch"
 # Only the columns we read: vswitchd rewrites every Interface's statistics every few seconds, and any
 # replicated change bumps the IDL's change number, which is what our read cache is keyed by.
 COLUMNS = {"Open_vSwitch": ["bridges", "next_cfg", "cur_cfg",       # next/cur_cfg: waiting for vswitchd
                             "external_ids"],                          # the owner's OpenFlow generation id
-           "Bridge": ["name", "datapath_id", "datapath_type", "ports"],
+           "Bridge": ["name", "datapath_id", "datapath_type", "ports",
+                      "external_ids"],                               # a cluster's epochs (fencing)
            "Port": ["name", "interfaces", "qos"],
            "Interface": ["name", "ofport"],
            "QoS": None, "Queue": None}
@@ -55,6 +64,10 @@ class OvsdbError(RuntimeError):
 
 class LockHeld(OvsdbError):
     """Another controller of the same owner holds the OVSDB lock."""
+
+
+class Fenced(OvsdbError):
+    """Another member of the cluster owns the switch under a newer epoch."""
 
 
 class Ovsdb:
@@ -78,6 +91,7 @@ class Ovsdb:
         self._idl = connection.OvsdbIdl(remote, helper)
         # The generation id and the heartbeat live there: changes to them are not changes to what we plan from.
         self._idl.tables["Open_vSwitch"].columns["external_ids"].alert = False
+        self._idl.tables["Bridge"].columns["external_ids"].alert = False
         if lock:
             self._idl.set_lock(lock_name(owner))    # before the connection starts (python-ovs asks that)
         # A server back is used within 2 s (python-ovs backs off to 8 s); its session is private, no other way.
@@ -161,15 +175,31 @@ class Ovsdb:
         return OvsdbQos(qos.external_ids.get("mode", ""), _int(qos.other_config, "max-rate"), queues, qos.type)
 
     def apply(self, changes: dict[str, QosSpec | None], tags: dict[str, str] | None = None,
-              port_tags: dict[str, dict[str, str]] | None = None) -> None:
+              port_tags: dict[str, dict[str, str]] | None = None, epochs: dict[int, int] | None = None) -> None:
         """Every port's queues as given (None: ours off the port), in one transaction. The rows carry
         `tags` and the port's own `port_tags` in external_ids. One transaction however many switches
-        the ports are on: vswitchd reconfigures every port of the host for each one."""
+        the ports are on: vswitchd reconfigures every port of the host for each one. `epochs`: a cluster
+        member's, by datapath id; the transaction fails with Fenced where a switch's epoch is newer."""
         # We log every refusal ourselves, in one line; ovsdbapp's own log would add a traceback to each.
         with self._api.transaction(check_error=True, log_errors=False) as txn:
+            if epochs:
+                txn.add(_Fence(self._api, self._epoch_key, epochs, strict=True))
             for iface, spec in changes.items():
                 ids = {OWNER_KEY: self.owner, "iface": iface, **(tags or {}), **(port_tags or {}).get(iface, {})}
                 txn.add(_ReplacePortQos(self._api, iface, spec, ids))
+
+    def fence(self, epochs: dict[int, int]) -> dict[int, str]:
+        """Raise each switch's epoch to ours where it is lower, in one transaction that asks nothing of
+        vswitchd; the switches refused (a newer epoch, or no such bridge), each with why."""
+        with transaction.Transaction(self._api, self._api.ovsdb_connection, self._api.ovsdb_connection.timeout,
+                                     check_error=True, log_errors=False) as txn:
+            found = txn.add(_Fence(self._api, self._epoch_key, epochs, strict=False))
+        refused: dict[int, str] = found.result
+        return refused
+
+    @property
+    def _epoch_key(self) -> str:
+        return f"{EPOCH_KEY}-{self.owner}"
 
     def generation_id(self) -> int:
         """The OpenFlow generation id the owner's active controller last claimed (0: none yet)."""
@@ -301,6 +331,36 @@ class _NextGeneration(command.BaseCommand):
         row.verify("external_ids")
         self.result = (max(_int(row.external_ids, self.key), self.above, 0) + 1) % 2**64
         row.setkey("external_ids", self.key, str(self.result))
+
+
+class _Fence(command.BaseCommand):
+    """Each switch's epoch raised to ours, or the switch refused: `strict` fails the transaction (the
+    writes beside it must not land), else the refused are the result. The bridge's external_ids are
+    verified: if another member changed them since our replica read them, OVSDB refuses the commit and
+    ovsdbapp runs this again on the fresh rows."""
+
+    def __init__(self, api: Any, key: str, epochs: dict[int, int], strict: bool) -> None:
+        super().__init__(api)
+        self.key, self.epochs, self.strict = key, epochs, strict
+
+    def run_idl(self, txn: Any) -> None:
+        bridges = {row.datapath_id[0]: row for row in self.api.tables["Bridge"].rows.values() if row.datapath_id}
+        refused: dict[int, str] = {}
+        for dp_id, epoch in self.epochs.items():
+            row = bridges.get(f"{dp_id:016x}")
+            if row is None:
+                refused[dp_id] = "its bridge is not in OVSDB"
+                continue
+            row.verify("external_ids")
+            current = _int(row.external_ids, self.key)
+            if current > epoch:
+                refused[dp_id] = (f"another member owns it now (epoch {current} in OVSDB, ours {epoch}); this member "
+                                  "writes nothing to it")
+            elif current < epoch:
+                row.setkey("external_ids", self.key, str(epoch))
+        if refused and self.strict:
+            raise Fenced("; ".join(f"switch {dp:016x}: {why}" for dp, why in refused.items()))
+        self.result = refused
 
 
 class _Steal:

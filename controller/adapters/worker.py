@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar, TypeVarTuple, overload
 
 from controller.adapters.ovsdb import OvsdbError
@@ -24,6 +25,15 @@ CLASS_WAIT_SECONDS = 3.0   # ovsdbapp returns once vswitchd applied the change; 
 
 
 SWEEP = "sweep"   # in the queue: remove our QoS rows that no port uses any more
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """In the queue: a cluster member's epoch of a switch it now owns, raised in OVSDB before its writes."""
+    dp_id: int
+    epoch: int
+
+
 T = TypeVar("T")
 Args = TypeVarTuple("Args")
 
@@ -32,7 +42,9 @@ class OvsdbWriter(Protocol):
     """What a worker changes in its OVSDB remote (controller/adapters/remotes.py's RemoteView)."""
 
     def apply(self, changes: dict[str, QosSpec | None], tags: dict[str, str] | None = None,
-              port_tags: dict[str, dict[str, str]] | None = None) -> None: ...
+              port_tags: dict[str, dict[str, str]] | None = None, epochs: dict[int, int] | None = None) -> None: ...
+
+    def fence(self, epochs: dict[int, int]) -> dict[int, str]: ...
 
     def remove_orphans(self) -> int: ...
 
@@ -54,6 +66,10 @@ class Worker:
     def sweep_orphans(self) -> None:
         self._queue.put(SWEEP)
 
+    def raise_epochs(self, epochs: dict[int, int]) -> None:
+        for dp_id, epoch in epochs.items():
+            self._queue.put(Epoch(dp_id, epoch))
+
     def run(self) -> None:
         while True:
             batch = [self._queue.get()]
@@ -66,14 +82,16 @@ class Worker:
                 results = [JobResult(job, f"internal error: {err}") for job in batch]
             self._done(results)
 
-    def execute(self, batch: list[Job | str]) -> list[JobResult]:
-        """`batch`: jobs, and SWEEP if asked."""
+    def execute(self, batch: list[Job | Epoch | str]) -> list[JobResult]:
+        """`batch`: jobs, epochs to raise, and SWEEP if asked."""
         sweep = SWEEP in batch
-        jobs = [job for job in batch if not isinstance(job, str)]   # SWEEP is the only str
+        jobs = [job for job in batch if isinstance(job, Job)]
+        raised = {item.dp_id: item.epoch for item in batch if isinstance(item, Epoch)}
         if not self._may_write():
             return [JobResult(job, "this controller does not hold its owner's OVSDB lock; it changes nothing")
                     for job in jobs]
         results = {id(job): JobResult(job) for job in jobs}
+        jobs = self._fenced(jobs, results, raised)
         changes = [job for job in jobs if job.qos]
         for job in changes:
             if job.userspace and self._tc:
@@ -95,13 +113,31 @@ class Worker:
                 self._ensure_tc(job, result)
         return list(results.values())
 
+    def _fenced(self, jobs: list[Job], results: dict[int, JobResult], raised: dict[int, int]) -> list[Job]:
+        """A cluster member's jobs: the epochs of their switches (and those `raised`) raised to ours first, and
+        the jobs of the switches another member owns now refused (tc included, which OVSDB does not guard)."""
+        epochs = raised | {job.dp_id: job.epoch for job in jobs if job.epoch}
+        if not epochs:
+            return jobs
+        try:
+            refused = self._ovsdb.fence(epochs)
+        except (OvsdbError, RuntimeError) as err:
+            refused = dict.fromkeys(epochs, f"OVSDB did not take our epoch ({err})")
+        for dp_id in raised.keys() & refused.keys():
+            LOG.warning("switch %016x: %s", dp_id, refused[dp_id])
+        for job in jobs:
+            if job.dp_id in refused:
+                results[id(job)].error = refused[job.dp_id]
+        return [job for job in jobs if job.dp_id not in refused]
+
     def _apply(self, jobs: list[Job], results: dict[int, JobResult]) -> None:
         port_tags = {job.iface: dict(job.tags) for job in jobs}
+        epochs = {job.dp_id: job.epoch for job in jobs if job.epoch} or None
         try:
             rebuilt: dict[str, QosSpec | None] = {job.iface: None for job in jobs if job.rebuild}
             if rebuilt:
-                self._ovsdb.apply(rebuilt, port_tags=port_tags)
-            self._ovsdb.apply({job.iface: job.spec for job in jobs}, port_tags=port_tags)
+                self._ovsdb.apply(rebuilt, port_tags=port_tags, epochs=epochs)
+            self._ovsdb.apply({job.iface: job.spec for job in jobs}, port_tags=port_tags, epochs=epochs)
         except (OvsdbError, RuntimeError) as err:
             if len(jobs) == 1:
                 results[id(jobs[0])].error = str(err)

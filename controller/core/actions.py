@@ -101,10 +101,12 @@ class Close:
 
 @dataclass(frozen=True)
 class Submit:
-    """Jobs for the worker of an OVSDB remote; `sweep` also removes our rows no port uses any more."""
+    """Jobs for the worker of an OVSDB remote; `sweep` also removes our rows no port uses any more; `epochs`
+    (datapath id, epoch) raises a cluster member's epochs of switches it now owns, before any write of its."""
     remote: str
     jobs: tuple[Job, ...] = ()
     sweep: bool = False
+    epochs: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,12 @@ class ReleaseSwitch:
 
 
 @dataclass(frozen=True)
+class Unreachable:
+    """Tell the other members which switches this one cannot reach in OVSDB: the ring passes it over for them."""
+    dp_ids: frozenset[int]
+
+
+@dataclass(frozen=True)
 class Exit:
     """End the process: this controller must not run beside the one that holds the lock."""
     code: int
@@ -173,7 +181,7 @@ class Exit:
 
 
 Action = (Send | Close | Submit | Answer | Later | ClaimGeneration | SavePolicy | LoadPolicy | Beat | StealLock
-          | ClaimSwitch | ReleaseSwitch | Exit)
+          | ClaimSwitch | ReleaseSwitch | Unreachable | Exit)
 
 
 # What a switch tells its controller (controller/core/switch.py → controller.py); never reaches the app.

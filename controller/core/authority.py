@@ -62,6 +62,11 @@ class Authority:
             return self.cluster.mine.get(dp_id, 0)
         return self.generation
 
+    def epoch_of(self, dp_id: int) -> int:
+        """What OVSDB must not hold a newer epoch than for our writes to the switch (0: no such condition;
+        alone or as a standby pair, the OVSDB lock fences)."""
+        return self.cluster.mine.get(dp_id, 0) if self.cluster is not None else 0
+
     def label(self, now: float) -> str:
         """What the status and the metrics say: only a confirmed fact is `active`."""
         if self.cluster is not None:

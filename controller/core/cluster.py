@@ -10,6 +10,9 @@ transaction that creates the switch's ownership key on its own lease (actions.Cl
 revision, which only grows, is the OpenFlow generation id it claims master with, so a switch refuses a
 member deposed before it. A member hands a switch the ring gives another back by deleting its key.
 
+A member that cannot reach a switch's OVSDB for a lease time says so in etcd (actions.Unreachable); the ring
+passes over a member for the switches it cannot reach, so the next member that can takes them.
+
 A member writes only while its lease is confirmed: within SAFE_SHARE of the lease time of the last
 refresh etcd answered, measured from when it was sent. Its keys live until a lease time after etcd last
 saw a refresh, so a member cut off from etcd, or paused, stops writing before another can claim its
@@ -41,10 +44,16 @@ class Ring:
     def members(self) -> list[str]:
         return sorted(set(self._members))
 
-    def owner(self, dp_id: int) -> str | None:
+    def owner(self, dp_id: int, skip: frozenset[str] = frozenset()) -> str | None:
+        """The member the switch belongs to: the next point's, passing over `skip` (unless that is everyone)."""
         if not self._hashes:
             return None
-        return self._members[bisect.bisect(self._hashes, _hash(f"{dp_id:016x}")) % len(self._hashes)]
+        start = bisect.bisect(self._hashes, _hash(f"{dp_id:016x}"))
+        for k in range(len(self._hashes)):
+            member = self._members[(start + k) % len(self._hashes)]
+            if member not in skip:
+                return member
+        return self._members[start % len(self._hashes)]
 
 
 def _hash(text: str) -> int:
@@ -61,6 +70,9 @@ class Cluster:
         self.claiming: set[int] = set()               # claims in flight
         self.confirmed_at: float | None = None        # when the last refresh etcd answered was sent
         self.policy_revision = 0                      # the cluster's policy this member has in force
+        self.unreachable: dict[str, frozenset[int]] = {}   # member → switches it cannot reach, as etcd said
+        self.cut_since: dict[int, float] = {}         # switches whose OVSDB we cannot reach → since when
+        self.cut: frozenset[int] = frozenset()        # those we told the others of
 
     def confirmed(self, now: float) -> bool:
         return self.confirmed_at is not None and now - self.confirmed_at < SAFE_SHARE * self.lease
@@ -81,6 +93,7 @@ class Cluster:
         self.seen = {m: self.seen.get(m, now - HOLD_DOWN_SECONDS if first else now) for m in report.members}
         self.ring = Ring(sorted({m for m, since in self.seen.items() if now - since >= HOLD_DOWN_SECONDS} | {self.me}))
         self.owners = dict(report.owners)
+        self.unreachable = dict(report.unreachable)
         # A key of ours that etcd no longer holds (our lease ran out) is not ours, unless claimed since the read.
         lost = {dp for dp, revision in self.mine.items()
                 if self.owners.get(dp) != self.me and revision <= report.revision}
@@ -88,7 +101,7 @@ class Cluster:
             del self.mine[dp]
         actions: list[act.Action] = []
         for dp in switches:
-            intended = self.ring.owner(dp)
+            intended = self.intended(dp)
             if dp in self.mine and intended != self.me:
                 actions.append(act.ReleaseSwitch(dp))       # handed to the member the ring names
                 del self.mine[dp]
@@ -97,6 +110,20 @@ class Cluster:
                 self.claiming.add(dp)
                 actions.append(act.ClaimSwitch(dp, renew=False))
         return actions, lost
+
+    def intended(self, dp_id: int) -> str | None:
+        return self.ring.owner(dp_id, frozenset(m for m, cut in self.unreachable.items() if dp_id in cut))
+
+    def reach(self, cut: Iterable[int], now: float) -> list[act.Action]:
+        """`cut`: the switches whose OVSDB this member cannot reach now. Those cut for a lease time are told to
+        the others (a moment's reconnection moves nothing); one reached again, at once."""
+        cut = set(cut)
+        self.cut_since = {dp: self.cut_since.get(dp, now) for dp in cut}
+        given_up = frozenset(dp for dp, since in self.cut_since.items() if now - since >= self.lease)
+        if given_up == self.cut:
+            return []
+        self.cut = given_up
+        return [act.Unreachable(given_up)]
 
     def claimed(self, claim: ev.SwitchClaimed) -> bool:
         """A claim's outcome; whether this member owns the switch now."""

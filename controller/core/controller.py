@@ -68,7 +68,7 @@ class Controller:
     def view(self, dp_id: int, now: float) -> SwitchView:
         owns = self.authority.owns(dp_id)
         return SwitchView(self.keeper.policy, self.keeper.mode, owns, owns and self.authority.confirmed(now),
-                          self.authority.generation_of(dp_id), self.ovsdb)
+                          self.authority.generation_of(dp_id), self.ovsdb, self.authority.epoch_of(dp_id))
 
     # --- the one entry point ------------------------------------------------------------------------------
     def handle(self, event: ev.Event, now: float) -> list[act.Action]:
@@ -323,6 +323,9 @@ class Controller:
                 LOG.info("switch %016x is ours (ownership revision %d)", event.dp_id, event.revision)
                 self._to(self.switches[event.dp_id], ev.TakingOver(), now)
             return
+        # Switches whose OVSDB we cannot reach: given up, so that a member that can reach it takes it.
+        self.out += cluster.reach((dp for dp, sw in self.switches.items() if sw.bridge is not None
+                                   and not self.reported.connected.get(sw.bridge.remote, False)), now)
         actions, lost = cluster.report(event, now, self.switches)
         self.out += actions
         for dp_id in lost & self.switches.keys():

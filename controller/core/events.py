@@ -215,6 +215,7 @@ class ClusterChanged:
     revision: int                           # etcd's revision when they were read
     policy: tuple[int, Any] | None          # the cluster's policy: (its key's revision, document or None)
     refreshed_at: float | None              # when the lease refresh etcd answered was sent; None: it failed
+    unreachable: dict[str, frozenset[int]] = field(default_factory=dict)   # member → switches it cannot reach
 
 
 @dataclass(frozen=True)

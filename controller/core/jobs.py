@@ -18,6 +18,7 @@ class Job:
     qos: bool                   # OVSDB must change; False: only check the port's tc
     rebuild: bool = False       # take the QoS off first, so that OVS builds its qdisc anew
     tags: tuple[tuple[str, str], ...] = ()   # external_ids beside the owner tag (policy, dp_id)
+    epoch: int = 0              # a cluster member's ownership epoch of the switch, a condition of the write
 
 
 @dataclass

@@ -30,6 +30,7 @@ class PortJobs(SwitchPart):
         self.ifindex: dict[int, int] = {}                 # port → its device
         self.foreign: set[int] = set()                    # ports another tool's QoS holds (said once)
         self.swept = now
+        self.epoch = 0                                    # the cluster's epoch of the switch we last raised
         self._errors: dict[str, str] = {}
 
     def errors(self) -> dict[str, str]:
@@ -68,41 +69,45 @@ class PortJobs(SwitchPart):
                 del self.applied[port_no]
 
     def start(self, bridge: BridgeInfo, changes: dict[int, QosSpec | None], specs: dict[int, QosSpec],
-              actual: dict[int, OvsdbQos | str | None], tags: tuple[tuple[str, str], ...]) -> None:
+              actual: dict[int, OvsdbQos | str | None], tags: tuple[tuple[str, str], ...], epoch: int = 0) -> None:
         """Jobs for the ports whose QoS must change, and checks for those whose device may differ from
         the queues they have; none for a port already busy or failed until the next poll."""
         waiting = self.busy.keys() | self.failed
         for port_no, wanted in specs.items():   # new to us (a start), or its leaves changed: the device follows
             if self.specs.get(port_no) != wanted:
                 self.check.add(port_no)
-        jobs = [self._job(bridge, port_no, spec, True, tags) for port_no, spec in changes.items()
+        jobs = [self._job(bridge, port_no, spec, True, tags, epoch) for port_no, spec in changes.items()
                 if port_no not in waiting]
         for port_no in (self.check | self.rebuild) - waiting - changes.keys():
             spec = specs.get(port_no)
             if spec is not None and isinstance(actual.get(port_no), OvsdbQos):
                 rebuild = port_no in self.rebuild
-                jobs.append(self._job(bridge, port_no, spec, rebuild, tags, rebuild))
+                jobs.append(self._job(bridge, port_no, spec, rebuild, tags, epoch, rebuild))
         # A port's check is done by the job that starts now; one still busy keeps its mark for later.
         started = {job.port_no for job in jobs}
         self.check -= started
         self.rebuild -= started
-        if jobs:
+        # A new owner raises the switch's epoch in OVSDB before anything else, even with nothing to change:
+        # from then on the member it took the switch from can write nothing there.
+        epochs = ((self.link.dp_id, epoch),) if epoch > self.epoch else ()
+        self.epoch = max(self.epoch, epoch)
+        if jobs or epochs:
             self.busy.update((job.port_no, job.qos) for job in jobs)
             for job in jobs:
                 if job.spec is None:
                     self.specs.pop(job.port_no, None)
                 else:
                     self.specs[job.port_no] = job.spec
-            self.link.do(act.Submit(bridge.remote, tuple(jobs)))
+            self.link.do(act.Submit(bridge.remote, tuple(jobs), epochs=epochs))
 
     def changing(self) -> bool:
         """Whether a job that changes QoS is in flight (a check alone changes nothing a user sees)."""
         return any(self.busy.values())
 
     def _job(self, bridge: BridgeInfo, port_no: int, spec: QosSpec | None, qos: bool,
-             tags: tuple[tuple[str, str], ...], rebuild: bool = False) -> Job:
+             tags: tuple[tuple[str, str], ...], epoch: int, rebuild: bool = False) -> Job:
         return Job(self.link.dp_id, self.link.conn, port_no, bridge.ports[port_no], bridge.userspace, spec, qos,
-                   rebuild, tags)
+                   rebuild, tags, epoch)
 
     def done(self, results: list[JobResult]) -> None:
         for result in results:

@@ -246,7 +246,7 @@ class Switch:
         todo = plan(self.state, flows, actual, meters)
         self.flows.sync(todo.flows, todo.meters)
         tags = (("dp_id", f"{self.dp_id:016x}"), ("policy", view.policy.name)) if view.policy else ()
-        self.jobs.start(bridge, todo.qos, todo.specs, actual, tags)
+        self.jobs.start(bridge, todo.qos, todo.specs, actual, tags, view.epoch)
         # A check (a job that changes no QoS) is no change: netlink announces every qdisc and filter OVS or
         # we put on a device, and the check that follows must not make a switch that holds its policy look
         # out of sync meanwhile.

@@ -55,6 +55,7 @@ class SwitchView:
     confirmed: bool              # ... and OVSDB has confirmed it lately: it may write
     generation: int              # ours as master; 0 until one is claimed
     ovsdb: OvsdbReplica
+    epoch: int = 0               # the condition of our OVSDB writes for it (a cluster's; 0: OVSDB's lock fences)
 
     @property
     def interval(self) -> float:

@@ -109,10 +109,10 @@ def cluster_policy(name: str, rate: str) -> dict:
     return doc
 
 
-def start_member(tmp_path, url: str, name: str):
+def start_member(tmp_path, url: str, name: str, **qos):
     ofp, rest, metrics = MEMBERS[name]
     config = controller_config(tmp_path / f"{name}.conf", ofp_port=ofp, owner="cluster", api_port=rest,
-                               metrics_port=metrics, state_file=tmp_path / f"{name}.json")
+                               metrics_port=metrics, state_file=tmp_path / f"{name}.json", **qos)
     config.write_text(config.read_text() + f"[coordination]\nbackend_url = {url}\nmembership_timeout = {LEASE}\n"
                                            f"member = {name}\n")
     proc = start_controller(config, tmp_path / f"{name}.log")
@@ -228,6 +228,49 @@ def test_a_paused_member_writes_nothing_when_it_resumes_and_etcd_down_changes_no
             for proc in procs.values():
                 if proc.poll() is None:
                     stop_controller(proc, clear=False)
+
+
+def test_a_member_that_cannot_reach_the_switches_ovsdb_hands_them_to_one_that_can(tmp_path, bridges):
+    # m1 reaches OVSDB through a TCP remote of its own, m2 through the unix socket; that remote removed,
+    # ovsdb-server closes m1's session and refuses it: m1 reaches the switches by OpenFlow only.
+    remote = "ptcp:6649:127.0.0.1"
+    sh("ovs-appctl", "-t", "ovsdb-server", "ovsdb-server/add-remote", remote)
+    procs = {}
+    try:
+        with etcd(23791, tmp_path / "etcd.log") as url:
+            try:
+                procs["m1"] = start_member(tmp_path, url, "m1", ovsdb="tcp:127.0.0.1:6649")
+                procs["m2"] = start_member(tmp_path, url, "m2")
+                targets = {f"tcp:127.0.0.1:{MEMBERS[name][0]}": name for name in procs}
+                wait(lambda: all(len(t) == 1 for t in (m := masters(bridges)).values())
+                     and {targets[t[0]] for t in m.values()} == {"m1", "m2"}, 30, "the bridges shared by m1 and m2")
+                api(8080, "PUT", "/policy", cluster_policy("first", "10Mbit"))
+                wait(lambda: all(q != "[]" for q in qos_rows(bridges).values()), 20, "queues on every bridge")
+                rows = qos_rows(bridges)
+                assert api(8080)["ovsdb"]["tcp:127.0.0.1:6649"]["connected"] is True
+                sh("ovs-appctl", "-t", "ovsdb-server", "ovsdb-server/remove-remote", remote)
+                cut = time.monotonic()
+                wait(lambda: api(8080)["ovsdb"]["tcp:127.0.0.1:6649"]["connected"] is False, 10, "m1 cut off")
+                # A lease time of it, a second or two of etcd's reads, then m2 claims and masters them.
+                wait(lambda: all(targets[t[0]] == "m2" for t in masters(bridges).values() if t), LEASE + 15,
+                     "every bridge mastered by m2")
+                print(f"OVSDB cut: m1's bridges mastered by m2 {time.monotonic() - cut:.2f} s later, lease {LEASE} s")
+                assert all(len(t) == 1 for t in masters(bridges).values())
+                assert qos_rows(bridges) == rows                                  # nothing rebuilt meanwhile
+                api(8081, "PUT", "/policy", cluster_policy("second", "20Mbit"))   # m2 puts it everywhere
+                wait(lambda: all(max_rate(q) == "20000000" for q in qos_rows(bridges).values()), 20,
+                     "m2's PUT on every bridge")
+                assert "cannot reach, left to members that can: " in (tmp_path / "m1.log").read_text()
+                sh("ovs-appctl", "-t", "ovsdb-server", "ovsdb-server/add-remote", remote)   # back: m1 takes its share
+                wait(lambda: {targets[t[0]] for t in masters(bridges).values() if t} == {"m1", "m2"}, LEASE + 15,
+                     "m1 masters its share again")
+                api(8081, "DELETE", "/policy")
+                wait(lambda: all(q == "[]" for q in qos_rows(bridges).values()), 20, "every bridge's queues removed")
+            finally:
+                for proc in procs.values():
+                    stop_controller(proc, clear=False)
+    finally:
+        subprocess.run(["ovs-appctl", "-t", "ovsdb-server", "ovsdb-server/remove-remote", remote], capture_output=True)
 
 
 def flows(bridge: str) -> list[str]:

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from controller.adapters.ovsdb import LockHeld, Ovsdb, OvsdbError
+from controller.adapters.ovsdb import Fenced, LockHeld, Ovsdb, OvsdbError
 from controller.adapters.tc import Leaf, Tc
 from controller.core.plan import FOREIGN
 from controller.core.policy import load_policy
@@ -126,6 +126,47 @@ def test_a_second_connection_of_the_same_owner_is_refused_and_another_owner_is_n
         Ovsdb(owner=db.owner, lock_wait=5)
     other = Ovsdb(owner=db.owner + "-other")
     other.close()
+
+
+def test_a_cluster_member_deposed_by_a_newer_epoch_changes_no_row(port):
+    # Two members of one owner (no lock: etcd decides), the second owning the switch under a newer epoch.
+    _, iface = port
+    bridge, dp_id = "tb" + iface[2:], 0xE90C
+    sh("ovs-vsctl", "set", "bridge", bridge, f"other_config:datapath-id={dp_id:016x}")
+    key = "external_ids:ovs-qos-epoch-cluster"
+    members = [Ovsdb(owner="cluster", lock=False) for _ in range(2)]
+    old, new = members
+    try:
+        wait_for(lambda: old.bridge(dp_id) and new.bridge(dp_id), "both replicas hold the bridge")
+        assert subprocess.run(["ovs-vsctl", "get", "bridge", bridge, key], capture_output=True).returncode != 0
+        reserve = reserve_qos(POLICY, PORT, userspace=True)
+        assert old.fence({dp_id: 10}) == {}
+        old.apply({iface: reserve}, epochs={dp_id: 10})
+        held = sh("ovs-vsctl", "get", "port", iface, "qos").strip()
+        assert held != "[]" and sh("ovs-vsctl", "get", "bridge", bridge, key).strip() == '"10"'
+        assert new.fence({dp_id: 20}) == {}                          # the new owner raises the epoch first
+        assert sh("ovs-vsctl", "get", "bridge", bridge, key).strip() == '"20"'
+        # The old owner does not know yet: its writes fail in OVSDB, and it cannot lower the epoch.
+        wait_for(lambda: "another member owns it now" in old.fence({dp_id: 15}).get(dp_id, ""), "the new epoch seen")
+        with pytest.raises(Fenced, match=f"switch {dp_id:016x}: another member owns it now"):
+            old.apply({iface: None}, epochs={dp_id: 10})
+        assert sh("ovs-vsctl", "get", "port", iface, "qos").strip() == held
+        assert sh("ovs-vsctl", "get", "bridge", bridge, key).strip() == '"20"'
+        new.apply({iface: None}, epochs={dp_id: 20})                 # the owner's own write goes through
+        assert sh("ovs-vsctl", "get", "port", iface, "qos").strip() == "[]"
+        assert new.fence({0xDEAD: 30}) == {0xDEAD: "its bridge is not in OVSDB"}
+    finally:
+        for member in members:
+            member.remove_all()
+            member.close()
+        sh("ovs-vsctl", "remove", "bridge", bridge, "external_ids", "ovs-qos-epoch-cluster")
+
+
+def wait_for(condition, what, seconds=5):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
+        time.sleep(0.05)
 
 
 @pytest.fixture

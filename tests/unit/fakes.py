@@ -269,6 +269,7 @@ class FakeOvsdb:
         self.holder: FakeSession | None = None        # the session holding the owner's lock
         self.generation_ids = 0
         self.beats = 0                                # the lock holder's heartbeat
+        self.epochs: dict[int, int] = {}              # switch → a cluster's epoch in its bridge's external_ids
 
     def session(self) -> FakeSession:
         """A controller's connection; the first to come takes the lock, as ovsdb-server grants it."""
@@ -294,7 +295,18 @@ class FakeOvsdb:
             return ABSENT
         return self.qos.get(iface)
 
-    def apply(self, changes: dict, tags: dict | None = None, port_tags: dict | None = None) -> None:
+    def fence(self, epochs: dict[int, int]) -> dict[int, str]:
+        """As the adapter's: raised where lower, refused where newer or the bridge is gone."""
+        refused = {dp: "its bridge is not in OVSDB" for dp in epochs if dp not in self.bridges}
+        refused |= {dp: f"another member owns it now (epoch {self.epochs[dp]}, ours {epoch})"
+                    for dp, epoch in epochs.items() if self.epochs.get(dp, 0) > epoch}
+        self.epochs |= {dp: epoch for dp, epoch in epochs.items() if dp not in refused}
+        return refused
+
+    def apply(self, changes: dict, tags: dict | None = None, port_tags: dict | None = None,
+              epochs: dict[int, int] | None = None) -> None:
+        if any(self.epochs.get(dp, 0) > epoch for dp, epoch in (epochs or {}).items()):
+            raise OvsdbError("a newer epoch")
         bad = self.refuse & changes.keys()
         if bad:
             raise OvsdbError(f"port {sorted(bad)[0]!r} refused")

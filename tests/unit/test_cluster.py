@@ -9,7 +9,7 @@ from controller.core import events as ev
 from controller.core.cluster import HOLD_DOWN_SECONDS, SAFE_SHARE, Cluster, Ring
 from controller.core.controller import Controller
 from controller.core.keeper import SAVED_ABSENT
-from tests.unit.test_switch import S1, Replica, sent
+from tests.unit.test_switch import REMOTE, S1, Replica, sent
 
 DPIDS = range(1, 1001)
 
@@ -119,3 +119,47 @@ def test_a_policy_put_through_another_member_is_put_in_force_here(member):
     assert member.keeper.policy is not None and member.keeper.policy.name == "reserve"
     member.handle(report(["a"], policy=(13, None), refreshed_at=2.0), 2.0)
     assert member.keeper.policy is None and str(member.keeper.mode) == "cleared"
+
+
+def test_the_ring_passes_over_a_member_for_the_switches_it_cannot_reach():
+    ring = Ring(["a", "b", "c"])
+    for dp in DPIDS:
+        owner = ring.owner(dp)
+        other = ring.owner(dp, frozenset({owner}))
+        assert other != owner and other is not None
+        assert ring.owner(dp, frozenset({"a", "b", "c"})) == owner            # no one reaches it: as before
+    # Passing over b moves b's switches only, spread over the others.
+    moved = {dp: ring.owner(dp, frozenset({"b"})) for dp in DPIDS if ring.owner(dp) == "b"}
+    assert all(ring.owner(dp, frozenset({"b"})) == ring.owner(dp) for dp in DPIDS if dp not in moved)
+    assert set(moved.values()) == {"a", "c"}
+
+
+def test_a_member_cut_off_from_a_switchs_ovsdb_for_a_lease_hands_it_to_one_that_reaches_it():
+    a, b = Cluster("a", 6), Cluster("b", 6)
+    mine = next(dp for dp in DPIDS if Ring(["a", "b"]).owner(dp) == "a")
+    for member in (a, b):
+        member.report(report(["a", "b"]), 0.0, [mine])
+    a.claimed(ev.SwitchClaimed(mine, 30))
+    assert a.reach([mine], 1.0) == [] and a.reach([mine], 6.9) == []      # a moment's cut moves nothing
+    assert a.reach([mine], 7.0) == [act.Unreachable(frozenset({mine}))]
+    assert a.reach([mine], 8.0) == []                                     # said once
+    told = ev.ClusterChanged(("a", "b"), {mine: "a"}, 40, None, 8.0, {"a": frozenset({mine})})
+    actions, lost = a.report(told, 8.0, [mine])
+    assert actions == [act.ReleaseSwitch(mine)] and lost == {mine}
+    after = ev.ClusterChanged(("a", "b"), {}, 41, None, 8.0, {"a": frozenset({mine})})
+    actions, _ = b.report(after, 8.0, [mine])
+    assert actions == [act.ClaimSwitch(mine, renew=False)]                 # b reaches it: b takes it
+    assert a.reach([], 9.0) == [act.Unreachable(frozenset())]             # reached again: said at once
+
+
+def test_a_member_tells_the_others_of_a_switch_whose_ovsdb_stayed_down_a_lease_time(member):
+    member.handle(ev.RemotesChanged({REMOTE: True}), 0.0)
+    def told(now):
+        out = member.handle(report(["a"], refreshed_at=now), now)
+        return [a for a in out if isinstance(a, act.Unreachable)]
+    assert told(1.0) == []
+    member.handle(ev.RemotesChanged({REMOTE: False}, errors={REMOTE: "Connection refused"}), 2.0)
+    assert told(3.0) == [] and told(8.9) == []                 # first seen cut at 3.0; the lease is 6 s
+    assert told(9.0) == [act.Unreachable(frozenset({1}))]
+    member.handle(ev.RemotesChanged({REMOTE: True}), 9.5)
+    assert told(10.0) == [act.Unreachable(frozenset())]

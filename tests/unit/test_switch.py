@@ -43,8 +43,8 @@ class Replica:
         raise AssertionError(f"the core did I/O: ovsdb.{name}")
 
 
-def view(replica: Replica, generation: int = 0, active: bool = True) -> SwitchView:
-    return SwitchView(AUTO, Mode.IN_FORCE, active, active, generation, replica)
+def view(replica: Replica, generation: int = 0, active: bool = True, epoch: int = 0) -> SwitchView:
+    return SwitchView(AUTO, Mode.IN_FORCE, active, active, generation, replica, epoch)
 
 
 def sent(actions: list[act.SwitchAction], kind: type) -> list[Any]:
@@ -81,16 +81,17 @@ def asked(sw: Switch) -> list[act.SwitchAction]:
     return [act.Send(7, tuple(act.StatsRequest(xid, kind) for xid, (_, kind) in sw.link.requests.items()))]
 
 
-def read_tables(sw: Switch, replica: Replica, out: list[act.SwitchAction]) -> list[act.SwitchAction]:
+def read_tables(sw: Switch, replica: Replica, out: list[act.SwitchAction], epoch: int = 0) -> list[act.SwitchAction]:
     """Answer the requests for meters and flows in `out` as a switch with nothing of ours would."""
     actions: list[act.SwitchAction] = []
+    seen = view(replica, 5, epoch=epoch)
     for req in sent(out, act.StatsRequest):
         if req.kind == act.METER_FEATURES:
-            actions += sw.handle(ev.MeterFeaturesReply(7, req.xid, None), 100.0, view(replica, 5))
+            actions += sw.handle(ev.MeterFeaturesReply(7, req.xid, None), 100.0, seen)
         elif req.kind == act.METER_CONFIG:
-            actions += sw.handle(ev.MeterConfigReply(7, req.xid, {}), 100.0, view(replica, 5))
+            actions += sw.handle(ev.MeterConfigReply(7, req.xid, {}), 100.0, seen)
         elif req.kind == act.FLOWS:
-            actions += sw.handle(ev.FlowStatsReply(7, req.xid, {}, {}), 100.0, view(replica, 5))
+            actions += sw.handle(ev.FlowStatsReply(7, req.xid, {}, {}), 100.0, seen)
     return actions
 
 
@@ -133,6 +134,26 @@ def test_a_mastered_switch_gets_the_plan_as_one_batch_and_its_ports_as_jobs(repl
         replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
     sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5))
     assert sw.in_sync and sw.settled
+
+
+def test_a_cluster_member_raises_the_switchs_epoch_before_its_first_write_and_carries_it_on_each(replica):
+    sw = mastered(replica)
+    out = read_tables(sw, replica, asked(sw), epoch=42)
+    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    assert submit.epochs == ((1, 42),) and [j.epoch for j in submit.jobs] == [42]
+    for job in submit.jobs:
+        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
+    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5, epoch=42))
+    replica.generation = (2,)                        # OVSDB changed: a reconcile, with nothing to change
+    out = sw.handle(ev.PollDue(7, 101.0), 101.0, view(replica, 5, epoch=42))
+    assert not [a for a in out if isinstance(a, act.Submit)]    # raised once
+    # Taken over under a newer epoch (the switch was another member's meanwhile): raised, though no port
+    # needs a change, so that the member it was taken from can write nothing more.
+    out = sw.handle(ev.RoleDue(), 102.0, view(replica, 77, epoch=77))
+    (claim,) = sent(out, act.RoleRequest)
+    out = sw.handle(ev.RoleReply(7, claim.xid, "master", 77), 102.0, view(replica, 77, epoch=77))
+    out += read_tables(sw, replica, asked(sw), epoch=77)
+    assert [(a.epochs, a.jobs) for a in out if isinstance(a, act.Submit)] == [(((1, 77),), ())]
 
 
 def test_a_changed_leaf_limit_is_checked_on_the_device_though_ovsdb_is_unchanged(replica):

@@ -21,3 +21,23 @@ def test_a_device_that_is_gone_has_no_ifindex_rather_than_a_made_up_one():
     (result,) = Worker(remotes.view("fake"), GoneTc(ovsdb), lambda results: None).execute(
         [Job(1, 7, 1, "s1-eth1", True, spec, True)])
     assert result.error is None and result.ifindex is None
+
+
+def test_a_member_deposed_by_a_newer_epoch_writes_neither_ovsdb_nor_tc():
+    ovsdb = FakeOvsdb(FakeSwitch(1, S1))
+    remotes = Remotes(("fake",), lambda name: ovsdb.session())
+    remotes.connect("fake")
+    tc = FakeTc(ovsdb)
+    policy = load_policy("policies/reserve.yaml")
+    spec = desired_qos(policy, policy.switch(1).port(1), True, True)
+    old, new = (Worker(remotes.view("fake"), tc, lambda results: None) for _ in range(2))
+    (first,) = old.execute([Job(1, 7, 1, "s1-eth1", True, spec, True, epoch=10)])
+    assert first.error is None and ovsdb.epochs == {1: 10} and ovsdb.writes_to["s1-eth1"] == 1
+    (taken,) = new.execute([Job(1, 8, 1, "s1-eth1", True, None, True, epoch=20)])   # the new owner: queues off
+    assert taken.error is None and ovsdb.epochs == {1: 20} and "s1-eth1" not in ovsdb.qos
+    tc_writes = tc.writes
+    for qos in (True, False):                 # a change, and a check (which would write tc only)
+        (late,) = old.execute([Job(1, 7, 1, "s1-eth1", True, spec, qos, epoch=10)])
+        assert late.error and "another member owns it now" in late.error
+    assert "s1-eth1" not in ovsdb.qos and ovsdb.epochs == {1: 20} and ovsdb.writes_to["s1-eth1"] == 2
+    assert tc.writes == tc_writes
