@@ -242,8 +242,10 @@ def test_a_member_that_cannot_reach_the_switches_ovsdb_hands_them_to_one_that_ca
                 procs["m1"] = start_member(tmp_path, url, "m1", ovsdb="tcp:127.0.0.1:6649")
                 procs["m2"] = start_member(tmp_path, url, "m2")
                 targets = {f"tcp:127.0.0.1:{MEMBERS[name][0]}": name for name in procs}
-                wait(lambda: all(len(t) == 1 for t in (m := masters(bridges)).values())
-                     and {targets[t[0]] for t in m.values()} == {"m1", "m2"}, 30, "the bridges shared by m1 and m2")
+                def shared() -> bool:
+                    held = masters(bridges).values()
+                    return all(len(t) == 1 for t in held) and {targets[t[0]] for t in held} == {"m1", "m2"}
+                wait(shared, 30, "the bridges shared by m1 and m2")
                 api(8080, "PUT", "/policy", cluster_policy("first", "10Mbit"))
                 wait(lambda: all(q != "[]" for q in qos_rows(bridges).values()), 20, "queues on every bridge")
                 rows = qos_rows(bridges)
