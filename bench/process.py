@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -13,8 +14,10 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from topo.harness.controller import ControllerClient, controller
+from topo.harness.controller import ControllerClient, ControllerError, controller
+from topo.harness.etcd import EtcdError
 from topo.harness.host import Busy, HostLock
+from topo.net.bridges import BridgeError
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -42,9 +45,13 @@ def peak_rss_kib(pid: int) -> int:
 def bench_main(name: str, args: argparse.Namespace, run: Callable[[argparse.Namespace, Path, Any], int],
                interrupted: str) -> int:
     """Run `run(args, tmp, record)` as root, holding the host's lock (one study or benchmark at a time);
-    Ctrl-C or SIGTERM ends it with what `interrupted` says was removed."""
+    Ctrl-C or SIGTERM ends it with what `interrupted` says was removed, and a failure of OVS, etcd or the
+    controller with one line saying what failed."""
     if os.geteuid() != 0:
         sys.exit("run as root: it creates OVS bridges")
+    # Started in the background, a process inherits SIGINT ignored; SIGTERM cleans up as Ctrl-C does.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     lock = HostLock()
     try:
         record, _ = lock.acquire(Path(f"(bench/{name}.py)"))
@@ -56,6 +63,14 @@ def bench_main(name: str, args: argparse.Namespace, run: Callable[[argparse.Name
     except KeyboardInterrupt:
         print(f"interrupted: {interrupted}", file=sys.stderr)
         return 130
+    except (BridgeError, ControllerError, EtcdError) as err:      # one line, not a traceback
+        print(f"error: {err}; {interrupted}", file=sys.stderr)
+        return 1
+    except subprocess.CalledProcessError as err:
+        lines = (err.stderr or "").strip().splitlines() if isinstance(err.stderr, str) else []
+        print(f"error: {' '.join(map(str, err.cmd[:4]))} ... exited with {err.returncode}"
+              + (f" ({lines[-1][:300]})" if lines else "") + f"; {interrupted}", file=sys.stderr)
+        return 1
     finally:
         record.close()
         lock.release()
