@@ -28,6 +28,8 @@ class ControllerError(RuntimeError):
 
 
 class ControllerClient:
+    openflow_ports: tuple[int, ...] = (OPENFLOW[1],)   # where the study points its switches
+
     def __init__(self, api: str = API, token: str | None = None):
         self.api = api
         self.token = token if token is not None else os.environ.get("OVSQOS_API_TOKEN", "")
@@ -67,7 +69,7 @@ class ControllerClient:
             raise ControllerError(f"controller REST API at {self.api} unreachable ({err})") from None
 
 
-def _listening(addr: tuple[str, int]) -> bool:
+def listening(addr: tuple[str, int]) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
         return sock.connect_ex(addr) == 0
@@ -81,7 +83,7 @@ def controller(log_path: Path, record: RunRecord | None = None, config: Path = R
     the config's 127.0.0.1) and stopped at the end."""
     client = ControllerClient()
     openflow = (openflow_host or OPENFLOW[0], OPENFLOW[1])
-    if _listening(OPENFLOW):
+    if listening(OPENFLOW):
         if ovsdb or openflow_host:
             raise ControllerError("a controller already listens on 127.0.0.1:6653; this run needs one of its own that "
                                   f"reaches {', '.join(ovsdb)}: stop it")
@@ -92,26 +94,18 @@ def controller(log_path: Path, record: RunRecord | None = None, config: Path = R
                                   "does not answer; stop it, or start controller/qos_app.py there") from None
         yield client
         return
-    manager = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin" / "osken-manager"
     # This run's controller keeps its saved policy beside its log, not in the host's state directory.
     run_config = log_path.with_name("controller.conf")
     run_config.write_text((f"[DEFAULT]\nofp_listen_host = {openflow_host}\n" if openflow_host else "")
                           + f"[qos]\nowner = {STUDY_OWNER}\n"
                           + f"state_file = {log_path.with_name('controller-state.json')}\n"
                           + (f"ovsdb = {','.join(ovsdb)}\n" if ovsdb else ""))
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([str(manager), "--config-file", str(config), "--config-file", str(run_config),
-                                 str(REPO / "controller" / "qos_app.py")],
-                                stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+    proc = start(run_config, log_path, config)
     if record:
         record.process(proc.pid, "controller")
         record.rows(STUDY_OWNER, tuple(ovsdb) or (LOCAL_OVSDB,))
     try:
-        deadline = time.monotonic() + START_SECONDS
-        while not (_listening(openflow) and _answers(client)):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise ControllerError(f"controller did not start; see {log_path}")
-            time.sleep(0.2)
+        wait_started(proc, client, openflow, log_path)
         yield client
     finally:
         try:
@@ -119,6 +113,24 @@ def controller(log_path: Path, record: RunRecord | None = None, config: Path = R
         except ControllerError:
             pass                           # it died: the run record's sweep removes what is left
         end(proc, 20)
+
+
+def start(run_config: Path, log_path: Path, config: Path = REPO / "controller" / "qos.conf") -> subprocess.Popen:
+    """The QoS app under osken-manager, `run_config` over the shipped `config`, its output to `log_path`."""
+    manager = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin" / "osken-manager"
+    with open(log_path, "w") as log:
+        return subprocess.Popen([str(manager), "--config-file", str(config), "--config-file", str(run_config),
+                                 str(REPO / "controller" / "qos_app.py")],
+                                stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+
+
+def wait_started(proc: subprocess.Popen, client: ControllerClient, openflow: tuple[str, int], log_path: Path) -> None:
+    """Until it listens for switches and answers its API; ControllerError if it exits first or takes too long."""
+    deadline = time.monotonic() + START_SECONDS
+    while not (listening(openflow) and _answers(client)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise ControllerError(f"controller did not start; see {log_path}")
+        time.sleep(0.2)
 
 
 def _answers(client: ControllerClient) -> bool:

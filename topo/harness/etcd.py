@@ -1,6 +1,7 @@
 """A private etcd for a cluster of controllers on this host (the tests, bench/cluster.py and the study's
 --controllers): loopback only, its own data directory and ports, never the system's etcd on 2379.
-Stopped, and its data removed, when the block ends, an error and Ctrl-C included."""
+Stopped, and its data removed, when the block ends, an error and Ctrl-C included; with a run record, by
+the next run (or `topo/run.py clean`) if this one is killed."""
 from __future__ import annotations
 
 import contextlib
@@ -12,7 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from topo.harness.host import end
+from topo.harness.host import RunRecord, end
 
 START_SECONDS = 20.0
 
@@ -22,19 +23,23 @@ class EtcdError(RuntimeError):
 
 
 @contextlib.contextmanager
-def etcd(client_port: int = 23790, log: Path | None = None) -> Iterator[str]:
+def etcd(client_port: int = 23790, log: Path | None = None, record: RunRecord | None = None) -> Iterator[str]:
     """Yields the tooz URL of a fresh etcd listening on 127.0.0.1:`client_port` (peers on the next port)."""
     binary = shutil.which("etcd")
     if binary is None:
         raise EtcdError("etcd is not installed; run scripts/setup.sh (Debian's etcd-server)")
     data = Path(tempfile.mkdtemp(prefix="ovsqos-etcd-"))
+    if record:
+        record.directory(data)
     client, peer = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{client_port + 1}"
-    out = open(log, "w") if log else subprocess.DEVNULL
-    proc = subprocess.Popen([binary, "--name", "ovsqos", "--data-dir", str(data / "data"),
-                             "--listen-client-urls", client, "--advertise-client-urls", client,
-                             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                             "--initial-cluster", f"ovsqos={peer}"], stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    with open(log, "w") if log else contextlib.nullcontext(subprocess.DEVNULL) as out:   # the child keeps its own
+        proc = subprocess.Popen([binary, "--name", "ovsqos", "--data-dir", str(data / "data"),
+                                 "--listen-client-urls", client, "--advertise-client-urls", client,
+                                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                                 "--initial-cluster", f"ovsqos={peer}"], stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    if record:
+        record.process(proc.pid, "etcd")
     try:
         deadline = time.monotonic() + START_SECONDS
         while True:

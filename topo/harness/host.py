@@ -3,11 +3,13 @@
 A launcher holds an flock on /run/ovs-qos-study/lock (the kernel releases it however the process
 dies) and records in /run/ovs-qos-study/run.json everything it starts: processes, with their start
 time so that a reused pid is never killed, the OVS bridges and links of its networks, and the owner
-and OVSDB remotes of the controller it started, and the network namespace of each Mininet host: a
+and OVSDB remotes of the controller it started, the directories it made outside the results (a private
+etcd's data), and the network namespace of each Mininet host: a
 process started in a host the moment before the launcher was killed is in no record, but it is in that
 namespace. A launcher that finds the record of a dead one, or
 `topo/run.py clean`, removes what it lists: the controller and Prometheus first with SIGTERM, the rest
-with SIGKILL, then the bridges and links, then the controller owner's QoS and Queue rows (a controller
+with SIGKILL (a private etcd after the controllers, which leave it as they stop), then the directories,
+the bridges and links, then the controller owner's QoS and Queue rows (a controller
 leaves them in place when it stops, for the next one to adopt; here there is no next one).
 """
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -45,7 +48,7 @@ class RunRecord:
         self._path = state_dir / "run.json"
         self._data: dict[str, Any] = {"pid": os.getpid(), "start_time": start_time(os.getpid()),
                                       "out": str(out), "started": time.time(),
-                                      "processes": [], "bridges": [], "links": [], "rows": []}
+                                      "processes": [], "bridges": [], "links": [], "rows": [], "directories": []}
         self._save()
 
     def process(self, pid: int, what: str) -> None:
@@ -55,6 +58,11 @@ class RunRecord:
     def rows(self, owner: str, remotes: tuple[str, ...]) -> None:
         """A controller of `owner` runs on these OVSDB remotes: its rows go with the run."""
         self._data["rows"].append({"owner": owner, "remotes": list(remotes)})
+        self._save()
+
+    def directory(self, path: Path) -> None:
+        """A directory this run made and removes; the next run removes it if this one is killed."""
+        self._data["directories"].append(str(path))
         self._save()
 
     def network(self, bridges: list[str], links: list[str], hosts: dict[str, int]) -> None:
@@ -116,14 +124,20 @@ def _holder(path: Path) -> str:
 def end(proc: subprocess.Popen | None, seconds: float) -> None:
     """A child of this launcher stopped (None: none was started): SIGTERM, then SIGKILL if it has not exited
     within `seconds`."""
-    if proc is None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(seconds)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    end_all([proc] if proc else [], seconds)
+
+
+def end_all(procs: list[subprocess.Popen], seconds: float) -> None:
+    """Children stopped together, each given the same `seconds` after its SIGTERM."""
+    for proc in procs:
+        proc.terminate()
+    deadline = time.monotonic() + seconds
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def remove_leftovers(path: Path) -> list[str]:
@@ -145,6 +159,10 @@ def remove_leftovers(path: Path) -> list[str]:
                 _signal(proc["pid"], signal.SIGKILL)
                 removed.append(f"{proc['what']} (pid {proc['pid']}, killed)")
     removed += _empty_namespaces(run.get("namespaces", {}), run["start_time"])
+    for directory in run.get("directories", ()):
+        if Path(directory).exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(f"directory {directory}")
     for bridge in run["bridges"]:
         if subprocess.run(["ovs-vsctl", "--timeout=10", "br-exists", bridge], capture_output=True).returncode == 0:
             subprocess.run(["ovs-vsctl", "--timeout=10", "del-br", bridge], capture_output=True)

@@ -103,8 +103,9 @@ def _bridges() -> list[str]:
 
 
 def note(message: str) -> None:
-    """Say once, plainly, what this host could not do."""
-    print(f"note: {message}", file=sys.stderr)
+    """Say once, plainly, what this host could not do (or what a run should know). On a terminal, over the
+    progress bar's line, which its next tick draws again below."""
+    print("\r\033[K" if sys.stderr.isatty() else "", f"note: {message}", sep="", file=sys.stderr)
 
 
 def _interrupt(signum, frame):

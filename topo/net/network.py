@@ -50,18 +50,20 @@ class Network:
 
 
 @contextmanager
-def network(topo, datapath: str, record: RunRecord | None = None, controller_port: int = 6653,
+def network(topo, datapath: str, record: RunRecord | None = None, controller_ports: tuple[int, ...] = (6653,),
             placed: dict[str, OvsInstance] | None = None) -> Iterator[Network]:
-    """Start `topo` on OVS (`datapath` "user" or "kernel") with a remote controller on loopback; the
-    switches named in `placed` on that OVS instance (topo/net/ovs_instance.py), the rest on the system's."""
+    """Start `topo` on OVS (`datapath` "user" or "kernel") with a remote controller on loopback at each of
+    `controller_ports` (a cluster's members: every switch is pointed at all of them); the switches named in
+    `placed` on that OVS instance (topo/net/ovs_instance.py), the rest on the system's."""
     setLogLevel("error")
     options = {"datapath": datapath, "protocols": "OpenFlow13", "failMode": "secure"}
     switch = partial(OVSSwitch, **options)
     for name, instance in (placed or {}).items():
         topo.nodeInfo(name)["cls"] = partial(switch_on(instance), **options)
     # With switches on another OVS the controller listens where that OVS's namespace reaches it.
-    controller = partial(RemoteController, ip=CONTROLLER_ADDRESS if placed else "127.0.0.1", port=controller_port)
-    net = Mininet(topo=topo, switch=switch, controller=controller, autoSetMacs=True, build=False)
+    controllers = [partial(RemoteController, ip=CONTROLLER_ADDRESS if placed else "127.0.0.1", port=port)
+                   for port in controller_ports]
+    net = Mininet(topo=topo, switch=switch, controller=controllers, autoSetMacs=True, build=False)
     wrapped = Network(net, record)
     try:
         if record:

@@ -22,7 +22,7 @@ from typing import Any
 
 # Not from controller.adapters.ovsdb: python-ovs would import eventlet, which warns on the launcher's stderr.
 from controller.core.policy import LOCAL_OVSDB, PolicyError, load_document, parse_policy, parse_rate
-from topo.harness import fidelity
+from topo.harness import cluster, fidelity
 from topo.harness.controller import ControllerClient, ControllerError, controller
 from topo.harness.launch import USAGE_ERROR, Host, LaunchError, launched, note
 from topo.harness.live import LiveThroughput
@@ -156,6 +156,9 @@ def check_out(out: Path | None) -> None:
 
 
 def _run_trials(study: Study, plan: Any, host: Host, args: argparse.Namespace, done: dict[str, dict]) -> dict:
+    controllers = getattr(plan, "controllers", 1)   # the main study's --controllers
+    if controllers > 1:
+        cluster.check_host(controllers)              # before anything starts, or is said
     trials = study.trials(plan, host)
     bar = ProgressBar(total=sum(t.seconds for t in trials))
     try:
@@ -170,8 +173,10 @@ def _run_trials(study: Study, plan: Any, host: Host, args: argparse.Namespace, d
                 placed = {"s2": stack.enter_context(ovs_instance(record=host.record))}
             # With a second OVS the controller listens where its namespace reaches it, and reaches its OVSDB.
             remotes = (LOCAL_OVSDB, *(i.remote for i in placed.values())) if placed else ()
-            client = stack.enter_context(controller(host.out / "controller.log", host.record, ovsdb=remotes,
-                                                    openflow_host=CONTROLLER_ADDRESS if placed else None))
+            openflow_host = CONTROLLER_ADDRESS if placed else None
+            client = stack.enter_context(
+                cluster.cluster(host.out, controllers, host.record, remotes, openflow_host) if controllers > 1 else
+                controller(host.out / "controller.log", host.record, ovsdb=remotes, openflow_host=openflow_host))
             offset = 0.0
             for k, trial in enumerate(trials):
                 bar.start_part(f"{trial.label} ({k + 1}/{len(trials)})", offset)
@@ -215,7 +220,7 @@ def network_under(ctx: TrialContext, topo, document: dict, reach: list[tuple[str
     policy = parse_policy(document)
     # The new switches must connect to no policy: what a previous trial left must not shape them.
     ctx.client.clear_policy()
-    with network(topo, ctx.host.datapath, ctx.host.record, placed=ctx.placed) as net:
+    with network(topo, ctx.host.datapath, ctx.host.record, ctx.client.openflow_ports, ctx.placed) as net:
         wanted = {f"{s.dp_id:016x}" for s in policy.switches}
         ctx.client.wait(lambda s: wanted <= set(s["switches"]), 30, "every switch connected")
         ctx.client.put_policy(document)

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import dataclasses
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -18,12 +19,13 @@ from typing import Any
 
 from controller.adapters.tc import Tc
 from controller.core.policy import PolicyError, parse_policy, parse_rate
+from topo.harness import cluster
 from topo.harness.fidelity import Monitor
 from topo.harness.launch import Host, note
 from topo.harness.onsets import UdpOnsets
 from topo.harness.prometheus import query_range, tcp_throughput_query
 from topo.net import traffic
-from topo.net.bridges import idle_bridges, policy_switches
+from topo.net.bridges import IdleBridge, idle_bridges, policy_switches
 from topo.net.traffic import Flow, Pause, Probe
 from topo.studies.base import Study, Trial, TrialContext, UsageError, network_under, policy_document
 from topo.studies.main import report
@@ -48,6 +50,7 @@ class Plan:
     documents: dict[str, dict]          # policy name → document, in run order
     ovs_instances: int = 1              # 2: s2 on a second OVS
     probe: bool = True                  # the latency probe h2 → h3
+    controllers: int = 1                # members of a cluster sharing the switches through etcd
 
 
 class MainStudy(Study):
@@ -78,6 +81,10 @@ class MainStudy(Study):
         p.add_argument("--ovs-instances", type=int, choices=(1, 2), default=1,
                        help="2: run s2 on a second, independent OVS (its own ovsdb-server on 127.0.0.2:6640 and "
                             "ovs-vswitchd), which the controller reaches over TCP, as it would another host")
+        p.add_argument("--controllers", default="1", metavar="N",
+                       help="N active controllers sharing the switches through a private etcd (members c1..cN on "
+                            "OpenFlow 6653.., REST 8080.., metrics 9101, 9111..); the study PUTs through c1 "
+                            "(default 1: one controller, no etcd)")
         p.add_argument("--idle-ports", type=int, help="also put N idle auto ports (on bridges of 20) under the "
                                                       "controller, to see the study with a loaded controller")
         p.add_argument("--prometheus", choices=("auto", "none"), default="auto",
@@ -101,7 +108,7 @@ class MainStudy(Study):
         for name in args.policy:
             doc = policy_document(name, scenario.bottleneck_bps, scenario.queue_packets, police_bps=police_bps)
             documents[doc["name"]] = doc
-        return Plan(scenario, documents, args.ovs_instances, args.probe == "irtt")
+        return Plan(scenario, documents, args.ovs_instances, args.probe == "irtt", _controllers(args))
 
     def trials(self, plan: Plan, host: Host) -> list[Trial]:
         scenario, env = plan.scenario, host.environment
@@ -134,12 +141,15 @@ class MainStudy(Study):
                                    "notes": [f"netem is missing from this kernel: the {scenario.delay} delay is "
                                              "NOT applied"] if scenario.delay and not delay else []},
                    "ovs_instances": plan.ovs_instances, "policies": policies}
+        if plan.controllers > 1:
+            summary["controllers"] = {**cluster.described(plan.controllers),
+                                      "owners": {label: result.get("owners", {}) for label, result in done.items()}}
         if prometheus_url:
             summary["prometheus"] = _recorded(prometheus_url, policies, host.out / "prometheus")
         return summary
 
     def table(self, summary: dict[str, Any]) -> str:
-        return report.table(summary)
+        return report.table(summary) + report.owners_line(summary)
 
     def figure(self, summary: dict[str, Any], path: Path) -> None:
         report.figure(summary, path)
@@ -167,6 +177,17 @@ def _scenario(args: argparse.Namespace) -> Scenario:
     if args.step_seconds is not None:
         scenario = dataclasses.replace(scenario, step_seconds=args.step_seconds)   # validated on construction
     return scenario
+
+
+def _controllers(args: argparse.Namespace) -> int:
+    count = int(args.controllers) if args.controllers.isdigit() else 0
+    if not 1 <= count <= cluster.MAX_MEMBERS:
+        raise UsageError(f"--controllers {args.controllers}: give a whole number from 1 to {cluster.MAX_MEMBERS} "
+                         "(1, the default: one controller and no etcd)")
+    if count > 1 and args.metrics_port in cluster.ports(count):
+        raise UsageError(f"--metrics-port {args.metrics_port}: a port of the --controllers {count} members; choose "
+                         "another (the default is 9102)")
+    return count
 
 
 def lanes(scenario: Scenario, probe: bool = False) -> list[list[traffic.Item]]:
@@ -203,8 +224,9 @@ def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None
             ctx.live.step(name, 0.0)
 
     reach = [("h1", "h4"), *([("h2", "h3")] if probe else [])]
-    with idle_bridges(scenario.idle_ports, IDLE_PORTS_PER_BRIDGE, record=ctx.host.record) as idle, \
+    with idle_under(ctx, scenario.idle_ports) as idle, \
             network_under(ctx, StudyTopo(delay=delay), with_idle_ports(document, idle), reach) as net:
+        owners = owned(ctx.client.status(), {f"{sw.dp_id:016x}" for sw in policy.switches}, name)
         wait = traffic.connect_seconds(scenario.bottleneck_bps, scenario.queue_packets)
         unloaded = traffic.run(net, [[Probe(UNLOADED, "h2", "h3", UNLOADED_SECONDS, label="unloaded RTT")]],
                                ctx.raw_dir, wait, ctx.tick)[0] if probe else None
@@ -234,7 +256,27 @@ def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None
         arrivals = [(round(t - tcp.started, 3), counts) for t, counts in monitor.arrivals]
         result["episodes"] = episodes([round(t - tcp.started, 3) for t in udp.starts], result["decisions"],
                                       result["tcp_series"], reservation, arrivals)
-    return {"policy": name, **result}
+    return {"policy": name, **result, **({"owners": owners} if owners else {})}
+
+
+@contextlib.contextmanager
+def idle_under(ctx: TrialContext, ports: int) -> Iterator[list[IdleBridge]]:
+    """--idle-ports' bridges, pointed at every controller the study's switches are pointed at."""
+    with idle_bridges(ports, IDLE_PORTS_PER_BRIDGE, record=ctx.host.record) as idle:
+        if idle and len(ctx.client.openflow_ports) > 1:
+            cluster.point([b.name for b in idle], ctx.client.openflow_ports)
+        yield idle
+
+
+def owned(status: dict, dp_ids: set[str], label: str) -> dict[str, str]:
+    """A cluster's switches among `dp_ids` → the member that owns each, said on stderr (plainly when one
+    owns them all); {} for one controller."""
+    owners = {sw["bridge"]: sw["member"] for dp, sw in status["switches"].items() if dp in dp_ids and "member" in sw}
+    if owners:
+        one = f"; {next(iter(owners.values()))} owns them all: this run shows no sharing" \
+            if len(set(owners.values())) == 1 < len(owners) else ""
+        note(f"{label}: {report.owners_text(owners)}{one}")
+    return owners
 
 
 def with_idle_ports(document: dict, bridges: list) -> dict:

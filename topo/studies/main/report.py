@@ -173,6 +173,22 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "recovery_seconds": [e["recovery_seconds"] for e in episodes]}
 
 
+def owners_text(owners: dict[str, str]) -> str:
+    """{"s1": "c2", "s2": "c3"} → "s1 owned by c2, s2 by c3"."""
+    return ", ".join(f"{bridge} {'owned ' if k == 0 else ''}by {member}"
+                     for k, (bridge, member) in enumerate(sorted(owners.items())))
+
+
+def owners_line(summary: dict[str, Any]) -> str:
+    """Under the tables of a cluster's run: its members, and which owned each switch in each run."""
+    if "controllers" not in summary:
+        return ""
+    cluster = summary["controllers"]
+    runs = "; ".join(f"{label}: {owners_text(owners)}" for label, owners in cluster["owners"].items())
+    return f"\n{cluster['count']} controllers ({', '.join(cluster['members'])}) shared the switches through " \
+           f"etcd; {runs}.\n"
+
+
 def table(summary: dict[str, Any]) -> str:
     """TCP throughput (and UDP delivered) per offered UDP rate, one column pair per policy; with
     repeats the median and its range; † marks a step the emulator, not the policy, decided."""
