@@ -68,15 +68,19 @@ class Coordination:
                 coord.create_group(self.group).get()
             except coordination.GroupAlreadyExist:
                 pass
-            try:
-                coord.join_group(self.group).get()
-            except coordination.MemberAlreadyExist:   # our key from before a restart, on the old (dying) lease
-                coord.leave_group(self.group).get()
-                coord.join_group(self.group).get()
+            self._join(coord)
             self._lease = coord.client.lease(self.lease_seconds)
         except Exception as err:   # noqa: BLE001 - tooz and etcd3gw raise many kinds; all mean "not reached"
             raise CoordinationError(_why(err)) from None
         self._coord = coord
+
+    def _join(self, coord: Any) -> None:
+        from tooz import coordination
+        try:
+            coord.join_group(self.group).get()
+        except coordination.MemberAlreadyExist:   # our key from before a restart, on the old (dying) lease
+            coord.leave_group(self.group).get()
+            coord.join_group(self.group).get()
 
     @property
     def connected(self) -> bool:
@@ -133,6 +137,12 @@ class Coordination:
                 policy = (int(kv["mod_revision"]), json.loads(value).get("policy"))
         return members, owners, int(answer["header"]["revision"]), policy, unreachable
 
+    def _rejoin(self) -> None:
+        try:
+            self._join(self._coord)
+        except Exception as err:   # noqa: BLE001
+            raise CoordinationError(_why(err)) from None
+
     def claim(self, dp_id: int, renew: bool) -> int | None:
         """Make the switch's key ours, on our lease, in one transaction: only if it has none (or, to renew,
         only if it is ours). The revision of the write, which is the key's; None when the condition failed."""
@@ -172,6 +182,11 @@ class Coordination:
                     self._told = None            # our keys went with the lease
                 self._tell()
                 members, owners, revision, policy, unreachable = self.read()
+                if self.member not in members:
+                    # Our membership's lease ran out (a pause, a cut): tooz takes a new lease but joins no
+                    # group again, and the others' ring would pass over us for good.
+                    LOG.warning("etcd: member %s had left the group (its lease ran out); joining again", self.member)
+                    self._rejoin()
                 post(ev.ClusterChanged(members, owners, revision, policy, sent if refreshed else None, unreachable))
                 if failing is not None:
                     LOG.info("etcd answers again; member %s", self.member)

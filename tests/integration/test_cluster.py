@@ -19,7 +19,7 @@ import pytest
 
 from tests.integration.conftest import controller_config, requires_ovs, start_controller, stop_controller
 from tests.integration.test_reliability import policy, sh, wait
-from topo.harness.etcd import etcd
+from topo.harness.etcd import etcd, make_pki
 
 pytestmark = requires_ovs
 LEASE = 4                                  # [coordination] membership_timeout of the members, seconds
@@ -219,6 +219,10 @@ def test_a_paused_member_writes_nothing_when_it_resumes_and_etcd_down_changes_no
                 os.kill(etcd_pid, signal.SIGCONT)
             wait(lambda: api(8080)["role"] == "member" and all(len(t) == 1 for t in masters(bridges).values()),
                  LEASE + 15, "the members carry on once etcd is back")
+            # m2's membership ran out while it was stopped; it joins again and masters its share once more.
+            targets = {f"tcp:127.0.0.1:{MEMBERS[name][0]}": name for name in procs}
+            wait(lambda: {targets[t[0]] for t in masters(bridges).values() if t} == {"m1", "m2"}, LEASE + 15,
+                 "m2 back in the group, mastering its share")
             for proc in procs.values():
                 assert proc.poll() is None
             logs = "".join((tmp_path / f"{name}.log").read_text() for name in procs)
@@ -273,6 +277,32 @@ def test_a_member_that_cannot_reach_the_switches_ovsdb_hands_them_to_one_that_ca
                     stop_controller(proc, clear=False)
     finally:
         subprocess.run(["ovs-appctl", "-t", "ovsdb-server", "ovsdb-server/remove-remote", remote], capture_output=True)
+
+
+def test_members_reach_etcd_over_tls_only_with_a_certificate_its_ca_signed(tmp_path, bridges):
+    pki = make_pki(tmp_path)
+    procs = {}
+    with etcd(23791, tmp_path / "etcd.log", pki=pki) as url:
+        try:
+            procs["m1"] = start_member(tmp_path, url, "m1")
+            # m2 trusts etcd's CA but brings no certificate of its own: etcd refuses it.
+            procs["m2"] = start_member(tmp_path, f"etcd3+https://127.0.0.1:23791?ca_cert={pki.ca}", "m2")
+            targets = {f"tcp:127.0.0.1:{MEMBERS[name][0]}": name for name in procs}
+            wait(lambda: all(t and targets[t[0]] == "m1" for t in masters(bridges).values()), 30,
+                 "every bridge mastered by m1, over TLS to etcd")
+            assert api(8080)["role"] == "member" and api(8081)["role"] == "coordination lost"
+            api(8080, "PUT", "/policy", cluster_policy("first", "10Mbit"))
+            wait(lambda: all(q != "[]" for q in qos_rows(bridges).values()), 20, "queues on every bridge")
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                api(8081, "PUT", "/policy", cluster_policy("second", "20Mbit"))
+            assert refused.value.code == 503
+            log = (tmp_path / "m2.log").read_text()
+            assert "etcd: " in log and "Traceback" not in log, log[-2000:]
+            api(8080, "DELETE", "/policy")
+            wait(lambda: all(q == "[]" for q in qos_rows(bridges).values()), 20, "every bridge's queues removed")
+        finally:
+            for proc in procs.values():
+                stop_controller(proc, clear=False)
 
 
 def flows(bridge: str) -> list[str]:
