@@ -41,6 +41,8 @@ STUDY_TIMEOUT = 900
 
 
 def pytest_collection_modifyitems(items):
+    # The VM test first: it needs no OVS, and the container image's first build runs beside it (test_image.py).
+    items.sort(key=lambda item: item.module.__name__ != "tests.integration.test_vm")
     for item in items:
         if item.get_closest_marker("timeout") is not None:
             continue

@@ -6,6 +6,7 @@ root). It takes both bridges, a PUT through its REST API puts Queue rows in OVSD
 the reserving ports, /metrics answers, `podman stop` stops it cleanly within the stop timeout and leaves
 flows, queues and classes as they were, and a start from the same volume carries on with the policy in
 force. Nothing is left: the container, its volume and the bridges are removed, the queues taken off."""
+import atexit
 import configparser
 import json
 import os
@@ -37,8 +38,29 @@ def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.C
     return done
 
 
+BUILD = ["bash", "scripts/build-image.sh"]
+_background: tuple[subprocess.Popen, Path] | None = None
+
+
+def build_in_background(log: Path) -> None:
+    """Start the first build now. On a cold cache it is minutes of debootstrap and apt, mostly waiting on the
+    mirror; test_vm.py, which needs no OVS and runs first (conftest.py), starts it to cover that wait."""
+    global _background
+    with open(log, "w") as out:
+        proc = subprocess.Popen(BUILD, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    atexit.register(lambda: proc.poll() is None and proc.terminate())   # its traps remove what it made
+    _background = (proc, log)
+
+
 def build() -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "scripts/build-image.sh"], cwd=REPO, capture_output=True, text=True, timeout=1200)
+    """A build as a user runs it, or the end of the one started in the background (its output in stdout)."""
+    global _background
+    if _background is None:
+        return subprocess.run(BUILD, cwd=REPO, capture_output=True, text=True, timeout=1200)
+    (proc, log), _background = _background, None
+    code = proc.wait(timeout=1200)
+    return subprocess.CompletedProcess(BUILD, code, log.read_text(), "")
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.test_image import build_in_background
+
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 1200   # a hang, not a slow run: boot + study take ~4 min under TCG, an image build ~3 more
 UDP = 10.0
@@ -38,6 +40,7 @@ def run(request):
     # must be inside it; results/ is git-ignored. Removed after a passing module, kept after a failure.
     (REPO / "results").mkdir(exist_ok=True)
     out = Path(tempfile.mkdtemp(prefix="test-vm-", dir=REPO / "results"))
+    build_in_background(Path(tempfile.mkdtemp(prefix="test-image-")) / "build.log")
     argv = [sys.executable, "topo/run.py", "vm", "--", "--policy", "reserve", "--quick", "--datapath", "kernel",
             "--delay", "5ms", "--udp-steps", f"{UDP:g}", "--lone-udp", "0", "--prometheus", "none", "--out", str(out)]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
