@@ -63,6 +63,10 @@ class Coordination:
         from tooz import coordination  # only a cluster's member needs it (and it is not in Ryu's venv)
         try:
             coord: Any = coordination.get_coordinator(self.url, self.member.encode())   # its etcd3gw driver
+            if "ca_cert" in self.url:
+                # The URL's CA is the trust for etcd: requests would let REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE
+                # in the environment override it (its session's verify loses to them), and refuse etcd.
+                coord.client.session.trust_env = False
             coord.start(start_heart=False)
             try:
                 coord.create_group(self.group).get()
@@ -248,5 +252,10 @@ class Coordination:
         return answer
 
 
-def _why(err: Exception) -> str:
-    return " ".join(str(err).split())[:300] or type(err).__name__
+def _why(err: BaseException) -> str:
+    """One line: the error's text, or (etcd3gw raises some without any) its cause's."""
+    text = " ".join(str(err).split())[:300]
+    cause = err.__cause__ or err.__context__
+    if not text and cause is not None:
+        return f"{type(err).__name__}: {_why(cause)}"
+    return text or type(err).__name__

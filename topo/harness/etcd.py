@@ -45,7 +45,8 @@ def make_pki(directory: Path) -> Pki:
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=ovsqos test CA",
             "-keyout", str(ca_key), "-out", str(ca))
     made = []
-    for name, extension in (("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"),
+    # etcd's gateway dials etcd's own gRPC with the server's certificate: it is a client's too.
+    for name, extension in (("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth"),
                             ("client", "extendedKeyUsage=clientAuth")):
         cert, key, csr, ext = (directory / f"{name}{suffix}" for suffix in (".pem", "-key.pem", ".csr", ".ext"))
         ext.write_text(extension + "\n")
