@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lease", type=float, default=4, help="[coordination] membership_timeout, seconds")
     p.add_argument("--kills", type=int, default=3, help="kill -9 trials")
     p.add_argument("--fenced-seconds", type=float, default=5, help="how long a resumed member is watched")
+    p.add_argument("--flows", choices=("port", "bridge"), default="port",
+                   help="the policy's flows: one per port (as bench/scale.py), or one per bridge")
     p.add_argument("--log-dir", type=Path, help="keep the members' and etcd's logs here (default: a temporary one)")
     args = p.parse_args(argv)
     if not 1 <= args.members <= 8:
@@ -165,7 +167,7 @@ def running(group: list[Member], url: str, args: argparse.Namespace, logs: Path,
 
 def api(member: Member, method: str = "GET", path: str = "/status", body: Any = None, timeout: float = 30) -> Any:
     request = urllib.request.Request(f"http://127.0.0.1:{member.api}/qos/v1{path}", method=method,
-                                     data=None if body is None else json.dumps(body).encode(),
+                                     data=None if body is None else json.dumps(body, separators=(",", ":")).encode(),
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
@@ -348,10 +350,17 @@ def moved(before: dict[str, str], after: dict[str, str]) -> float:
     return sum(before.get(d) != after.get(d) for d in before) / max(len(before), 1)
 
 
-def policy(bridges: list[IdleBridge]) -> dict:
+def policy(bridges: list[IdleBridge], flows: str = "port") -> dict:
+    """Every port an `auto` port of 100 Mbit/s with the reserve classes; forwarded the normal way by a flow
+    per port (as bench/scale.py), or by one flow per bridge (`flows="bridge"`: 10,000 ports with a flow each
+    are 1.17 MB of compact JSON, over the API's 1 MiB limit on a policy)."""
+    switches = policy_switches(bridges, "100Mbit")
+    if flows == "bridge":
+        for entry in switches.values():
+            entry["flows"] = [{"priority": 1000, "match": {}, "actions": [{"output": "normal"}]}]
     return {"name": "cluster", "classes": {"tcp": {"queue": 1, "min": "80%", "max": "100%"},
                                            "udp": {"queue": 2, "min": "10%", "max": "100%", "priority": 1}},
-            "switches": policy_switches(bridges, "100Mbit")}
+            "switches": switches}
 
 
 # --- the run -------------------------------------------------------------------------------------------------
@@ -384,7 +393,7 @@ def figures(args: argparse.Namespace, cluster: Cluster, record: RunRecord, url: 
     all_ports = len(bridges) * args.ports
 
     rows = Watch(lambda: sum(1 for u in port_qos(bridges).values() if u) == all_ports)
-    answer = api(first, "PUT", "/policy", policy(bridges), timeout=600)
+    answer = api(first, "PUT", "/policy", policy(bridges, args.flows), timeout=600)
     answered = rows.since()
     print(f"apply_seconds          {answered:.2f} (answer: in_sync {answer.get('in_sync')}, "
           f"{len(answer.get('not_in_sync') or ())} not in sync), {rows.done(600):.2f} (every port's QoS row)",

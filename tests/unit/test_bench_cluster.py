@@ -33,3 +33,15 @@ def test_changes_name_each_port_row_and_bridge_that_differs():
     after = {"port_qos": {"p1": "q1", "p2": "q3"}, "qos": {"q1": "x"}, "queues": {}, "flows": {"b": ["f", "g"]}}
     assert changes(before, before) == []
     assert changes(before, after) == ["port_qos p2", "queues u1", "flows of b"]
+
+
+def test_the_policy_puts_every_port_in_auto_with_a_flow_per_port_or_per_bridge():
+    from bench.cluster import policy
+    from controller.core.policy import parse_policy
+    from topo.net.bridges import plan
+    bridges = plan(6, 3, prefix="c")
+    for flows, count in (("port", 3), ("bridge", 1)):
+        doc = policy(bridges, flows)
+        parse_policy(doc)                                            # a policy the controller takes
+        assert [len(s["flows"]) for s in doc["switches"].values()] == [count, count]
+        assert all(p["queues"] == "auto" for s in doc["switches"].values() for p in s["ports"].values())
