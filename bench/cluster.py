@@ -156,13 +156,14 @@ def running(group: list[Member], url: str, args: argparse.Namespace, logs: Path,
         for member in live:
             if member.proc is not None:
                 member.proc.send_signal(signal.SIGCONT)
-        if live:
-            try:                                     # a member leaves its flows and queues as it stops
+        try:
+            if live:                                 # a member leaves its flows and queues as it stops
                 api(live[0], "DELETE", "/policy", timeout=120)
-            except (OSError, ValueError):
-                pass                                 # the record's sweep removes the owner's rows
-        for member in group:
-            stop(member)
+        except (OSError, ValueError, ControllerError):
+            pass                                     # the record's sweep removes the owner's rows
+        finally:
+            for member in group:
+                stop(member)
 
 
 def api(member: Member, method: str = "GET", path: str = "/status", body: Any = None, timeout: float = 30) -> Any:
