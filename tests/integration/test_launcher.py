@@ -80,7 +80,7 @@ def test_the_next_run_removes_what_a_killed_launcher_left(tmp_path):
     killed.communicate(timeout=10)
     left = leftovers()
     assert left["iperf3"] and left["controller"] and left["bridges"] and left["qos"]
-    after = subprocess.run([sys.executable, "topo/run.py", "--policy", "none", *SHORT,
+    after = subprocess.run([sys.executable, "topo/run.py", "--policy", "none", *SHORT, "--udp-steps", "10",
                             "--out", str(tmp_path / "next")], cwd=REPO, capture_output=True, text=True, timeout=200)
     assert after.returncode == 0, after.stderr[-2000:]
     removed = next(line for line in after.stderr.splitlines() if "killed run left behind" in line)

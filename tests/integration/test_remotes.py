@@ -1,11 +1,10 @@
 """Many OVS hosts: a second, independent OVS on this machine (topo/net/ovs_instance.py) that the controller
 reaches only over TCP, beside the system's. Its OVSDB down for 10 s stalls nothing of the first; when it is
 back its queues follow the policy within 10 s. A remote down when the controller starts (unix, tcp or ssl,
-first in the list or not) delays nothing and is managed once it answers. The main study with s2 on it
-gives the study's result."""
+first in the list or not) delays nothing and is managed once it answers. The main study with s2 on it runs
+under three controllers in test_study_cluster.py."""
 import json
 import subprocess
-import sys
 import time
 import urllib.request
 
@@ -13,10 +12,7 @@ import pytest
 
 from controller.adapters.ovsdb import DEFAULT_DB
 from tests.integration.conftest import (
-    FLOOD_ONLY,
     NOTHING_LEFT,
-    REPO,
-    STUDY_TIMEOUT,
     controller_config,
     leftovers,
     requires_ovs,
@@ -167,27 +163,4 @@ def test_a_second_ovs_down_at_the_start_is_managed_once_it_answers(tmp_path):
             subprocess.run(["ovs-vsctl", "--if-exists", "del-br", "rmnear"], capture_output=True)
             for link in links:
                 subprocess.run(["ip", "link", "del", link], capture_output=True)
-    assert leftovers() == NOTHING_LEFT and not any(BASE.glob("*"))
-
-
-@pytest.mark.timeout(STUDY_TIMEOUT)   # a whole study
-def test_the_main_study_with_s2_on_a_second_ovs_gives_the_same_result(tmp_path):
-    out = tmp_path / "study"
-    done = subprocess.run([sys.executable, "topo/run.py", "--policy", "auto", *FLOOD_ONLY,
-                           "--ovs-instances", "2", "--prometheus", "none", "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["ovs_instances"] == 2
-    reservation = summary["policies"]["auto"]["tcp_reservation_mbps"]
-    for step in summary["policies"]["auto"]["steps"]:
-        if step["udp_mbps_offered"] in (10, 12):
-            assert step["faithful"], step   # an unfaithful step proves nothing either way
-            assert step["tcp_mbps"] >= 0.9 * reservation, step
-    (auto,) = summary["policies"]["auto"]["repetitions"]
-    assert [d["action"] for d in auto["decisions"]] == ["program", "rollback"]
-    log = (out / "controller.log").read_text()
-    # s2's bridge, its QoS and its queues came through the second OVS's own OVSDB, over TCP.
-    assert "switch 0000000000000002 (s2, datapath netdev, OVSDB tcp:127.0.0.2:6640) connected" in log
-    assert "switch 0000000000000001 (s1, datapath netdev, OVSDB unix:/var/run/openvswitch/db.sock) connected" in log
     assert leftovers() == NOTHING_LEFT and not any(BASE.glob("*"))

@@ -1,7 +1,8 @@
 """The main study under three active controllers sharing s1 and s2 through a private etcd (--controllers 3),
-as a user runs it: s1 and s2 owned by different members, said on stderr and in summary.json; auto programs
-and rolls back on the member that owns the bottleneck's switch, and holds TCP at its reservation; nothing
-left behind, etcd and its data included. A bad --controllers, or one against a controller already on
+with s2 on a second OVS reached over TCP (--ovs-instances 2), as a site spreads them: s1 and s2 owned by
+different members, said on stderr and in summary.json; auto programs and rolls back on the member that
+owns the bottleneck's switch, and holds TCP at its reservation; s2's bridge and queues came through the
+second OVS's own OVSDB; nothing left behind, etcd, its data and the second OVS included. A bad --controllers, or one against a controller already on
 6653, is one line and starts nothing."""
 import json
 import subprocess
@@ -20,6 +21,7 @@ from tests.integration.conftest import (
     start_controller,
     stop_controller,
 )
+from topo.net.ovs_instance import BASE
 
 pytestmark = requires_ovs
 S1 = "0000000000000001"
@@ -41,9 +43,11 @@ def study(*args: str, out: Path, timeout: float = 200) -> subprocess.CompletedPr
 def test_three_controllers_share_the_switches_and_auto_programs_and_rolls_back_on_the_bottlenecks_owner(tmp_path):
     before, data = etcds(), etcd_data()
     out = tmp_path / "study"
-    done = study("--policy", "auto", *FLOOD_ONLY, "--prometheus", "none", "--controllers", "3", out=out)
+    done = study("--policy", "auto", *FLOOD_ONLY, "--prometheus", "none", "--controllers", "3", "--ovs-instances",
+                 "2", out=out)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["ovs_instances"] == 2
     cluster = summary["controllers"]
     assert list(cluster["members"]) == ["c1", "c2", "c3"]
     assert [m["openflow"] for m in cluster["members"].values()] == [6653, 6654, 6655]
@@ -62,7 +66,11 @@ def test_three_controllers_share_the_switches_and_auto_programs_and_rolls_back_o
             assert step["tcp_mbps"] >= 0.9 * auto["tcp_reservation_mbps"], step
     for member in cluster["members"]:
         assert "Traceback" not in (out / f"controller-{member}.log").read_text()
-    assert leftovers() == NOTHING_LEFT
+    s2 = (out / f"controller-{owners['s2']}.log").read_text()
+    assert "switch 0000000000000002 (s2, datapath netdev, OVSDB tcp:127.0.0.2:6640) connected" in s2
+    assert "switch 0000000000000001 (s1, datapath netdev, OVSDB unix:/var/run/openvswitch/db.sock) connected" in \
+        (out / f"controller-{owners['s1']}.log").read_text()
+    assert leftovers() == NOTHING_LEFT and not any(BASE.glob("*"))
     assert etcds() == before and etcd_data() == data
 
 
