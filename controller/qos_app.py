@@ -345,6 +345,8 @@ class QosController(App):
                     LOG.warning("switches whose OVSDB this member cannot reach, left to members that can: %s",
                                 ", ".join(f"{dp:016x}" for dp in sorted(action.dp_ids)) or "none now")
                     self.coordination.mark(action.dp_ids)
+                case act.PublishSync() if self.coordination:
+                    self.coordination.publish(action.sync)
                 case act.LoadPolicy():
                     self._handle(self._load())
                 case act.Beat():

@@ -4,14 +4,17 @@ switches it owns, and the cluster's policy (controller/core/cluster.py decides; 
 
 Keys, under /ovs-qos/<owner>/: switch/<datapath id> holds the member that owns the switch, on that
 member's lease (so it goes when the member does); unreachable/<member> lists the switches whose OVSDB
-that member cannot reach, on its lease too; policy holds the policy in force for the whole cluster,
-as the state file holds it for one controller ({"policy": <document or null>}). Every call is a short
-HTTP request to etcd (green under os-ken's eventlet); a failure raises CoordinationError.
+that member cannot reach, on its lease too, and sync/<member> what its switches hold of the policy (the
+policy's revision it has in force, and per switch whether it is in sync); policy holds the policy in
+force for the whole cluster, as the state file holds it for one controller ({"policy": <document or
+null>}). Every call is a short HTTP request to etcd (green under os-ken's eventlet); a failure raises
+CoordinationError.
 """
 from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -25,6 +28,8 @@ from controller.core import events as ev
 from controller.core.keeper import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
 
 LOG = logging.getLogger(__name__)
+REFRESH_SECONDS = 1.0      # how often a member refreshes its lease (and reads the cluster, if no watch woke it)
+COALESCE_SECONDS = 0.05    # after a watch wakes the loop: changes arriving this soon are read with it
 
 
 class CoordinationError(RuntimeError):
@@ -57,6 +62,10 @@ class Coordination:
         self._lease: Any = None          # the lease our ownership keys are on
         self._unreachable: frozenset[int] = frozenset()      # what we must tell the others ...
         self._told: frozenset[int] | None = frozenset()      # ... and what etcd holds of it (None: unknown)
+        self._refreshed = -REFRESH_SECONDS                     # when the last refresh was sent
+        self._sync: ev.MemberSync | None = None                # what our switches hold ...
+        self._sync_told: ev.MemberSync | None = None           # ... and what etcd holds of it
+        self._wake = hub.Event()                               # the loop reads (and tells) at once
 
     def connect(self) -> None:
         """Join the owner's group (made if it is not there yet)."""
@@ -106,21 +115,30 @@ class Coordination:
         """The switches whose OVSDB we cannot reach: written to etcd with the next refresh."""
         self._unreachable = dp_ids
 
-    def _tell(self) -> None:
-        if self._told == self._unreachable:
-            return
-        key = _b64(f"{self.prefix}unreachable/{self.member}")
-        if self._unreachable:
-            self._post("/kv/put", {"key": key, "value": _b64(json.dumps(sorted(self._unreachable))),
-                                   "lease": self._lease.id})
-        else:
-            self._post("/kv/deleterange", {"key": key})
-        self._told = self._unreachable
+    def publish(self, sync: ev.MemberSync) -> None:
+        """What our switches hold: written to etcd at once (the loop wakes for it)."""
+        self._sync = sync
+        self._wake.set()
 
-    def read(self) -> tuple[tuple[str, ...], dict[int, str], int, tuple[int, Any] | None,
-                            dict[str, frozenset[int]]]:
-        """The members, the switches' owners, etcd's revision at the read, the policy (revision, document), and
-        the switches each member cannot reach."""
+    def _tell(self) -> None:
+        if self._told != self._unreachable:
+            key = _b64(f"{self.prefix}unreachable/{self.member}")
+            if self._unreachable:
+                self._post("/kv/put", {"key": key, "value": _b64(json.dumps(sorted(self._unreachable))),
+                                       "lease": self._lease.id})
+            else:
+                self._post("/kv/deleterange", {"key": key})
+            self._told = self._unreachable
+        if self._sync is not None and self._sync_told != self._sync:
+            sync = self._sync
+            self._post("/kv/put", {"key": _b64(f"{self.prefix}sync/{self.member}"), "lease": self._lease.id,
+                                   "value": _b64(json.dumps({"revision": sync.revision, "switches": {
+                                       f"{dp:016x}": held for dp, held in sync.switches.items()}}))})
+            self._sync_told = sync
+
+    def read(self) -> ev.ClusterChanged:
+        """The members, the switches' owners, etcd's revision at the read, the policy (revision, document), the
+        switches each member cannot reach and what each says its switches hold (refreshed_at: unknown here)."""
         try:
             members = tuple(sorted(m.decode() for m in self._coord.get_members(self.group).get()))
             answer = self._post("/kv/range", {"key": _b64(self.prefix), "range_end": _b64(_range_end(self.prefix))})
@@ -130,6 +148,7 @@ class Coordination:
             raise CoordinationError(_why(err)) from None
         owners: dict[int, str] = {}
         unreachable: dict[str, frozenset[int]] = {}
+        sync: dict[str, ev.MemberSync] = {}
         policy = None
         for kv in answer.get("kvs", []):
             key, value = _text(kv["key"])[len(self.prefix):], _text(kv.get("value", ""))
@@ -137,9 +156,13 @@ class Coordination:
                 owners[int(key[len("switch/"):], 16)] = value
             elif key.startswith("unreachable/"):
                 unreachable[key[len("unreachable/"):]] = frozenset(json.loads(value))
+            elif key.startswith("sync/"):
+                said = json.loads(value)
+                sync[key[len("sync/"):]] = ev.MemberSync(said["revision"], {
+                    int(dp, 16): held for dp, held in said["switches"].items()})
             elif key == "policy":
                 policy = (int(kv["mod_revision"]), json.loads(value).get("policy"))
-        return members, owners, int(answer["header"]["revision"]), policy, unreachable
+        return ev.ClusterChanged(members, owners, int(answer["header"]["revision"]), policy, None, unreachable, sync)
 
     def _rejoin(self) -> None:
         try:
@@ -173,34 +196,77 @@ class Coordination:
 
     # --- as the app uses it: outcomes as the core's events ---------------------------------------------------
     def run(self, post: Callable[[ev.Event], None]) -> None:
-        """Each second: our lease refreshed and the cluster read, posted for the core, which decides what follows.
-        etcd down (at start or later) is tried again every second, said once, and changes nothing on a switch."""
+        """Our lease refreshed each second; the cluster read then and as soon as etcd's watch says a member or a
+        key of ours changed (a member gone, its keys expired, a policy stored: acted on within milliseconds,
+        not at the next second), and posted for the core, which decides what follows. etcd down (at start or
+        later) is tried again every second, said once, and changes nothing on a switch."""
+        watches: list[Any] = []
         failing: str | None = None
+        try:
+            while True:
+                failing = self._turn(post, failing, watches)
+                if self._wake.wait(timeout=max(0.0, REFRESH_SECONDS - (time.monotonic() - self._refreshed))):
+                    hub.sleep(COALESCE_SECONDS)          # a burst of changes (claims, expiries) is read once
+                self._wake.clear()
+        finally:
+            for watch in watches:
+                hub.kill(watch)
+
+    def _turn(self, post: Callable[[ev.Event], None], failing: str | None, watches: list[Any]) -> str | None:
+        """One pass: connect if need be, refresh our lease when it is due, read the cluster and post it; what
+        failed (None: nothing)."""
+        sent = time.monotonic()
+        due = sent - self._refreshed >= REFRESH_SECONDS
+        if due:
+            self._refreshed = sent               # tried again a second later, whatever follows
+        try:
+            if not self.connected:
+                self.connect()
+            if failing is not None or not watches:       # a watch may hang on a cut connection: made anew
+                for watch in watches:
+                    hub.kill(watch)
+                watches[:] = [hub.spawn(self._watch, prefix)
+                              for prefix in (self.prefix, self._coord._prefix_group(self.group).decode())]
+            refreshed = None
+            if due:
+                if self.refresh():
+                    refreshed = sent
+                else:
+                    self._told = self._sync_told = None      # our keys went with the lease
+            self._tell()
+            cluster = self.read()
+            assert cluster.members is not None
+            if self.member not in cluster.members:
+                # Our membership's lease ran out (a pause, a cut): tooz takes a new lease but joins no
+                # group again, and the others' ring would pass over us for good.
+                LOG.warning("etcd: member %s had left the group (its lease ran out); joining again", self.member)
+                self._rejoin()
+            post(dataclasses.replace(cluster, refreshed_at=refreshed))
+            if failing is not None:
+                LOG.info("etcd answers again; member %s", self.member)
+            return None
+        except CoordinationError as err:
+            if failing != str(err):
+                LOG.error("etcd: %s; this member changes no switch until it answers (tried every second)", err)
+            post(ev.ClusterChanged(None, {}, 0, None, None))
+            return str(err)
+
+    def _watch(self, prefix: str) -> None:
+        """Wake the loop at each change etcd reports under `prefix` (and once the watch is made, for what changed
+        before it); a watch that fails is made again a second later."""
+        body = {"create_request": {"key": _b64(prefix), "range_end": _b64(_range_end(prefix))}}
         while True:
-            sent = time.monotonic()
             try:
-                if not self.connected:
-                    self.connect()
-                refreshed = self.refresh()
-                if not refreshed:
-                    self._told = None            # our keys went with the lease
-                self._tell()
-                members, owners, revision, policy, unreachable = self.read()
-                if self.member not in members:
-                    # Our membership's lease ran out (a pause, a cut): tooz takes a new lease but joins no
-                    # group again, and the others' ring would pass over us for good.
-                    LOG.warning("etcd: member %s had left the group (its lease ran out); joining again", self.member)
-                    self._rejoin()
-                post(ev.ClusterChanged(members, owners, revision, policy, sent if refreshed else None, unreachable))
-                if failing is not None:
-                    LOG.info("etcd answers again; member %s", self.member)
-                    failing = None
-            except CoordinationError as err:
-                if failing != str(err):
-                    LOG.error("etcd: %s; this member changes no switch until it answers (tried every second)", err)
-                failing = str(err)
-                post(ev.ClusterChanged(None, {}, 0, None, None))
-            hub.sleep(max(0.0, 1.0 - (time.monotonic() - sent)))
+                client = self._coord.client
+                with client.session.post(client.get_url("/watch"), json=body, stream=True,
+                                         timeout=(client.timeout, None)) as answer:
+                    answer.raise_for_status()
+                    for line in answer.iter_lines():
+                        if line:
+                            self._wake.set()     # "created" first, then each batch of events
+            except Exception as err:   # noqa: BLE001 - the second's pass reads anyway; the watch only hastens it
+                LOG.debug("etcd: watch on %s ended: %s", prefix, _why(err))
+            hub.sleep(REFRESH_SECONDS)
 
     def claim_reported(self, claim: act.ClaimSwitch, post: Callable[[ev.Event], None]) -> None:
         try:
@@ -215,7 +281,7 @@ class Coordination:
         try:
             if not self.connected:
                 self.connect()
-            policy = self.read()[3]
+            policy = self.read().policy
         except CoordinationError as err:
             return ev.PolicyLoaded(SAVED_ABSENT, error=f"etcd: {err}; the cluster's policy is put in force once "
                                                        "etcd answers")

@@ -174,6 +174,12 @@ class Unreachable:
 
 
 @dataclass(frozen=True)
+class PublishSync:
+    """Tell the other members what this one holds of the cluster's policy (a change's answer waits for it)."""
+    sync: ev.MemberSync
+
+
+@dataclass(frozen=True)
 class Exit:
     """End the process: this controller must not run beside the one that holds the lock."""
     code: int
@@ -181,7 +187,7 @@ class Exit:
 
 
 Action = (Send | Close | Submit | Answer | Later | ClaimGeneration | SavePolicy | LoadPolicy | Beat | StealLock
-          | ClaimSwitch | ReleaseSwitch | Unreachable | Exit)
+          | ClaimSwitch | ReleaseSwitch | Unreachable | PublishSync | Exit)
 
 
 # What a switch tells its controller (controller/core/switch.py → controller.py); never reaches the app.

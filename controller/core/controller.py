@@ -95,14 +95,14 @@ class Controller:
             case ev.SetPolicy() | ev.ClearPolicy():   # checked, saved (the app's I/O), installed, confirmed
                 refused = self._refused(now)
                 self.out += [act.Answer(event.token, error=refused)] if refused else \
-                    self.keeper.change(event, self.check, now)
+                    self.keeper.change(event, self.check, now, self._revision())
             case ev.Reload():   # answered to the Reload itself: the app logs it
                 with contextlib.suppress(PolicyError):
                     parse_policy(event.document)
                     self.pinned = event.document     # what a take-over puts in force from now on
                 refused = self._refused(now)
                 self.out += [act.Answer(event, error=refused)] if refused else \
-                    self.keeper.change(ev.SetPolicy(event, event.document), self.check, now)
+                    self.keeper.change(ev.SetPolicy(event, event.document), self.check, now, self._revision())
             case ev.PolicySaved():
                 if self.authority.cluster is not None:
                     self.authority.cluster.policy_revision = max(self.authority.cluster.policy_revision,
@@ -144,13 +144,21 @@ class Controller:
                 self.out.append(act.Exit(1, event.reason))
             case _:
                 assert_never(event)
-        if self.keeper.waiting:   # a cluster's member answers for the switches it owns, and names the others' owners
+        cluster = self.authority.cluster
+        if self.keeper.waiting or cluster:
             switches = [sw for sw in self.switches.values() if sw.bridge is not None and self.authority.owns(sw.dp_id)]
-            cluster = self.authority.cluster
-            elsewhere = {dp: owner for dp, owner in cluster.owners.items() if owner != cluster.me} if cluster else {}
-            self.out += self.keeper.answer(switches, now, elsewhere)
+            if cluster:   # what our switches hold, for the answers the other members give
+                self.out += cluster.publish({sw.dp_id: {"in_sync": sw.in_sync, "settled": sw.settled,
+                                                        "errors": {} if sw.in_sync else sw.errors()}
+                                             for sw in switches})
+            if self.keeper.waiting:
+                self.out += self.keeper.answer(switches, now, cluster.shared() if cluster else None)
         out, self.out = self.out, []
         return out
+
+    def _revision(self) -> int:
+        """In a cluster, the revision of its policy this member has in force (0 alone)."""
+        return self.authority.cluster.policy_revision if self.authority.cluster else 0
 
     def _to(self, sw: Switch, event: ev.SwitchEvent, now: float) -> None:
         """One switch handles an event; what it asks of the controller is done here, the rest goes out."""

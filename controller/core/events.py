@@ -208,14 +208,24 @@ class Beaten:
 
 
 @dataclass(frozen=True)
+class MemberSync:
+    """What a member of a cluster says, in etcd, of the switches it owns: the revision of the cluster's policy it
+    has in force, and per switch whether it holds it (in_sync), whether it is done trying (settled), and what
+    is not in sync and why (errors)."""
+    revision: int
+    switches: dict[int, dict[str, Any]]
+
+
+@dataclass(frozen=True)
 class ClusterChanged:
-    """The coordination service's state, read every second (controller/core/cluster.py)."""
+    """The coordination service's state, read every second and whenever it changes (controller/core/cluster.py)."""
     members: tuple[str, ...] | None         # the group's members; None: etcd did not answer
     owners: dict[int, str]                  # switch → the member whose ownership key it has
     revision: int                           # etcd's revision when they were read
     policy: tuple[int, Any] | None          # the cluster's policy: (its key's revision, document or None)
     refreshed_at: float | None              # when the lease refresh etcd answered was sent; None: it failed
     unreachable: dict[str, frozenset[int]] = field(default_factory=dict)   # member → switches it cannot reach
+    sync: dict[str, MemberSync] = field(default_factory=dict)              # member → what it says it holds
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 against the switches, saved (the app's I/O: actions.SavePolicy, answered by events.PolicySaved), then in
 force, and answered once every switch the old or the new policy names holds it, or after
 CONFIRM_SECONDS, saying which do not and why (a switch that is not connected is changed when it
-connects). A change that cannot be checked or saved changes nothing.
+connects). In a cluster the answer waits, too, for the members that own the other switches to say (in
+etcd: events.MemberSync) that they hold the change, and names each switch's owner. A change that cannot
+be checked or saved changes nothing.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from controller.core.view import Mode
 LOG = logging.getLogger("qos")
 CONFIRM_SECONDS = 20.0      # a change is answered once every switch is in sync, or after this saying what is not
 NOT_CONNECTED = "not connected to this controller; it is changed when it connects"
+NO_OWNER = "no member owns it yet; its owner changes it once it has claimed it"
 # Saved states (controller/adapters/statefile.py reads them into one of these).
 SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY = "absent", "cleared", "policy"
 
@@ -42,6 +45,7 @@ class Waiting:
     result: dict[str, Any]
     deadline: float
     named: frozenset[int]     # the switches the old or the new policy names
+    revision: int             # in a cluster: the policy's revision in etcd, which its owners must say they hold
 
 
 class PolicyKeeper:
@@ -59,8 +63,9 @@ class PolicyKeeper:
         self.mode, self.document, self.policy = mode, document, policy
 
     def change(self, req: ev.SetPolicy | ev.ClearPolicy, check: Callable[[Policy], None],
-               now: float) -> list[act.Action]:
-        """A PUT (checked against the switches by `check`) or a DELETE: saved first, in force once saved."""
+               now: float, revision: int = 0) -> list[act.Action]:
+        """A PUT (checked against the switches by `check`) or a DELETE: saved first, in force once saved.
+        `revision`: in a cluster, the revision of the policy in force."""
         policy = None
         if isinstance(req, ev.SetPolicy):
             try:
@@ -71,7 +76,7 @@ class PolicyKeeper:
                 return [act.Answer(req.token, error=err)]
             self.load_error = False
             if self.mode is Mode.IN_FORCE and policy == self.policy and not self.saving:
-                return self._confirm(req.token, {"applied": policy.name, "changed": False}, policy, now)
+                return self._confirm(req.token, {"applied": policy.name, "changed": False}, policy, now, revision)
         self.saving.append((req, policy))
         return [act.SavePolicy(req.document if isinstance(req, ev.SetPolicy) else None)]
 
@@ -92,34 +97,59 @@ class PolicyKeeper:
             LOG.info("policy %s cleared", previous.name if previous else None)
             self.install(Mode.CLEARED, None, None)
             result = {"cleared": previous.name if previous else None}
-        return self._confirm(req.token, result, previous, now), True
+        return self._confirm(req.token, result, previous, now, saved.revision), True
 
-    def _confirm(self, token: Any, result: dict[str, Any], previous: Policy | None, now: float) -> list[act.Action]:
+    def _confirm(self, token: Any, result: dict[str, Any], previous: Policy | None, now: float,
+                 revision: int) -> list[act.Action]:
         named = frozenset(s.dp_id for p in (previous, self.policy) if p for s in p.switches)
-        self.waiting.append(Waiting(token, result, now + CONFIRM_SECONDS, named))
+        self.waiting.append(Waiting(token, result, now + CONFIRM_SECONDS, named, revision))
         return [act.Later(CONFIRM_SECONDS, ev.ConfirmDue())]   # answered then even if nothing else happens
 
-    def answer(self, switches: Sequence[Settling], now: float, elsewhere: dict[int, str]) -> list[act.Action]:
-        """Answer the changes waiting for every switch to settle (in sync, or failed and shown as such),
-        or for their time to run out. `elsewhere`: switches other members of a cluster own → the member."""
+    def answer(self, switches: Sequence[Settling], now: float, cluster: Shared | None = None) -> list[act.Action]:
+        """Answer the changes waiting for every switch to settle (in sync, or failed and shown as such), or for
+        their time to run out. `switches`: the ones this controller owns; `cluster`: what the other members
+        of a cluster own and say."""
         settled = all(sw.settled for sw in switches)
+        others = cluster.others if cluster else {}
         answers: list[act.Action] = []
         waiting = []
         for change in self.waiting:
-            if not (settled or now > change.deadline):
+            theirs = {dp: cluster.held(dp, change.revision) for dp in change.named & others.keys()} if cluster else {}
+            done = settled and all(entry is not None and entry["settled"] for entry in theirs.values())
+            if not (done or now > change.deadline):
                 waiting.append(change)
                 continue
-            known = {sw.dp_id for sw in switches} | elsewhere.keys()
             not_in_sync: dict[str, Any] = {f"{sw.dp_id:016x}": sw.errors() or "in progress" for sw in switches
                                            if not sw.in_sync}
-            not_in_sync |= {f"{dp_id:016x}": NOT_CONNECTED for dp_id in sorted(change.named - known)}
-            others = {f"{dp_id:016x}": f"member {elsewhere[dp_id]} puts it in force"
-                      for dp_id in sorted(change.named & elsewhere.keys())}
-            answers.append(act.Answer(change.token, {**change.result, "in_sync": not not_in_sync,
-                                                     **({"not_in_sync": not_in_sync} if not_in_sync else {}),
-                                                     **({"elsewhere": others} if others else {})}))
+            for dp_id, entry in sorted(theirs.items()):
+                if entry is None:
+                    not_in_sync[f"{dp_id:016x}"] = f"its owner, member {others[dp_id]}, has not said it holds " \
+                                                   "this change yet"
+                elif not entry["in_sync"]:
+                    not_in_sync[f"{dp_id:016x}"] = entry["errors"] or "in progress"
+            absent = change.named - {sw.dp_id for sw in switches} - theirs.keys()
+            not_in_sync |= {f"{dp_id:016x}": NO_OWNER if cluster else NOT_CONNECTED for dp_id in sorted(absent)}
+            owners = {**{f"{dp:016x}": None for dp in absent}, **{f"{dp:016x}": others[dp] for dp in theirs},
+                      **{f"{sw.dp_id:016x}": cluster.me for sw in switches}} if cluster else {}
+            answers.append(act.Answer(change.token, {
+                **change.result, "in_sync": not not_in_sync, **({"not_in_sync": not_in_sync} if not_in_sync else {}),
+                **({"switches": {dp: {"owner": owner, "in_sync": dp not in not_in_sync}
+                                 for dp, owner in sorted(owners.items())}} if cluster else {})}))
         self.waiting = waiting
         return answers
+
+
+@dataclass(frozen=True)
+class Shared:
+    """A cluster as a change's answer sees it: this member, the switches the others own, what they say."""
+    me: str
+    others: dict[int, str]                  # switch → the other member that owns it
+    sync: dict[str, ev.MemberSync]          # member → what it says it holds
+
+    def held(self, dp_id: int, revision: int) -> dict[str, Any] | None:
+        """What the switch's owner says of it, once it says it has the policy of `revision` (or newer) in force."""
+        said = self.sync.get(self.others[dp_id])
+        return said.switches.get(dp_id) if said is not None and said.revision >= revision else None
 
 
 def from_saved(saved: ev.PolicyLoaded) -> tuple[Mode, Any, Policy | None]:

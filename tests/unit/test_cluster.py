@@ -8,7 +8,8 @@ from controller.core import actions as act
 from controller.core import events as ev
 from controller.core.cluster import HOLD_DOWN_SECONDS, SAFE_SHARE, Cluster, Ring
 from controller.core.controller import Controller
-from controller.core.keeper import SAVED_ABSENT
+from controller.core.keeper import CONFIRM_SECONDS, NO_OWNER, SAVED_ABSENT
+from tests.unit.test_openapi import schema_errors
 from tests.unit.test_switch import REMOTE, S1, Replica, sent
 
 DPIDS = range(1, 1001)
@@ -20,11 +21,12 @@ def report(members, owners=None, revision=10, policy=None, refreshed_at=0.0) -> 
 
 def test_the_ring_spreads_the_switches_and_a_join_moves_about_one_in_n():
     three, four = Ring(["a", "b", "c"]), Ring(["a", "b", "c", "d"])
-    counts = {m: sum(three.owner(dp) == m for dp in DPIDS) for m in "abc"}
-    assert min(counts.values()) > 200                                      # each holds a fair share
+    for ring in (three, four, Ring(["m1", "m2", "m3"])):                   # each holds a fair share
+        shares = [sum(ring.owner(dp) == m for dp in DPIDS) / len(DPIDS) for m in ring.members]
+        assert all(abs(share - 1 / len(shares)) <= 0.03 for share in shares), shares
     moved = [dp for dp in DPIDS if three.owner(dp) != four.owner(dp)]
     assert all(four.owner(dp) == "d" for dp in moved)                      # only to the new member
-    assert len(moved) <= (1 / 4 + 0.10) * len(DPIDS)
+    assert len(moved) <= (1 / 4 + 0.03) * len(DPIDS)
     two = Ring(["a", "c"])                                                 # b leaves: only b's move
     assert all(two.owner(dp) == three.owner(dp) for dp in DPIDS if three.owner(dp) != "b")
 
@@ -163,3 +165,47 @@ def test_a_member_tells_the_others_of_a_switch_whose_ovsdb_stayed_down_a_lease_t
     assert told(9.0) == [act.Unreachable(frozenset({1}))]
     member.handle(ev.RemotesChanged({REMOTE: True}), 9.5)
     assert told(10.0) == [act.Unreachable(frozenset())]
+
+
+def held(in_sync: bool, errors=None) -> dict:
+    return {"in_sync": in_sync, "settled": True, "errors": errors or {}}
+
+
+def test_a_change_is_answered_for_every_switch_once_its_owner_says_it_holds_it(member):
+    from controller.core.policy import load_document
+    document = load_document("policies/reserve.yaml")                      # names s1 (1) and s2 (2)
+    member.handle(report(["a", "b"], {1: "b"}, refreshed_at=1.0), 1.0)     # b owns s1; s2 has no owner
+    assert [a for a in member.handle(ev.SetPolicy("put", document), 1.0) if isinstance(a, act.SavePolicy)]
+    out = member.handle(ev.PolicySaved(None, 50), 1.0)
+    assert not [a for a in out if isinstance(a, act.Answer)]                # b has not said anything yet
+    assert act.PublishSync(ev.MemberSync(50, {})) in out                    # ours: we own none of them
+    older = report(["a", "b"], {1: "b"}, refreshed_at=1.5)
+    older = ev.ClusterChanged(older.members, older.owners, 51, (50, document), 1.5, {},
+                              {"b": ev.MemberSync(49, {1: held(True)})})
+    assert not [a for a in member.handle(older, 1.5) if isinstance(a, act.Answer)]   # the policy before
+    busy = ev.ClusterChanged(older.members, older.owners, 52, (50, document), 1.8, {},
+                             {"b": ev.MemberSync(50, {1: {"in_sync": False, "settled": False, "errors": {}}})})
+    assert not [a for a in member.handle(busy, 1.8) if isinstance(a, act.Answer)]    # still at it
+    said = ev.ClusterChanged(older.members, older.owners, 52, (50, document), 2.0, {},
+                             {"b": ev.MemberSync(50, {1: held(True)})})
+    (answer,) = [a for a in member.handle(said, 2.0) if isinstance(a, act.Answer)]
+    assert answer.result["switches"] == {"0000000000000001": {"owner": "b", "in_sync": True},
+                                         "0000000000000002": {"owner": None, "in_sync": False}}
+    assert answer.result["not_in_sync"] == {"0000000000000002": NO_OWNER} and answer.result["in_sync"] is False
+    assert schema_errors(answer.result, "Applied") == []                   # as the API's document says
+
+
+def test_a_change_whose_owner_never_says_is_answered_at_the_deadline_naming_it(member):
+    from controller.core.policy import load_document
+    document = load_document("policies/reserve.yaml")
+    member.handle(report(["a", "b"], {1: "b", 2: "b"}, refreshed_at=1.0), 1.0)
+    member.handle(ev.SetPolicy("put", document), 1.0)
+    member.handle(ev.PolicySaved(None, 50), 1.0)
+    failing = ev.ClusterChanged(("a", "b"), {1: "b", 2: "b"}, 51, (50, document), 2.0, {},
+                                {"b": ev.MemberSync(50, {1: held(False, {"port 1": "OVSDB refused"})})})
+    assert not [a for a in member.handle(failing, 2.0) if isinstance(a, act.Answer)]   # s2: nothing said
+    (answer,) = [a for a in member.handle(ev.ConfirmDue(), 1.0 + CONFIRM_SECONDS + 0.1) if isinstance(a, act.Answer)]
+    assert answer.result["not_in_sync"] == {"0000000000000001": {"port 1": "OVSDB refused"},
+                                            "0000000000000002": "its owner, member b, has not said it holds "
+                                                                "this change yet"}
+    assert answer.result["switches"]["0000000000000002"] == {"owner": "b", "in_sync": False}

@@ -2,9 +2,9 @@
 private etcd (topo/harness/etcd.py), as docs/operations.md runs a site's cluster, all on this host.
 
 Member k listens for switches on 6652+k, for REST on 8079+k and for metrics on 9091+10k, keeps its own
-state file, and is named ck. The names matter: a consistent hash ring over them names each switch's
-owner (controller/core/cluster.py), and under c1..cN it gives the study's s1 and s2 to different
-members for every N from 2 to 8 (under m1..m6 it gives both to one). The ring stays the judge: each
+state file, and is named ck. The names matter: the ring over them names each switch's owner
+(controller/core/cluster.py), and under c1..cN it gives the study's s1 and s2 to different members for
+every N from 2 to 8 (under m1..m6 it gives both to one). The ring stays the judge: each
 trial records the owners the members report, and the launcher says which member owns which switch.
 
 Seen from a study the members are one controller (ClusterClient): a change goes through the first, who
