@@ -2,7 +2,8 @@
 one serving a copy of a past run's data (serving()), with the HTTP API calls both are asked.
 
 One started here keeps its TSDB under the results folder and stops with the run, so the
-series can be reopened later: prometheus --storage.tsdb.path=<results>/prometheus ...
+series can be reopened later: prometheus --storage.tsdb.path=<results>/prometheus ... Under several
+controllers (--controllers N) it scrapes every member (its configuration written beside the TSDB).
 """
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from topo.harness.host import RunRecord, end
+from topo.harness.launch import note
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "prometheus" / "prometheus.yml"
@@ -36,18 +40,37 @@ def tcp_throughput_query(policy: str) -> str:
     return f'8 * ovsqos_study_flow_throughput_bytes_per_second{{protocol="tcp",policy="{policy}"}} / 1e6'
 
 
+def config_for(controllers: Sequence[str]) -> str:
+    """prometheus/prometheus.yml with its controller job scraping `controllers` (host:port each), its rule
+    files named by absolute path (a relative one is read beside the configuration)."""
+    doc = yaml.safe_load(CONFIG.read_text())
+    doc["rule_files"] = [str(CONFIG.parent / name) for name in doc.get("rule_files", [])]
+    (job,) = (job for job in doc["scrape_configs"] if job["job_name"] == "controller")
+    job["static_configs"] = [{"targets": list(controllers)}]
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
 @contextmanager
-def prometheus(data_dir: Path, mode: str = "auto", record: RunRecord | None = None) -> Iterator[str | None]:
-    """Yields the base URL, or None when recording is off (`mode` "none") or impossible."""
+def prometheus(data_dir: Path, mode: str = "auto", record: RunRecord | None = None,
+               controllers: Sequence[str] = ()) -> Iterator[str | None]:
+    """Yields the base URL, or None when recording is off (`mode` "none") or impossible. `controllers`: the
+    metrics endpoints (host:port) to scrape, when not only the one controller's."""
     url = f"http://{LISTEN[0]}:{LISTEN[1]}"
     if mode == "none":
         yield None
         return
     if _listening():
+        if controllers:
+            note(f"the Prometheus on {LISTEN[0]}:{LISTEN[1]} is not this run's: it records every member only if its "
+                 f"controller job scrapes {', '.join(controllers)}")
         yield url
         return
     data_dir.mkdir(parents=True, exist_ok=True)
-    with _running(CONFIG, data_dir, LISTEN, data_dir / "prometheus.log", 30,
+    config = CONFIG
+    if controllers:
+        config = data_dir / "prometheus.yml"
+        config.write_text(config_for(controllers))
+    with _running(config, data_dir, LISTEN, data_dir / "prometheus.log", 30,
                   lambda: f"prometheus did not start; see {data_dir / 'prometheus.log'}", record=record,
                   missing_hint="or pass --prometheus none", options=("--storage.tsdb.retention.time=3650d",)):
         yield url

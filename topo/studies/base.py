@@ -166,7 +166,8 @@ def _run_trials(study: Study, plan: Any, host: Host, args: argparse.Namespace, d
             url = None
             live = None
             if study.records:
-                url = stack.enter_context(prometheus(host.out / "prometheus", args.prometheus, host.record))
+                members = [f"127.0.0.1:{m.metrics}" for m in cluster.members(controllers)] if controllers > 1 else []
+                url = stack.enter_context(prometheus(host.out / "prometheus", args.prometheus, host.record, members))
                 live = stack.enter_context(closing(LiveThroughput(args.metrics_port)))
             placed = {}
             if getattr(args, "ovs_instances", 1) == 2:   # the study's s2 on a second OVS, reached over TCP
