@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ovs.db.idl import ROW_CREATE, ROW_UPDATE
 from ovs.stream import Stream
 from ovsdbapp.backend.ovs_idl import command, connection, idlutils, transaction
 from ovsdbapp.schema.open_vswitch import impl_idl
@@ -56,6 +57,11 @@ COLUMNS = {"Open_vSwitch": ["bridges", "next_cfg", "cur_cfg",       # next/cur_c
            "Port": ["name", "interfaces", "qos"],
            "Interface": ["name", "ofport"],
            "QoS": None, "Queue": None}
+
+
+# Columns whose changes are no change to what we plan from: the generation id and the heartbeat, the
+# epochs, and next_cfg and cur_cfg, which every transaction of anyone's moves.
+QUIET = {"Open_vSwitch": {"external_ids", "next_cfg", "cur_cfg"}, "Bridge": {"external_ids"}}
 
 
 class OvsdbError(RuntimeError):
@@ -88,10 +94,7 @@ class Ovsdb:
                 helper.register_table(table)
             else:
                 helper.register_columns(table, columns)
-        self._idl = connection.OvsdbIdl(remote, helper)
-        # The generation id and the heartbeat live there: changes to them are not changes to what we plan from.
-        self._idl.tables["Open_vSwitch"].columns["external_ids"].alert = False
-        self._idl.tables["Bridge"].columns["external_ids"].alert = False
+        self._idl = _Idl(remote, helper)
         if lock:
             self._idl.set_lock(lock_name(owner))    # before the connection starts (python-ovs asks that)
         # A server back is used within 2 s (python-ovs backs off to 8 s); its session is private, no other way.
@@ -100,15 +103,15 @@ class Ovsdb:
         api_class = type("QosOvsdbIdl", (impl_idl.OvsdbIdl,), {"_ovsdb_connection": None})
         self._api = api_class(connection.Connection(idl=self._idl, timeout=timeout))
         self._cache: dict[str, OvsdbQos | str | None] = {}
-        self._cache_generation = -1
+        self._depends: dict[Any, set[str]] = {}       # row uuid → the cached ports read from that row
+        self._cache_session = -1                      # the connection the cache was read over
         if lock:
             self._wait_for_lock(lock_wait)
 
     @property
     def generation(self) -> int:
-        """Changes whenever anything we read in OVSDB changes."""
-        seqno: int = self._idl.change_seqno
-        return seqno
+        """Changes whenever anything we plan from changes in OVSDB."""
+        return self._idl.changes
 
     @property
     def connected(self) -> bool:
@@ -152,27 +155,40 @@ class Ovsdb:
 
     def port_qos(self, iface: str) -> OvsdbQos | str | None:
         """What OVSDB holds on the port: our queues read back, FOREIGN for another tool's, None for no QoS,
-        ABSENT when OVSDB has no such port. Read once per generation: python-ovs converts every column
-        it is asked for, which cost most of the controller's CPU at 1000 ports."""
-        if self._cache_generation != self.generation:
-            self._cache, self._cache_generation = {}, self.generation
+        ABSENT when OVSDB has no such port. Each port is read again only once a row it was read from (its
+        Port, QoS or Queue rows) changed, or a port of its name was made: python-ovs converts every column
+        it is asked for, which cost most of a cluster member's CPU while other members wrote their QoS."""
+        session: int = self._idl._session.get_seqno()   # a reconnection reloads rows without telling us each
+        if session != self._cache_session:
+            self._cache, self._depends, self._cache_session = {}, {}, session
+            self._idl.touched, self._idl.made = set(), set()
+        if self._idl.touched or self._idl.made:
+            touched, self._idl.touched = self._idl.touched, set()
+            made, self._idl.made = self._idl.made, set()
+            for name in made | {name for row in touched for name in self._depends.pop(row, ())}:
+                self._cache.pop(name, None)
         if iface not in self._cache:
-            self._cache[iface] = self._read_port_qos(iface)
+            self._cache[iface], rows = self._read_port_qos(iface)
+            for row in rows:
+                self._depends.setdefault(row, set()).add(iface)
         return self._cache[iface]
 
-    def _read_port_qos(self, iface: str) -> OvsdbQos | str | None:
+    def _read_port_qos(self, iface: str) -> tuple[OvsdbQos | str | None, list[Any]]:
+        """The port's QoS and the uuids of the rows it was read from."""
         port = idlutils.row_by_value(self._api.idl, "Port", "name", iface, None)
         if port is None:
-            return ABSENT
+            return ABSENT, []
         if not port.qos:
-            return None
+            return None, [port.uuid]
         qos = port.qos[0]
         if not self._owned(qos):
-            return FOREIGN
+            return FOREIGN, [port.uuid, qos.uuid]
+        rows = sorted(qos.queues.items())
         queues = tuple(QueueSpec(queue_id, _int(q.other_config, "min-rate"), _int(q.other_config, "max-rate"),
                                  q.external_ids.get("class", ""), _int(q.other_config, "priority"))
-                       for queue_id, q in sorted(qos.queues.items()))
-        return OvsdbQos(qos.external_ids.get("mode", ""), _int(qos.other_config, "max-rate"), queues, qos.type)
+                       for queue_id, q in rows)
+        return (OvsdbQos(qos.external_ids.get("mode", ""), _int(qos.other_config, "max-rate"), queues, qos.type),
+                [port.uuid, qos.uuid, *(q.uuid for _, q in rows)])
 
     def apply(self, changes: dict[str, QosSpec | None], tags: dict[str, str] | None = None,
               port_tags: dict[str, dict[str, str]] | None = None, epochs: dict[int, int] | None = None) -> None:
@@ -261,6 +277,27 @@ class Ovsdb:
     def _owned(self, row: Any) -> bool:
         owner: str | None = row.external_ids.get(OWNER_KEY)
         return owner == self.owner
+
+
+class _Idl(connection.OvsdbIdl):
+    """ovsdbapp's IDL, noting which rows changed (python-ovs calls notify() for each, in the connection's
+    greenthread), for the read cache, and counting the changes we plan from."""
+
+    def __init__(self, remote: str, helper: Any) -> None:
+        super().__init__(remote, helper)
+        self.touched: set[Any] = set()      # rows changed since the cache last looked
+        self.made: set[str] = set()         # ports made since, by name (a port read as absent may be one)
+        self.changes = 0                    # changes we plan from
+
+    def notify(self, event: str, row: Any, updates: Any = None) -> None:
+        self.touched.add(row.uuid)
+        table = row._table.name
+        if table == "Port" and event == ROW_CREATE:
+            self.made.add(row.name)
+        # python-ovs counts every change (change_seqno); `updates` holds the old values of the changed columns.
+        changed = set(updates._data) if event == ROW_UPDATE and updates is not None else None
+        if changed is None or changed - QUIET.get(table, set()):
+            self.changes += 1
 
 
 def lock_name(owner: str) -> str:

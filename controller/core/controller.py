@@ -147,9 +147,9 @@ class Controller:
         cluster = self.authority.cluster
         if self.keeper.waiting or cluster:
             switches = [sw for sw in self.switches.values() if sw.bridge is not None and self.authority.owns(sw.dp_id)]
-            if cluster:   # what our switches hold, for the answers the other members give
+            if cluster:   # what our switches hold, for the answers the other members give (why not: once settled)
                 self.out += cluster.publish({sw.dp_id: {"in_sync": sw.in_sync, "settled": sw.settled,
-                                                        "errors": {} if sw.in_sync else sw.errors()}
+                                                        "errors": sw.errors() if sw.settled and not sw.in_sync else {}}
                                              for sw in switches})
             if self.keeper.waiting:
                 self.out += self.keeper.answer(switches, now, cluster.shared() if cluster else None)

@@ -10,7 +10,7 @@ import pytest
 
 from controller.adapters.ovsdb import Fenced, LockHeld, Ovsdb, OvsdbError
 from controller.adapters.tc import Leaf, Tc
-from controller.core.plan import FOREIGN
+from controller.core.plan import ABSENT, FOREIGN
 from controller.core.policy import load_policy
 from controller.core.queues import fifo_qos, reserve_qos
 from tests.integration.conftest import requires_ovs
@@ -104,6 +104,36 @@ def test_reserve_then_fifo_then_remove(port):
     db.apply({iface: None}, {})
     assert rows("QoS", db.owner) == [] and rows("Queue", db.owner) == []
     assert sh("ovs-vsctl", "get", "port", iface, "qos").strip() == "[]"
+
+
+def test_reads_follow_each_row_and_the_generation_ignores_what_every_transaction_moves(port):
+    db, iface = port
+    bridge = sh("ovs-vsctl", "port-to-br", iface).strip()
+    fifo = fifo_qos(PORT, userspace=True)
+    db.apply({iface: fifo}, {})
+    assert db.port_qos(iface) == fifo.ovsdb
+    before = db.generation
+    # ovs-vsctl moves next_cfg (and vswitchd cur_cfg) with each change; the generation id is external_ids.
+    key = f"ovs-qos-controller-generation-{db.owner}"
+    sh("ovs-vsctl", "set", "open_vswitch", ".", f"external_ids:{key}=7")
+    try:
+        deadline = time.monotonic() + 5
+        while db.generation_id() != 7:                             # the IDL has heard of it
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        sh("ovs-vsctl", "remove", "open_vswitch", ".", "external_ids", key)
+    assert db.generation == before
+    sh("ovs-vsctl", "del-port", bridge, iface)
+    while db.port_qos(iface) == fifo.ovsdb:                        # the Port row gone: read again
+        assert time.monotonic() < deadline + 5
+        time.sleep(0.05)
+    assert db.port_qos(iface) == ABSENT and db.generation != before
+    sh("ovs-vsctl", "add-port", bridge, iface)
+    while db.port_qos(iface) == ABSENT:                               # a port of that name again
+        assert time.monotonic() < deadline + 10
+        time.sleep(0.05)
+    assert db.port_qos(iface) is None
 
 
 def test_another_tools_qos_is_never_overwritten(port):
