@@ -36,6 +36,7 @@ from typing import Any
 
 from ovs.db.idl import ROW_CREATE, ROW_UPDATE
 from ovs.stream import Stream
+from ovsdbapp import exceptions
 from ovsdbapp.backend.ovs_idl import command, connection, idlutils, transaction
 from ovsdbapp.schema.open_vswitch import impl_idl
 
@@ -70,6 +71,10 @@ class OvsdbError(RuntimeError):
 
 class LockHeld(OvsdbError):
     """Another controller of the same owner holds the OVSDB lock."""
+
+
+class Unconfirmed(OvsdbError):
+    """A transaction not answered in time: it may commit yet, or not; only a later read tells."""
 
 
 class Fenced(OvsdbError):
@@ -197,12 +202,17 @@ class Ovsdb:
         the ports are on: vswitchd reconfigures every port of the host for each one. `epochs`: a cluster
         member's, by datapath id; the transaction fails with Fenced where a switch's epoch is newer."""
         # We log every refusal ourselves, in one line; ovsdbapp's own log would add a traceback to each.
-        with self._api.transaction(check_error=True, log_errors=False) as txn:
-            if epochs:
-                txn.add(_Fence(self._api, self._epoch_key, epochs, strict=True))
-            for iface, spec in changes.items():
-                ids = {OWNER_KEY: self.owner, "iface": iface, **(tags or {}), **(port_tags or {}).get(iface, {})}
-                txn.add(_ReplacePortQos(self._api, iface, spec, ids))
+        try:
+            with self._api.transaction(check_error=True, log_errors=False) as txn:
+                if epochs:
+                    txn.add(_Fence(self._api, self._epoch_key, epochs, strict=True))
+                for iface, spec in changes.items():
+                    ids = {OWNER_KEY: self.owner, "iface": iface, **(tags or {}), **(port_tags or {}).get(iface, {})}
+                    txn.add(_ReplacePortQos(self._api, iface, spec, ids))
+        except exceptions.TimeoutException:   # its text lists every command: thousands of lines for a policy
+            raise Unconfirmed(f"OVSDB did not confirm the change of {len(changes)} ports within "
+                              f"{self._api.ovsdb_connection.timeout:g} s (ovs-vswitchd still applying an earlier "
+                              "one?); what it holds is read again at the next poll") from None
 
     def fence(self, epochs: dict[int, int]) -> dict[int, str]:
         """Raise each switch's epoch to ours where it is lower, in one transaction that asks nothing of

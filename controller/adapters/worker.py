@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar, TypeVarTuple, overload
 
-from controller.adapters.ovsdb import OvsdbError
+from controller.adapters.ovsdb import OvsdbError, Unconfirmed
 from controller.adapters.tc import Tc
 from controller.compat import hub
 from controller.core.jobs import Job, JobResult
@@ -107,10 +107,11 @@ class Worker:
                     LOG.info("removed %d QoS/Queue rows no port uses any more", removed)
             except (OvsdbError, RuntimeError) as err:
                 LOG.error("could not remove unused QoS/Queue rows: %s", err)
+        deadline = time.monotonic() + CLASS_WAIT_SECONDS   # for the whole batch: classes come together, or not
         for job in jobs:
             result = results[id(job)]
             if job.spec is not None and result.error is None:
-                self._ensure_tc(job, result)
+                self._ensure_tc(job, result, deadline if job.qos else 0.0)
         return list(results.values())
 
     def _fenced(self, jobs: list[Job], results: dict[int, JobResult], raised: dict[int, int]) -> list[Job]:
@@ -138,6 +139,9 @@ class Worker:
             if rebuilt:
                 self._ovsdb.apply(rebuilt, port_tags=port_tags, epochs=epochs)
             self._ovsdb.apply({job.iface: job.spec for job in jobs}, port_tags=port_tags, epochs=epochs)
+        except Unconfirmed as err:   # no refusal to narrow down: one by one would only wait for vswitchd N times
+            for job in jobs:
+                results[id(job)].error = str(err)
         except (OvsdbError, RuntimeError) as err:
             if len(jobs) == 1:
                 results[id(jobs[0])].error = str(err)
@@ -147,7 +151,8 @@ class Worker:
             for job in jobs:
                 self._apply([job], results)
 
-    def _ensure_tc(self, job: Job, result: JobResult) -> None:
+    def _ensure_tc(self, job: Job, result: JobResult, deadline: float) -> None:
+        """`deadline`: until when to wait for OVS to build the classes (a change's; a check waits not)."""
         assert job.spec is not None   # only jobs that put queues on a port are checked
         if self._tc is None:
             if job.userspace and job.spec.marks:   # its classes would get nothing: all would land in queue 0
@@ -159,7 +164,6 @@ class Worker:
         # change, the leaves are written without being read first (they are OVS's new defaults, or ours
         # that a rewrite keeps), and our filters are gone (execute took them off): half the netlink
         # calls of applying a policy to many ports.
-        deadline = time.monotonic() + (CLASS_WAIT_SECONDS if job.qos else 0)
         wanted = set(spec_classes(job.spec))
         while True:
             classes = self._tc_call(result, self._tc.classes, job.iface)

@@ -29,7 +29,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controller.adapters import openflow
-from controller.adapters.ovsdb import OvsdbError
+from controller.adapters.ovsdb import OvsdbError, Unconfirmed
 from controller.adapters.remotes import Remotes
 from controller.adapters.rest import REQUESTS
 from controller.adapters.statefile import StateFile, load
@@ -265,6 +265,8 @@ class FakeOvsdb:
         self.writes_to: collections.Counter[str] = collections.Counter()   # iface → transactions that set its QoS
         self.sweeps = 0                               # remove_orphans calls that found some
         self.transactions = 0
+        self.attempts = 0                             # apply calls, answered or not
+        self.slow = False                             # transactions go unanswered (vswitchd busy)
         self.connected = True
         self.holder: FakeSession | None = None        # the session holding the owner's lock
         self.generation_ids = 0
@@ -305,6 +307,9 @@ class FakeOvsdb:
 
     def apply(self, changes: dict, tags: dict | None = None, port_tags: dict | None = None,
               epochs: dict[int, int] | None = None) -> None:
+        self.attempts += 1
+        if self.slow:
+            raise Unconfirmed(f"OVSDB did not confirm the change of {len(changes)} ports")
         if any(self.epochs.get(dp, 0) > epoch for dp, epoch in (epochs or {}).items()):
             raise OvsdbError("a newer epoch")
         bad = self.refuse & changes.keys()

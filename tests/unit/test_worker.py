@@ -41,3 +41,20 @@ def test_a_member_deposed_by_a_newer_epoch_writes_neither_ovsdb_nor_tc():
         assert late.error and "another member owns it now" in late.error
     assert "s1-eth1" not in ovsdb.qos and ovsdb.epochs == {1: 20} and ovsdb.writes_to["s1-eth1"] == 2
     assert tc.writes == tc_writes
+
+
+def test_a_batch_ovsdb_does_not_answer_in_time_fails_once_and_is_not_retried_port_by_port():
+    ovsdb = FakeOvsdb(FakeSwitch(1, S1))
+    remotes = Remotes(("fake",), lambda name: ovsdb.session())
+    remotes.connect("fake")
+    policy = load_policy("policies/reserve.yaml")
+    spec = desired_qos(policy, policy.switch(1).port(1), True, True)
+    jobs = [Job(1, 7, port, iface, True, spec, True) for port, iface in sorted(S1.items())]
+    ovsdb.slow = True
+    results = Worker(remotes.view("fake"), FakeTc(ovsdb), lambda results: None).execute(jobs)
+    assert [r.error for r in results] == ["OVSDB did not confirm the change of 3 ports"] * 3
+    assert ovsdb.attempts == 1                   # one wait for vswitchd, not one per port after it
+    ovsdb.slow, ovsdb.refuse = False, {"s1-eth2"}
+    results = Worker(remotes.view("fake"), FakeTc(ovsdb), lambda results: None).execute(jobs)
+    assert [r.error is None for r in results] == [True, False, True]   # a refusal is narrowed down
+    assert ovsdb.attempts == 1 + 1 + 3
