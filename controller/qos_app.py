@@ -47,7 +47,7 @@ from controller.adapters.remotes import Remotes, on_this_host  # noqa: E402
 from controller.adapters.rest import REQUESTS, Busy, make_app  # noqa: E402
 from controller.adapters.statefile import StateFile, load, save  # noqa: E402
 from controller.adapters.tc import Tc, TcEvents  # noqa: E402
-from controller.adapters.worker import Worker  # noqa: E402
+from controller.adapters.worker import LEASE_UNCONFIRMED, LOCK_UNCONFIRMED, Worker  # noqa: E402
 from controller.compat import (  # noqa: E402
     CONF,
     DEAD_DISPATCHER,
@@ -171,7 +171,8 @@ class QosController(App):
         self.tc = Tc()
         done = lambda results: self._post(ev.JobsDone(tuple(results)))   # noqa: E731
         self.workers = {name: Worker(self.ovsdb.view(name), self.tc if on_this_host(name) else None, done,
-                                     lambda: self.core.authority.confirmed(time.monotonic()))
+                                     lambda: self.core.authority.confirmed(time.monotonic()),
+                                     LEASE_UNCONFIRMED if self.coordination else LOCK_UNCONFIRMED)
                         for name in self.ovsdb.names}
         self._threads += [*(hub.spawn(w.run) for w in self.workers.values()), hub.spawn(self._watch_tc),
                           hub.spawn(self._watch_remotes),

@@ -25,6 +25,10 @@ CLASS_WAIT_SECONDS = 3.0   # ovsdbapp returns once vswitchd applied the change; 
 
 
 SWEEP = "sweep"   # in the queue: remove our QoS rows that no port uses any more
+# What a job is answered while this controller may not write: one of a standby pair, or a cluster's member.
+LOCK_UNCONFIRMED = "this controller does not hold its owner's OVSDB lock; it changes nothing"
+LEASE_UNCONFIRMED = "this member has not refreshed its lease in etcd lately (coordination lost); it changes nothing"
+
 
 
 @dataclass(frozen=True)
@@ -53,10 +57,12 @@ class Worker:
     """One OVSDB remote's work; `tc` None when its ports are devices of another machine."""
 
     def __init__(self, ovsdb: OvsdbWriter, tc: Tc | None, done: Callable[[list[JobResult]], None],
-                 may_write: Callable[[], bool] = lambda: True) -> None:
-        """`may_write`: whether this controller holds its owner's lock now. OVSDB fences our transactions by
-        the lock itself; tc has no such guard, so a controller that lost the lock while it hung writes none."""
+                 may_write: Callable[[], bool] = lambda: True, unconfirmed: str = LOCK_UNCONFIRMED) -> None:
+        """`may_write`: whether this controller holds its owner's lock (a cluster's member: its lease) now, and
+        `unconfirmed` what a job is answered while it does not. OVSDB fences our transactions by the lock or
+        the epoch itself; tc has no such guard, so a controller that lost either while it hung writes none."""
         self._ovsdb, self._tc, self._done, self._may_write = ovsdb, tc, done, may_write
+        self._unconfirmed = unconfirmed
         self._queue = hub.Queue()
 
     def submit(self, jobs: list[Job]) -> None:
@@ -88,8 +94,7 @@ class Worker:
         jobs = [job for job in batch if isinstance(job, Job)]
         raised = {item.dp_id: item.epoch for item in batch if isinstance(item, Epoch)}
         if not self._may_write():
-            return [JobResult(job, "this controller does not hold its owner's OVSDB lock; it changes nothing")
-                    for job in jobs]
+            return [JobResult(job, self._unconfirmed) for job in jobs]
         results = {id(job): JobResult(job) for job in jobs}
         jobs = self._fenced(jobs, results, raised)
         changes = [job for job in jobs if job.qos]
