@@ -46,6 +46,9 @@ from controller.core.policy import LOCAL_OVSDB
 from controller.core.queues import OvsdbQos, QosSpec, QueueSpec
 
 LOG = logging.getLogger(__name__)
+# Its one error, "Post-commit checks failed" (ovs-vswitchd slower than the timeout), logs every command of
+# the transaction, megabytes for a policy on thousands of ports; we say what failed ourselves, in a line.
+logging.getLogger("ovsdbapp.schema.open_vswitch.impl_idl").setLevel(logging.CRITICAL)
 DEFAULT_DB = LOCAL_OVSDB
 OWNER_KEY = "ovs-qos-controller"
 EPOCH_KEY = "ovs-qos-epoch"
@@ -73,6 +76,9 @@ class LockHeld(OvsdbError):
     """Another controller of the same owner holds the OVSDB lock."""
 
 
+LATE_SECONDS = 60.0   # a transaction past its timeout is waited for this much longer before it counts as lost
+
+
 class Unconfirmed(OvsdbError):
     """A transaction not answered in time: it may commit yet, or not; only a later read tells."""
 
@@ -84,10 +90,11 @@ class Fenced(OvsdbError):
 class Ovsdb:
     def __init__(self, remote: str = DEFAULT_DB, owner: str = "default", timeout: float = 30.0,
                  lock_wait: float = 10.0, ssl: tuple[Path, Path, Path] | None = None, standby: bool = False,
-                 lock: bool = True):
+                 lock: bool = True, late: float = LATE_SECONDS):
         """`standby`: another controller of this owner holding the lock is waited for, not an error. `lock`
-        False: the members of a cluster share the owner (etcd decides who writes what), so none locks."""
-        self.owner, self.standby = owner, standby
+        False: the members of a cluster share the owner (etcd decides who writes what), so none locks. `late`:
+        how long apply() waits, past `timeout`, for a transaction still queued to end."""
+        self.owner, self.standby, self._late = owner, standby, late
         if ssl:   # python-ovs keeps one key, certificate and CA for all its SSL streams
             key, certificate, ca_cert = map(str, ssl)
             Stream.ssl_set_private_key_file(key)
@@ -210,9 +217,16 @@ class Ovsdb:
                     ids = {OWNER_KEY: self.owner, "iface": iface, **(tags or {}), **(port_tags or {}).get(iface, {})}
                     txn.add(_ReplacePortQos(self._api, iface, spec, ids))
         except exceptions.TimeoutException:   # its text lists every command: thousands of lines for a policy
-            raise Unconfirmed(f"OVSDB did not confirm the change of {len(changes)} ports within "
-                              f"{self._api.ovsdb_connection.timeout:g} s (ovs-vswitchd still applying an earlier "
-                              "one?); what it holds is read again at the next poll") from None
+            # The transaction is still queued behind others (an ovs-vswitchd busy with thousands of ports): wait
+            # for its end rather than send it again, or each retry would queue one more behind it.
+            try:
+                late = txn.results.get(timeout=self._late)
+            except queue.Empty:
+                raise Unconfirmed(f"OVSDB did not confirm the change of {len(changes)} ports within "
+                                  f"{self._api.ovsdb_connection.timeout + self._late:g} s; what it holds is read "
+                                  "again at the next poll") from None
+            if isinstance(late, idlutils.ExceptionResult):
+                raise late.ex from None
 
     def fence(self, epochs: dict[int, int]) -> dict[int, str]:
         """Raise each switch's epoch to ours where it is lower, in one transaction that asks nothing of

@@ -1,19 +1,24 @@
 """The OVSDB adapter against the real ovsdb-server and ovs-vswitchd: rows read back, ownership, the owner's
 lock, many ports in one transaction, HTB classes."""
+import os
 import re
+import signal
 import subprocess
+import threading
 import time
 import uuid
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
-from controller.adapters.ovsdb import Fenced, LockHeld, Ovsdb, OvsdbError
+from controller.adapters.ovsdb import Fenced, LockHeld, Ovsdb, OvsdbError, Unconfirmed
 from controller.adapters.tc import Leaf, Tc
 from controller.core.plan import ABSENT, FOREIGN
 from controller.core.policy import load_policy
 from controller.core.queues import fifo_qos, reserve_qos
 from tests.integration.conftest import requires_ovs
+from topo.harness import host
 
 pytestmark = requires_ovs
 POLICY = load_policy("policies/reserve.yaml")
@@ -134,6 +139,48 @@ def test_reads_follow_each_row_and_the_generation_ignores_what_every_transaction
         assert time.monotonic() < deadline + 10
         time.sleep(0.05)
     assert db.port_qos(iface) is None
+
+
+def test_a_transaction_past_its_timeout_is_waited_for_and_counts_as_unconfirmed_only_after_that(port):
+    db, iface = port
+    pid = int(Path("/var/run/openvswitch/ovsdb-server.pid").read_text())
+    waits, gives_up = (Ovsdb(owner=db.owner, timeout=1, late=late, lock=False) for late in (5, 1))
+    try:
+        for ovsdb, stopped, spec in ((waits, 2.5, fifo_qos(PORT, userspace=True)),
+                                     (gives_up, 4.0, reserve_qos(POLICY, PORT, userspace=True))):
+            os.kill(pid, signal.SIGSTOP)                      # OVSDB answers nothing for `stopped` seconds
+            threading.Timer(stopped, os.kill, (pid, signal.SIGCONT)).start()
+            started = time.monotonic()
+            try:
+                ovsdb.apply({iface: spec}, {})
+                outcome = "confirmed"
+            except Unconfirmed:
+                outcome = "unconfirmed"
+            took = time.monotonic() - started
+            time.sleep(max(0.0, stopped - took) + 0.5)
+            if ovsdb is waits:   # answered late, within timeout + late: waited for, not sent again
+                assert outcome == "confirmed" and took >= stopped - 0.2, (outcome, took)
+            else:                # not within timeout + late: said so then (and it commits once OVSDB is back)
+                assert outcome == "unconfirmed" and took < stopped - 1, (outcome, took)
+            deadline = time.monotonic() + 10
+            while db.port_qos(iface) != spec.ovsdb:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert len(rows("QoS", db.owner)) == 1                # each change committed once
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        for ovsdb in (waits, gives_up):
+            ovsdb.close()
+
+
+def test_a_dead_runs_rows_are_removed_in_transactions_of_bounded_size(port, monkeypatch):
+    db, iface = port
+    db.apply({iface: reserve_qos(POLICY, PORT, userspace=True)}, {})
+    assert len(rows("QoS", db.owner)) == 1 and len(rows("Queue", db.owner)) == QUEUES
+    monkeypatch.setattr(host, "VSCTL_COMMANDS", 2)            # 6 commands: the port, its QoS, 4 queues
+    assert host.remove_rows(db.owner, "unix:/var/run/openvswitch/db.sock") == 1 + QUEUES
+    assert rows("QoS", db.owner) == [] and rows("Queue", db.owner) == []
+    assert sh("ovs-vsctl", "get", "port", iface, "qos").strip() == "[]"
 
 
 def test_another_tools_qos_is_never_overwritten(port):

@@ -26,6 +26,7 @@ from typing import Any
 
 STATE_DIR = Path("/run/ovs-qos-study")
 GRACEFUL = ("controller", "prometheus")   # stopped with SIGTERM: they clean up after themselves
+VSCTL_COMMANDS = 1000                   # ovs-vsctl commands per transaction when removing rows
 
 
 class Busy(RuntimeError):
@@ -215,8 +216,9 @@ def _empty_namespaces(namespaces: dict[str, int], since: int) -> list[str]:
 
 
 def remove_rows(owner: str, remote: str) -> int:
-    """Take `owner`'s QoS off every port and remove its QoS and Queue rows, in one transaction; how many
-    rows. A remote that does not answer is left as it is."""
+    """Take `owner`'s QoS off every port and remove its QoS and Queue rows, in transactions of at most
+    VSCTL_COMMANDS commands (ports first, then QoS, then Queue rows: nothing is removed while in use); how
+    many rows. A remote that does not answer is left as it is."""
     def vsctl(*args: str) -> str:
         done = subprocess.run(["ovs-vsctl", f"--db={remote}", "--timeout=10", *args], capture_output=True, text=True)
         return done.stdout if done.returncode == 0 else ""
@@ -224,14 +226,16 @@ def remove_rows(owner: str, remote: str) -> int:
     qos, queues = (vsctl("--bare", "--columns=_uuid", "find", table, tag).split() for table in ("qos", "queue"))
     if not qos and not queues:
         return 0
-    args = []
-    for line in vsctl("--bare", "--columns=name,qos", "--format=csv", "--data=bare", "list", "port").splitlines()[1:]:
+    commands: list[tuple[str, ...]] = []
+    ours = set(qos)
+    # (--bare prints no heading: every line is a port)
+    for line in vsctl("--bare", "--columns=name,qos", "--format=csv", "--data=bare", "list", "port").splitlines():
         name, _, used = line.partition(",")
-        if used in qos:
-            args += ["--", "clear", "port", name, "qos"]
-    args += [a for uuid in qos for a in ("--", "destroy", "qos", uuid)]
-    args += [a for uuid in queues for a in ("--", "destroy", "queue", uuid)]
-    vsctl(*args)
+        if used in ours:
+            commands.append(("clear", "port", name, "qos"))
+    commands += [("destroy", "qos", uuid) for uuid in qos] + [("destroy", "queue", uuid) for uuid in queues]
+    for start in range(0, len(commands), VSCTL_COMMANDS):   # 10,000 rows in one would pass the kernel's ARG_MAX
+        vsctl(*(arg for command in commands[start:start + VSCTL_COMMANDS] for arg in ("--", *command)))
     return len(qos) + len(queues)
 
 
