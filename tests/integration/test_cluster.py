@@ -17,6 +17,7 @@ import uuid
 
 import pytest
 
+from controller.core.cluster import Ring
 from tests.integration.conftest import controller_config, requires_ovs, start_controller, stop_controller
 from tests.integration.test_reliability import policy, sh, wait
 from topo.harness.etcd import etcd, make_pki
@@ -136,10 +137,14 @@ def test_three_members_share_the_bridges_and_survive_a_kill_and_a_stop(tmp_path,
             for name in MEMBERS:
                 procs[name] = start_member(tmp_path, url, name)
             targets = {f"tcp:127.0.0.1:{ofp}": name for name, (ofp, _, _) in MEMBERS.items()}
-            # One master per bridge, and (once the later members are past the hold-down) not all the same one.
-            held = wait(lambda: (m := masters(bridges)) and all(len(t) == 1 for t in m.values())
-                        and len({t[0] for t in m.values()}) >= 2 and m, 30, "the bridges shared, one master each")
-            owners = {bridge: targets[t[0]] for bridge, t in held.items()}
+            # One master per bridge, the one the ring of all three names (once the later members are past the
+            # hold-down everywhere: before that bridges move), and not all the same one.
+            ring = Ring(list(MEMBERS))
+            owners = {bridge: ring.owner(dp) for dp, bridge in zip(DPIDS, bridges)}
+            assert len(set(owners.values())) >= 2, owners
+            wait(lambda: (m := masters(bridges)) and all(len(t) == 1 for t in m.values())
+                 and {bridge: targets[t[0]] for bridge, t in m.items()} == owners, 30,
+                 "the bridges shared, each mastered by the member the ring names")
 
             assert all(api(rest, path="/policy") is None for _, rest, _ in MEMBERS.values())
             answer = api(8080, "PUT", "/policy", cluster_policy("first", "10Mbit"))
