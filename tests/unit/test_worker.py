@@ -3,7 +3,7 @@ from controller.adapters.remotes import Remotes
 from controller.adapters.worker import Worker
 from controller.core.jobs import Job
 from controller.core.policy import load_policy
-from controller.core.queues import desired_qos
+from controller.core.queues import QosSpec, desired_qos
 from tests.unit.fakes import S1, FakeOvsdb, FakeSwitch, FakeTc
 
 
@@ -12,24 +12,25 @@ class GoneTc(FakeTc):
         return None
 
 
-def test_a_device_that_is_gone_has_no_ifindex_rather_than_a_made_up_one():
+def one_switch() -> tuple[FakeOvsdb, Remotes, QosSpec]:
+    """A fake OVSDB holding s1, its remotes connected, and reserve's queues for s1's port 1."""
     ovsdb = FakeOvsdb(FakeSwitch(1, S1))
     remotes = Remotes(("fake",), lambda name: ovsdb.session())
     remotes.connect("fake")
     policy = load_policy("policies/reserve.yaml")
-    spec = desired_qos(policy, policy.switch(1).port(1), True, True)
+    return ovsdb, remotes, desired_qos(policy, policy.switch(1).port(1), True, True)
+
+
+def test_a_device_that_is_gone_has_no_ifindex_rather_than_a_made_up_one():
+    ovsdb, remotes, spec = one_switch()
     (result,) = Worker(remotes.view("fake"), GoneTc(ovsdb), lambda results: None).execute(
         [Job(1, 7, 1, "s1-eth1", True, spec, True)])
     assert result.error is None and result.ifindex is None
 
 
 def test_a_member_deposed_by_a_newer_epoch_writes_neither_ovsdb_nor_tc():
-    ovsdb = FakeOvsdb(FakeSwitch(1, S1))
-    remotes = Remotes(("fake",), lambda name: ovsdb.session())
-    remotes.connect("fake")
+    ovsdb, remotes, spec = one_switch()
     tc = FakeTc(ovsdb)
-    policy = load_policy("policies/reserve.yaml")
-    spec = desired_qos(policy, policy.switch(1).port(1), True, True)
     old, new = (Worker(remotes.view("fake"), tc, lambda results: None) for _ in range(2))
     (first,) = old.execute([Job(1, 7, 1, "s1-eth1", True, spec, True, epoch=10)])
     assert first.error is None and ovsdb.epochs == {1: 10} and ovsdb.writes_to["s1-eth1"] == 1
@@ -44,11 +45,7 @@ def test_a_member_deposed_by_a_newer_epoch_writes_neither_ovsdb_nor_tc():
 
 
 def test_a_batch_ovsdb_does_not_answer_in_time_fails_once_and_is_not_retried_port_by_port():
-    ovsdb = FakeOvsdb(FakeSwitch(1, S1))
-    remotes = Remotes(("fake",), lambda name: ovsdb.session())
-    remotes.connect("fake")
-    policy = load_policy("policies/reserve.yaml")
-    spec = desired_qos(policy, policy.switch(1).port(1), True, True)
+    ovsdb, remotes, spec = one_switch()
     jobs = [Job(1, 7, port, iface, True, spec, True) for port, iface in sorted(S1.items())]
     ovsdb.slow = True
     results = Worker(remotes.view("fake"), FakeTc(ovsdb), lambda results: None).execute(jobs)
