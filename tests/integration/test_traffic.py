@@ -1,5 +1,6 @@
 """The traffic runner against real iperf3 in Mininet hosts: a UDP test whose connect datagram is lost
-(iperf3 sends it once and would wait 30 s, then fail) is started again and measures what it should."""
+(iperf3 sends it once and would wait 30 s, then fail) is started again and measures what it should, and a
+TCP test whose client's first SYN is lost (sent again a second later) is dated from its real start."""
 import re
 import subprocess
 import threading
@@ -15,21 +16,22 @@ from topo.topos import StudyTopo
 
 pytestmark = requires_ovs
 CONNECT_DATAGRAM = "match ip protocol 17 0xff match u16 32 0xffff at 2"   # UDP, IP length 20 + 8 + 4 bytes
+SYN = "match ip protocol 6 0xff match u8 0x02 0x12 at 33"                   # TCP flags SYN without ACK
 
 
 def tc(pid: int, *args: str) -> str:
     return subprocess.run(["mnexec", "-a", str(pid), "tc", *args], capture_output=True, text=True, check=True).stdout
 
 
-def drop_first_connect_datagram(pid: int, dev: str, stop: threading.Event) -> list[int]:
-    """On `dev`'s way out, iperf3's UDP connect datagrams go to a class whose queue holds nothing; once one
-    was dropped, the filter goes. Returns [drops seen] when `stop` is set."""
+def drop_first(pid: int, dev: str, match: str, stop: threading.Event) -> list[int]:
+    """On `dev`'s way out, packets that `match` go to a class whose queue holds nothing; once one was
+    dropped, the filter goes. Returns [drops seen] when `stop` is set."""
     tc(pid, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
     for minor in (1, 2):
         tc(pid, "class", "add", "dev", dev, "parent", "1:", "classid", f"1:{minor}", "htb", "rate", "1gbit")
     tc(pid, "qdisc", "add", "dev", dev, "parent", "1:2", "handle", "20:", "pfifo", "limit", "0")
     tc(pid, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
-       *CONNECT_DATAGRAM.split(), "flowid", "1:2")
+       *match.split(), "flowid", "1:2")
     dropped = [0]
 
     def watch():
@@ -44,7 +46,7 @@ def drop_first_connect_datagram(pid: int, dev: str, stop: threading.Event) -> li
     return dropped
 
 
-def test_a_udp_test_whose_connect_datagram_is_lost_starts_again_and_measures(tmp_path):
+def test_a_udp_test_whose_connect_datagram_is_lost_starts_again_and_a_tcp_test_whose_syn_is_lost_is_dated(tmp_path):
     doc = policy_document("shared", 5_000_000, 25)
     stop = threading.Event()
     with controller(tmp_path / "controller.log") as client:
@@ -53,21 +55,27 @@ def test_a_udp_test_whose_connect_datagram_is_lost_starts_again_and_measures(tmp
             client.wait(lambda s: {"0000000000000001", "0000000000000002"} <= set(s["switches"]), 30, "switches")
             client.put_policy(doc)
             client.wait(lambda s: queues_in_force(s, parse_policy(doc)), 20, "the shared queue")
-            dropped = drop_first_connect_datagram(net.host("h1").pid, "h1-eth0", stop)
+            dropped = drop_first(net.host("h1").pid, "h1-eth0", CONNECT_DATAGRAM, stop)
+            syn_dropped = drop_first(net.host("h4").pid, "h4-eth0", SYN, stop)
             lost = traffic.Flow("lost", "h1", "h4", 3, udp_mbps=2)
             spared = traffic.Flow("spared", "h2", "h3", 3, udp_mbps=1)
+            late = traffic.Flow("late", "h4", "h1", 3)
             started = time.monotonic()
-            lost_ran, spared_ran = sorted(traffic.run(net, [[lost], [spared]], tmp_path / "raw", 1.0),
-                                          key=lambda r: r.item.name)
+            late_ran, lost_ran, spared_ran = sorted(traffic.run(net, [[lost], [spared], [late]], tmp_path / "raw",
+                                                                1.0), key=lambda r: r.item.name)
             took = time.monotonic() - started
             stop.set()
             client.clear_policy()
-    assert dropped == [1]                       # exactly the first connect datagram, and nothing else
+    assert dropped == [1] and syn_dropped == [1]  # exactly the first connect datagram and SYN, nothing else
     assert lost_ran.connect_restarts == 1 and spared_ran.connect_restarts == 0
-    assert lost_ran.error is None and spared_ran.error is None
+    assert lost_ran.error is None and spared_ran.error is None and late_ran.error is None
+    # The SYN is sent again after a second: the test starts then, and its three seconds end as the client exits.
+    assert late_ran.started - late_ran.launched >= 0.9, late_ran
+    assert 0 <= late_ran.ended - (late_ran.started + 3) < 0.5, late_ran
+    assert spared_ran.started - spared_ran.launched < 0.5, spared_ran
     assert took < 15, took                      # not iperf3's own 30 s wait
     for ran, offered in ((lost_ran, 2e6), (spared_ran, 1e6)):
         received = ran.doc["server_output_json"]["end"]["sum_received"]["bytes"]
         assert received > 0.8 * offered / 8 * 3, (ran.item.name, received)
-    assert (tmp_path / "raw" / f"lost.server.{iperf.BASE_PORT + 2}.json").exists()   # the restart's own server
+    assert (tmp_path / "raw" / f"lost.server.{iperf.BASE_PORT + 3}.json").exists()   # the restart's own server
     assert leftovers() == NOTHING_LEFT

@@ -159,11 +159,12 @@ def test_parse_pairs():
             parse_pairs([bad])
 
 
-def ran(name, src, dst, doc, started, **flow):
-    return Ran(Flow(name, src, dst, 4, **flow), started, started + 4, doc)
+def ran(name, src, dst, doc, started, launched=None, **flow):
+    return Ran(Flow(name, src, dst, 4, **flow), started, started + 4, doc,
+               launched=started if launched is None else launched)
 
 
-def test_window_and_receiver_rate_follow_the_launch_times():
+def test_window_and_receiver_rate_follow_the_start_times():
     first = ran("a", "h1", "h4", iperf_tcp([1] * 8, [1] * 8, 0, server_bps=[1e6, 2e6, 3e6, 4e6]), 100.0,
                 congestion_control="cubic")
     second = ran("b", "h2", "h3", iperf_tcp([1] * 8, [1] * 8, 0, server_bps=[4e6] * 4), 100.5,
@@ -176,11 +177,11 @@ def test_window_and_receiver_rate_follow_the_launch_times():
 def test_case_result_gives_each_flow_and_the_index():
     tcp = ran("h1-h4_cubic", "h1", "h4", iperf_tcp([1] * 8, [1] * 8, 0, retransmits=7, server_bps=[0.6e6] * 4), 10.0,
               congestion_control="cubic")
-    udp = ran("h2-h3_udp", "h2", "h3", iperf_udp([4.4e6] * 4), 10.0, udp_mbps=10)
+    udp = ran("h2-h3_udp", "h2", "h3", iperf_udp([4.4e6] * 4), 10.0, 8.75, udp_mbps=10)   # its SYN sent again
     case = case_result("cubic vs UDP", [tcp, udp], (11.0, 14.0))
     assert case["flows"][0] == {"flow": "h1 -> h4", "mbps": 0.6, "protocol": "tcp", "congestion_control": "cubic",
-                                "retransmits": 7}
-    assert case["flows"][1] == {"flow": "h2 -> h3", "mbps": 4.4, "protocol": "udp", "offered_mbps": 10,
+                                "retransmits": 7, "start_delay_s": 0.0}
+    assert case["flows"][1] == {"flow": "h2 -> h3", "mbps": 4.4, "protocol": "udp", "offered_mbps": 10, "start_delay_s": 1.25,
                                 "lost_percent": 48.0, "connect_restarts": 0}
     assert case["jain_index"] == round(jain_index([0.6, 4.4]), 3) == 0.634
     assert case["window_s"] == [1.0, 4.0]

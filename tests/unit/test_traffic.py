@@ -7,7 +7,7 @@ import sys
 import time
 
 from topo.net import traffic
-from topo.net.traffic import Flow, Ran, _connect_lost, _listening, _Running
+from topo.net.traffic import Flow, Ran, _connect_lost, _listening, _Running, _serving
 
 
 def test_the_connect_wait_covers_the_longest_queueing_and_is_at_least_a_second():
@@ -23,6 +23,29 @@ def test_a_listening_socket_is_seen_in_the_process_namespace_and_gone_when_close
         listener.listen()
         assert _listening(os.getpid(), port)
     assert not _listening(os.getpid(), port)
+
+
+def test_a_test_is_served_once_its_server_holds_the_control_connection_and_every_data_stream():
+    tcp, udp, two = Flow("t", "h1", "h4", 5), Flow("u", "h1", "h4", 5, udp_mbps=1), Flow("p", "h1", "h4", 5, parallel=2)
+    with socket.socket() as listener, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as datagrams:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        clients, accepted = [], []
+        try:
+            for streams in range(3):
+                assert _serving(os.getpid(), port, tcp) == (streams >= 2)
+                assert _serving(os.getpid(), port, two) == (streams >= 3)
+                clients.append(socket.create_connection(("127.0.0.1", port)))
+                accepted.append(listener.accept()[0])
+            assert _serving(os.getpid(), port, two)
+            datagrams.bind(("127.0.0.1", port))
+            assert not _serving(os.getpid(), port, udp)          # bound, not yet connected to its client
+            datagrams.connect(("127.0.0.1", 9))
+            assert _serving(os.getpid(), port, udp)
+        finally:
+            for s in clients + accepted:
+                s.close()
 
 
 def test_a_udp_client_asleep_in_a_datagram_recv_counts_as_lost_after_the_wait_and_a_sender_never():

@@ -1,9 +1,9 @@
 """iperf3 command lines and the analysis of their JSON output (pure).
 
 Throughput is what the receiver got: the server's intervals, which the client brings back with
---get-server-output. The server reports every 0.25 s, so a recovery is timed to a quarter second.
-Interval times are relative to the test's start; the launcher records when it started each
-client, and windows are matched to intervals by overlap, so a late start never drops a second.
+--get-server-output. The server reports every 0.1 s, so a recovery is timed to a tenth of a second.
+Interval times are relative to the test's start, which the traffic runner dates (topo/net/traffic.py),
+and windows are matched to intervals by overlap, so a late start never drops a second.
 """
 from __future__ import annotations
 

@@ -17,6 +17,12 @@ wait (the only blocking UDP recv an iperf3 sender makes) and, once it has slept 
 bottleneck can hold a packet, starts it again against a fresh server on a port of its own (the first
 server is still tearing the failed test down, its listener closed for a moment), and says so in the
 flow's record.
+
+A test does not start when its client does: the client's TCP handshake and parameters cross the same
+queue, and a SYN that a full FIFO drops is sent again only after a second (then two more). iperf3's
+intervals count from the test's start, and its JSON dates that start to the whole second only, so the
+runner watches each flow's server, a hundred times a second until it has, for the moment it takes the
+test's data streams (the server's clock starts there) and dates the flow from that.
 """
 from __future__ import annotations
 
@@ -33,9 +39,11 @@ from topo.net.network import Network
 
 SLACK_SECONDS = 30.0      # beyond an item's length: a closing exchange through a full queue
 POLL_SECONDS = 0.1
+START_POLL_SECONDS = 0.01  # while a flow's server has not yet taken its data streams
 LISTEN_SECONDS = 5.0      # for a new iperf3 server to listen
 EXIT_SECONDS = 2.0        # for the servers to exit once the runner is done
 DATAGRAM_WAIT = "__skb_wait_for_more_packets"   # /proc/PID/wchan of a process blocked in a datagram recv
+ESTABLISHED = "01"        # /proc/net/{tcp,udp}: a connected socket
 CONNECT_ATTEMPTS = 3      # of a UDP test whose connect datagram got no reply
 FRAME_BITS = 1514 * 8
 
@@ -87,7 +95,8 @@ Item = Flow | Pause | Ping | Probe
 
 @dataclass
 class Ran:
-    """One item as it ran: launcher wall-clock times, and what it produced."""
+    """One item as it ran: launcher wall-clock times, and what it produced. A flow's `started` is when its
+    server took the test's data streams (its intervals count from there); `launched`, when its client was."""
     item: Item
     started: float
     ended: float
@@ -95,6 +104,7 @@ class Ran:
     text: str | None = None             # a ping's output
     error: str | None = None            # why a flow's test failed (iperf3's own message)
     connect_restarts: int = 0           # times a UDP test was started again, its connect datagram lost
+    launched: float = 0.0
 
     @property
     def flow(self) -> Flow:
@@ -122,6 +132,7 @@ class _Running:
     proc: Any                           # None for a pause
     deadline: float
     asleep_since: float | None = None   # a UDP client in its connect wait, since when
+    begun: bool = True                  # whether a flow's server has taken its data streams
 
 
 def planned_seconds(lanes: list[list[Item]]) -> float:
@@ -133,8 +144,8 @@ def run(net: Network, lanes: list[list[Item]], raw_dir: Path, connect_wait: floa
         tick: Callable[[str, float], None] = lambda label, elapsed: None,
         on_start: Callable[[Item], None] = lambda item: None) -> list[Ran]:
     """Run every lane; returns what ran, in start order. `connect_wait`: seconds a UDP client may wait for
-    its connect reply (connect_seconds()). `tick(label, elapsed)` about 10 times a second with the label
-    of the item started last; `on_start(item)` as each item starts."""
+    its connect reply (connect_seconds()). `tick(label, elapsed)` about 10 times a second (100 while a flow
+    starts) with the label of the item started last; `on_start(item)` as each item starts."""
     raw_dir.mkdir(parents=True, exist_ok=True)
     servers = _Servers(net, raw_dir)
     try:
@@ -171,6 +182,8 @@ def _drive(net: Network, lanes: list[list[Item]], raw_dir: Path, servers: _Serve
                 item = state.ran.item
                 finished = state.proc.poll() is not None if state.proc else now >= state.ran.started + item.seconds
                 if not finished:
+                    if not state.begun and isinstance(item, Flow) and servers.serving(item):
+                        state.ran.started, state.begun = time.time(), True
                     if now > state.deadline:
                         raise TrafficError(f"{_describe(item)} did not finish within "
                                            f"{state.deadline - state.ran.started:g} s")
@@ -184,14 +197,16 @@ def _drive(net: Network, lanes: list[list[Item]], raw_dir: Path, servers: _Serve
                 cursors[k] += 1
                 on_start(item)
                 proc = _start(net, item, raw_dir, servers.ports)
-                ran = Ran(item, time.time(), 0.0)
-                running[k] = _Running(ran, proc, ran.started + item.seconds + SLACK_SECONDS)
+                launched = time.time()
+                ran = Ran(item, launched, 0.0, launched=launched)
+                running[k] = _Running(ran, proc, launched + item.seconds + SLACK_SECONDS,
+                                      begun=not isinstance(item, Flow))
                 done.append(ran)
                 label = item.label or label
         if not running:
             break
         tick(label, now - t0)
-        time.sleep(POLL_SECONDS)
+        time.sleep(POLL_SECONDS if all(s.begun for s in running.values()) else START_POLL_SECONDS)
     return done
 
 
@@ -201,6 +216,7 @@ class _Servers:
     def __init__(self, net: Network, raw_dir: Path):
         self._net, self._raw_dir = net, raw_dir
         self.ports: dict[str, int] = {}
+        self.pids: dict[str, int] = {}      # each flow's current server
         self._starting: list[tuple[Any, int, str]] = []   # (process, port, tcp or udp)
         self._all: list[Any] = []
         self._probes: list[Any] = []
@@ -211,8 +227,13 @@ class _Servers:
         suffix = f".{port}" if flow.name in self.ports else ""
         self.ports[flow.name] = port
         proc = self._net.popen(flow.dst, iperf.server_args(port), self._raw_dir / f"{flow.name}.server{suffix}.json")
+        self.pids[flow.name] = proc.pid
         self._starting.append((proc, port, "tcp"))
         self._all.append(proc)
+
+    def serving(self, flow: Flow) -> bool:
+        """Whether `flow`'s current server has taken its test's data streams."""
+        return _serving(self.pids[flow.name], self.ports[flow.name], flow)
 
     def start_probe(self, item: Probe) -> None:
         proc = self._net.popen(item.dst, probe.server_args(self._net.host(item.dst).IP()),
@@ -253,22 +274,37 @@ def _restart(net: Network, state: _Running, servers: _Servers, raw_dir: Path) ->
     servers.start(item)
     servers.wait_listening()
     state.proc = _start(net, item, raw_dir, servers.ports)
-    state.ran.started, state.asleep_since = time.time(), None
+    state.ran.launched = state.ran.started = time.time()
+    state.asleep_since, state.begun = None, False
     state.ran.connect_restarts += 1
     state.deadline = state.ran.started + item.seconds + SLACK_SECONDS
 
 
 def _listening(pid: int, port: int, protocol: str = "tcp") -> bool:
     """Whether `pid`'s network namespace has a TCP socket listening on `port` (or a UDP one bound to it)."""
-    state = "0A" if protocol == "tcp" else "07"    # LISTEN; a bound UDP socket shows CLOSE
+    return _sockets(pid, protocol, port, "0A" if protocol == "tcp" else "07") > 0   # LISTEN; bound UDP: CLOSE
+
+
+def _serving(pid: int, port: int, flow: Flow) -> bool:
+    """Whether the iperf3 server `pid` on `port` has taken `flow`'s data streams: beside its control
+    connection, one TCP connection a stream, or its UDP socket connected to the client."""
+    tcp = _sockets(pid, "tcp", port, ESTABLISHED)
+    if flow.udp_mbps is not None:
+        return tcp >= 1 and _sockets(pid, "udp", port, ESTABLISHED) >= 1
+    return tcp >= 1 + flow.parallel
+
+
+def _sockets(pid: int, protocol: str, port: int, state: str) -> int:
+    """How many of `pid`'s namespace's sockets of `protocol` (v4 and v6) are bound to `port` in `state`."""
+    count = 0
     for table in (protocol, protocol + "6"):
         try:
             lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
         except OSError:
             continue
-        if any(f[1].rsplit(":", 1)[1] == f"{port:04X}" and f[3] == state for f in (line.split() for line in lines)):
-            return True
-    return False
+        fields = (line.split() for line in lines)
+        count += sum(f[1].rsplit(":", 1)[1] == f"{port:04X}" and f[3] == state for f in fields)
+    return count
 
 
 def _connect_lost(state: _Running, now: float, wait: float) -> bool:

@@ -168,7 +168,8 @@ def _one_case(name: str, flows: list[Flow], plan: Plan, ctx: TrialContext) -> di
 
 def _flow_numbers(ran: Ran, span: tuple[float, float]) -> dict[str, Any]:
     flow, end = ran.flow, ran.require()["end"]
-    numbers: dict[str, Any] = {"flow": f"{flow.src} -> {flow.dst}", "mbps": received_mbps(ran, span)}
+    numbers: dict[str, Any] = {"flow": f"{flow.src} -> {flow.dst}", "mbps": received_mbps(ran, span),
+                               "start_delay_s": round(ran.started - ran.launched, 3)}
     if flow.udp_mbps is None:
         return {**numbers, "protocol": "tcp", "congestion_control": flow.congestion_control,
                 "retransmits": end["sum_sent"]["retransmits"]}
