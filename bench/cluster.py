@@ -177,11 +177,11 @@ def api(member: Member, method: str = "GET", path: str = "/status", body: Any = 
         raise ControllerError(f"{member.name}: {method} {path} answered {err.code}: {err.read()[:300]!r}") from None
 
 
-def statuses(group: list[Member]) -> dict[str, dict]:
-    """The live members' statuses (one that does not answer is left out)."""
+def statuses(group: list[Member], skip: str | None = None) -> dict[str, dict]:
+    """The live members' statuses but `skip`'s (one that does not answer is left out)."""
     found = {}
     for member in group:
-        if member.alive:
+        if member.alive and member.name != skip:
             try:
                 found[member.name] = api(member, timeout=10)
             except OSError:
@@ -315,8 +315,8 @@ class Cluster:
     def live(self) -> list[Member]:
         return [m for m in self.group if m.alive]
 
-    def owners(self) -> dict[str, str | None]:
-        return owners(statuses(self.group), self.dpids)
+    def owners(self, skip: str | None = None) -> dict[str, str | None]:
+        return owners(statuses(self.group, skip), self.dpids)
 
     def stable(self) -> dict[str, str] | None:
         """Bridge dpid → owner once every bridge is mastered by the member the ring of the live members names,
@@ -336,9 +336,10 @@ class Cluster:
 
     def taken_over(self, orphans: list[str], gone: str) -> tuple[float, float]:
         """Seconds until every orphan is mastered by another member as its status says, and as OVSDB says;
-        counted from now (the caller has just stopped `gone`)."""
+        counted from now (the caller has just stopped `gone`). `gone` is not asked: a member stopping with
+        SIGTERM accepts a connection on its API port until its process is gone, and answers it never."""
         started = time.monotonic()
-        wait(lambda: all(o not in (None, gone) for d, o in self.owners().items() if d in orphans), 120,
+        wait(lambda: all(o is not None for d, o in self.owners(skip=gone).items() if d in orphans), 120,
              f"{gone}'s bridges mastered by another member", 0.1)
         confirmed = time.monotonic() - started
         names = [self.by_dpid[d] for d in orphans]
