@@ -66,6 +66,7 @@ class Coordination:
         self._sync: ev.MemberSync | None = None                # what our switches hold ...
         self._sync_told: ev.MemberSync | None = None           # ... and what etcd holds of it
         self._wake = hub.Event()                               # the loop reads (and tells) at once
+        self._policy: tuple[int, Any] | None = None            # the policy as last fetched: (revision, document)
 
     def connect(self) -> None:
         """Join the owner's group (made if it is not there yet)."""
@@ -138,19 +139,26 @@ class Coordination:
 
     def read(self) -> ev.ClusterChanged:
         """The members, the switches' owners, etcd's revision at the read, the policy (revision, document), the
-        switches each member cannot reach and what each says its switches hold (refreshed_at: unknown here)."""
+        switches each member cannot reach and what each says its switches hold (refreshed_at: unknown here).
+        Every key is read in one transaction, the policy's without its value: it is fetched only when its
+        revision moved (a policy of 10,000 ports is a megabyte, and this runs every second)."""
+        policy_key = f"{self.prefix}policy"
         try:
             members = tuple(sorted(m.decode() for m in self._coord.get_members(self.group).get()))
-            answer = self._post("/kv/range", {"key": _b64(self.prefix), "range_end": _b64(_range_end(self.prefix))})
+            answer = self._post("/kv/txn", {"success": [
+                {"request_range": {"key": _b64(self.prefix), "range_end": _b64(policy_key)}},
+                {"request_range": {"key": _b64(policy_key), "keys_only": True}},
+                {"request_range": {"key": _b64(policy_key + "\0"), "range_end": _b64(_range_end(self.prefix))}}]})
         except CoordinationError:
             raise
         except Exception as err:   # noqa: BLE001
             raise CoordinationError(_why(err)) from None
+        before, stored, after = (r["response_range"].get("kvs", []) for r in answer["responses"])
+        policy = self._fetch_policy(int(stored[0]["mod_revision"])) if stored else None
         owners: dict[int, str] = {}
         unreachable: dict[str, frozenset[int]] = {}
         sync: dict[str, ev.MemberSync] = {}
-        policy = None
-        for kv in answer.get("kvs", []):
+        for kv in [*before, *after]:
             key, value = _text(kv["key"])[len(self.prefix):], _text(kv.get("value", ""))
             if key.startswith("switch/"):
                 owners[int(key[len("switch/"):], 16)] = value
@@ -160,9 +168,15 @@ class Coordination:
                 said = json.loads(value)
                 sync[key[len("sync/"):]] = ev.MemberSync(said["revision"], {
                     int(dp, 16): held for dp, held in said["switches"].items()})
-            elif key == "policy":
-                policy = (int(kv["mod_revision"]), json.loads(value).get("policy"))
         return ev.ClusterChanged(members, owners, int(answer["header"]["revision"]), policy, None, unreachable, sync)
+
+    def _fetch_policy(self, revision: int) -> tuple[int, Any] | None:
+        """The policy (revision, document) at `revision` or later: the one fetched last if it is that one."""
+        if self._policy is None or self._policy[0] != revision:
+            kvs = self._post("/kv/range", {"key": _b64(f"{self.prefix}policy")}).get("kvs", [])
+            self._policy = (int(kvs[0]["mod_revision"]), json.loads(_text(kvs[0]["value"])).get("policy")) \
+                if kvs else None
+        return self._policy
 
     def _rejoin(self) -> None:
         try:
