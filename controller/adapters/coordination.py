@@ -29,6 +29,7 @@ from controller.core.keeper import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
 
 LOG = logging.getLogger(__name__)
 REFRESH_SECONDS = 1.0      # how often a member refreshes its lease (and reads the cluster, if no watch woke it)
+CONNECTIONS = 256          # kept open to etcd: a take-over claims each switch at once, on a greenthread of its own
 COALESCE_SECONDS = 0.05    # after a watch wakes the loop: changes arriving this soon are read with it
 
 
@@ -70,6 +71,7 @@ class Coordination:
 
     def connect(self) -> None:
         """Join the owner's group (made if it is not there yet)."""
+        import requests.adapters  # type: ignore[import-untyped]  # etcd3gw's HTTP client
         from tooz import coordination  # only a cluster's member needs it (and it is not in Ryu's venv)
         try:
             coord: Any = coordination.get_coordinator(self.url, self.member.encode())   # its etcd3gw driver
@@ -77,6 +79,9 @@ class Coordination:
                 # The URL's CA is the trust for etcd: requests would let REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE
                 # in the environment override it (its session's verify loses to them), and refuse etcd.
                 coord.client.session.trust_env = False
+            # requests keeps 10 connections a host by default, and says so in a warning for each one more.
+            for scheme in ("http://", "https://"):
+                coord.client.session.mount(scheme, requests.adapters.HTTPAdapter(pool_maxsize=CONNECTIONS))
             coord.start(start_heart=False)
             try:
                 coord.create_group(self.group).get()
