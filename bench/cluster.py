@@ -10,7 +10,11 @@ listens for OpenFlow on 6652+k, REST on 8079+k, metrics on 9091+10k), waits unti
 then measures, and removes everything, Ctrl-C included (a killed run's bridges, processes and QoS rows
 are in the run record: the next run or `topo/run.py clean` removes them). One line per figure:
 
-  apply_seconds           PUT of an `auto` policy on every port through m1: its answer, and every port's QoS row
+  apply_seconds           PUT of an `auto` policy on every port through m1: its answer, every port's QoS row, and
+                          every switch in sync as its owner's status says (queues, classes and flows in place)
+  apply_stall_seconds     m1's longest answer to a constant GET, asked every 0.1 s from the PUT until every switch
+                          was in sync: how long its event loop was held at once (a switch drops a controller that
+                          leaves its echo unanswered 5 s; etcd, a member whose lease it does not refresh)
   member <name>           per member over the steady window: switches owned, statistics polls per owned
                           switch per second, CPU (children included) as a share of one core, peak RSS
   kill9_remaster_seconds  kill -9 of a member (restarted in between): until every bridge it owned is mastered
@@ -39,7 +43,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,6 +181,31 @@ def api(member: Member, method: str = "GET", path: str = "/status", body: Any = 
         raise ControllerError(f"{member.name}: {method} {path} answered {err.code}: {err.read()[:300]!r}") from None
 
 
+class Stalls:
+    """The member's API asked for its constant document (openapi.json) every 0.1 s in a thread until stopped:
+    the longest answer is the longest the member's event loop was held by one thing (its OpenFlow echo
+    replies and etcd lease refreshes wait as long)."""
+
+    def __init__(self, member: Member):
+        self.longest = 0.0
+        self._member, self._stop = member, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.longest
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            asked = time.monotonic()
+            with suppress(OSError, ControllerError):
+                api(self._member, path="/openapi.json", timeout=60)
+            self.longest = max(self.longest, time.monotonic() - asked)
+            self._stop.wait(0.1)
+
+
 def statuses(group: list[Member], skip: str | None = None) -> dict[str, dict]:
     """The live members' statuses but `skip`'s (one that does not answer is left out)."""
     found = {}
@@ -197,6 +226,13 @@ def owners(found: dict[str, dict], dpids: list[str]) -> dict[str, str | None]:
             if dpid in out and switch.get("role") == "master" and switch.get("owner") == name:
                 out[dpid] = name
     return out
+
+
+def all_in_sync(found: dict[str, dict], dpids: list[str]) -> bool:
+    """Whether every switch is in sync as the member that masters and owns it says."""
+    held = {dpid for name, status in found.items() for dpid, switch in status.get("switches", {}).items()
+            if switch.get("role") == "master" and switch.get("owner") == name and switch.get("in_sync")}
+    return held >= set(dpids)
 
 
 def polls(member: Member) -> float:
@@ -395,11 +431,16 @@ def figures(args: argparse.Namespace, cluster: Cluster, record: RunRecord, url: 
     all_ports = len(bridges) * args.ports
 
     rows = Watch(lambda: sum(1 for u in port_qos(bridges).values() if u) == all_ports)
+    stalls = Stalls(first)
     answer = api(first, "PUT", "/policy", policy(bridges, args.flows), timeout=600)
     answered = rows.since()
+    rows_seconds = rows.done(600)
+    wait(lambda: all_in_sync(statuses(group), cluster.dpids), 600, "every switch in sync", 1.0)
     print(f"apply_seconds          {answered:.2f} (answer: in_sync {answer.get('in_sync')}, "
-          f"{len(answer.get('not_in_sync') or ())} not in sync), {rows.done(600):.2f} (every port's QoS row)",
-          flush=True)
+          f"{len(answer.get('not_in_sync') or ())} not in sync), {rows_seconds:.2f} (every port's QoS row), "
+          f"{rows.since():.2f} (every switch in sync, as its owner says)", flush=True)
+    print(f"apply_stall_seconds    {stalls.stop():.2f} (m1's longest answer to GET /openapi.json, asked every 0.1 s "
+          "from the PUT until every switch was in sync)", flush=True)
 
     owned = cluster.owners()
     pids = {m.name: m.proc.pid for m in group if m.proc}

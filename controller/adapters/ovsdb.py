@@ -77,6 +77,10 @@ class LockHeld(OvsdbError):
 
 
 LATE_SECONDS = 60.0   # a transaction past its timeout is waited for this much longer before it counts as lost
+# Ports a transaction: ovsdbapp builds and sends a transaction on os-ken's event loop (its connection thread
+# is green there), and 4000 ports held the loop for 3.3 s at once, longer at 10,000 than a switch waits for
+# an echo reply (5 s) or a cluster member's lease lasts.
+TRANSACTION_PORTS = 1000
 
 
 class Unconfirmed(OvsdbError):
@@ -204,13 +208,25 @@ class Ovsdb:
 
     def apply(self, changes: dict[str, QosSpec | None], tags: dict[str, str] | None = None,
               port_tags: dict[str, dict[str, str]] | None = None, epochs: dict[int, int] | None = None) -> None:
-        """Every port's queues as given (None: ours off the port), in one transaction. The rows carry
-        `tags` and the port's own `port_tags` in external_ids. One transaction however many switches
-        the ports are on: vswitchd reconfigures every port of the host for each one. `epochs`: a cluster
-        member's, by datapath id; the transaction fails with Fenced where a switch's epoch is newer."""
+        """Every port's queues as given (None: ours off the port). The rows carry `tags` and the port's own
+        `port_tags` in external_ids. Transactions of TRANSACTION_PORTS ports however many switches the ports
+        are on, one after the other; only the last asks vswitchd to reconfigure (it reconfigures every port
+        of the host for each request) and waits until it has: it then holds what the others wrote too.
+        `epochs`: a cluster member's, by datapath id; each transaction fails with Fenced where a switch's
+        epoch is newer."""
+        items = list(changes.items())
+        chunks = [dict(items[k:k + TRANSACTION_PORTS]) for k in range(0, len(items), TRANSACTION_PORTS)] or [{}]
+        for k, chunk in enumerate(chunks):
+            self._apply(chunk, tags, port_tags, epochs, reconfigure=k == len(chunks) - 1)
+
+    def _apply(self, changes: dict[str, QosSpec | None], tags: dict[str, str] | None,
+               port_tags: dict[str, dict[str, str]] | None, epochs: dict[int, int] | None, reconfigure: bool) -> None:
+        connection = self._api.ovsdb_connection
         # We log every refusal ourselves, in one line; ovsdbapp's own log would add a traceback to each.
+        opened = self._api.transaction(check_error=True, log_errors=False) if reconfigure else \
+            transaction.Transaction(self._api, connection, connection.timeout, check_error=True, log_errors=False)
         try:
-            with self._api.transaction(check_error=True, log_errors=False) as txn:
+            with opened as txn:
                 if epochs:
                     txn.add(_Fence(self._api, self._epoch_key, epochs, strict=True))
                 for iface, spec in changes.items():
@@ -223,8 +239,8 @@ class Ovsdb:
                 late = txn.results.get(timeout=self._late)
             except queue.Empty:
                 raise Unconfirmed(f"OVSDB did not confirm the change of {len(changes)} ports within "
-                                  f"{self._api.ovsdb_connection.timeout + self._late:g} s; what it holds is read "
-                                  "again at the next poll") from None
+                                  f"{connection.timeout + self._late:g} s; what it holds is read again at the next "
+                                  "poll") from None
             if isinstance(late, idlutils.ExceptionResult):
                 raise late.ex from None
 

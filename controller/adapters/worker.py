@@ -3,7 +3,9 @@
 The app submits jobs (a port's queues to change, or only its tc to check) and goes on handling
 OpenFlow events; the worker takes every job waiting, does them as one batch and hands the results
 back through the app's event queue. One OVSDB transaction serves the whole batch, so applying a
-policy to 1000 ports is one transaction, not 1000.
+policy to 1000 ports is one transaction, not 1000. The worker hands the loop over after each port's
+tc calls: netlink answers at once, so a green socket never waits, and a batch of thousands of ports
+would hold the loop for seconds (OpenFlow echo replies, a cluster member's lease refresh).
 """
 from __future__ import annotations
 
@@ -102,6 +104,7 @@ class Worker:
             if job.userspace and self._tc:
                 # HTB refuses to delete a class a filter points at: our filters go first.
                 self._tc_call(results[id(job)], self._tc.replace_filters, job.iface, ())
+                hub.sleep(0)
         if changes:
             self._apply(changes, results)
         if sweep or changes:
@@ -117,6 +120,7 @@ class Worker:
             result = results[id(job)]
             if job.spec is not None and result.error is None:
                 self._ensure_tc(job, result, deadline if job.qos else 0.0)
+                hub.sleep(0)
         return list(results.values())
 
     def _fenced(self, jobs: list[Job], results: dict[int, JobResult], raised: dict[int, int]) -> list[Job]:

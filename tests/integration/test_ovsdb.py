@@ -1,5 +1,5 @@
 """The OVSDB adapter against the real ovsdb-server and ovs-vswitchd: rows read back, ownership, the owner's
-lock, many ports in one transaction, HTB classes."""
+lock, many ports in bounded transactions, HTB classes."""
 import os
 import re
 import signal
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from controller.adapters import ovsdb
 from controller.adapters.ovsdb import Fenced, LockHeld, Ovsdb, OvsdbError, Unconfirmed
 from controller.adapters.tc import Leaf, Tc
 from controller.core.plan import ABSENT, FOREIGN
@@ -256,10 +257,13 @@ def ports():
 
 
 
-def test_many_ports_change_in_one_transaction_and_orphans_are_swept(ports):
+def test_many_ports_change_in_bounded_transactions_that_ask_vswitchd_once_and_orphans_are_swept(ports, monkeypatch):
     db, ifaces = ports
     spec = reserve_qos(POLICY, PORT, userspace=True)
+    monkeypatch.setattr(ovsdb, "TRANSACTION_PORTS", 8)             # 50 ports: 7 transactions
+    asked = int(sh("ovs-vsctl", "get", "open_vswitch", ".", "next_cfg"))
     db.apply(dict.fromkeys(ifaces, spec), {"policy": "reserve"})
+    assert int(sh("ovs-vsctl", "get", "open_vswitch", ".", "next_cfg")) == asked + 1
     assert all(db.port_qos(iface) == spec.ovsdb for iface in ifaces)
     assert len(rows("QoS", db.owner)) == 50 and len(rows("Queue", db.owner)) == 50 * QUEUES
     # A port that goes away (as a Mininet bridge does) leaves its QoS rows behind: they are swept.
