@@ -2,8 +2,9 @@
 
 The app submits jobs (a port's queues to change, or only its tc to check) and goes on handling
 OpenFlow events; the worker takes every job waiting, does them as one batch and hands the results
-back through the app's event queue. One OVSDB transaction serves the whole batch, so applying a
-policy to 1000 ports is one transaction, not 1000. The worker hands the loop over after each port's
+back through the app's event queue. One OVSDB transaction serves the whole batch (a batch of more
+than ovsdb.TRANSACTION_PORTS ports, several), so applying a policy to 1000 ports is one transaction,
+not 1000. The worker hands the loop over after each port's
 tc calls: netlink answers at once, so a green socket never waits, and a batch of thousands of ports
 would hold the loop for seconds (OpenFlow echo replies, a cluster member's lease refresh).
 """
