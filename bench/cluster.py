@@ -218,21 +218,24 @@ def statuses(group: list[Member], skip: str | None = None) -> dict[str, dict]:
     return found
 
 
+def mastered(found: dict[str, dict]) -> Iterator[tuple[str, str, dict]]:
+    """(dpid, member, the switch's status) for each switch a member's status says it masters and owns."""
+    for name, status in found.items():
+        for dpid, switch in status.get("switches", {}).items():
+            if switch.get("role") == "master" and switch.get("owner") == name:
+                yield dpid, name, switch
+
+
 def owners(found: dict[str, dict], dpids: list[str]) -> dict[str, str | None]:
     """Switch → the member whose status says it is master and the owner, or None."""
     out: dict[str, str | None] = dict.fromkeys(dpids)
-    for name, status in found.items():
-        for dpid, switch in status.get("switches", {}).items():
-            if dpid in out and switch.get("role") == "master" and switch.get("owner") == name:
-                out[dpid] = name
+    out.update((dpid, name) for dpid, name, _ in mastered(found) if dpid in out)
     return out
 
 
 def all_in_sync(found: dict[str, dict], dpids: list[str]) -> bool:
     """Whether every switch is in sync as the member that masters and owns it says."""
-    held = {dpid for name, status in found.items() for dpid, switch in status.get("switches", {}).items()
-            if switch.get("role") == "master" and switch.get("owner") == name and switch.get("in_sync")}
-    return held >= set(dpids)
+    return {dpid for dpid, _, switch in mastered(found) if switch.get("in_sync")} >= set(dpids)
 
 
 def polls(member: Member) -> float:

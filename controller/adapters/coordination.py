@@ -147,7 +147,7 @@ class Coordination:
         switches each member cannot reach and what each says its switches hold (refreshed_at: unknown here).
         Every key is read in one transaction, the policy's without its value: it is fetched only when its
         revision moved (a policy of 10,000 ports is a megabyte, and this runs every second)."""
-        policy_key = f"{self.prefix}policy"
+        policy_key = self._policy_key
         try:
             members = tuple(sorted(m.decode() for m in self._coord.get_members(self.group).get()))
             answer = self._post("/kv/txn", {"success": [
@@ -175,10 +175,14 @@ class Coordination:
                     int(dp, 16): held for dp, held in said["switches"].items()})
         return ev.ClusterChanged(members, owners, int(answer["header"]["revision"]), policy, None, unreachable, sync)
 
+    @property
+    def _policy_key(self) -> str:
+        return f"{self.prefix}policy"
+
     def _fetch_policy(self, revision: int) -> tuple[int, Any] | None:
         """The policy (revision, document) at `revision` or later: the one fetched last if it is that one."""
         if self._policy is None or self._policy[0] != revision:
-            kvs = self._post("/kv/range", {"key": _b64(f"{self.prefix}policy")}).get("kvs", [])
+            kvs = self._post("/kv/range", {"key": _b64(self._policy_key)}).get("kvs", [])
             self._policy = (int(kvs[0]["mod_revision"]), json.loads(_text(kvs[0]["value"])).get("policy")) \
                 if kvs else None
         return self._policy
@@ -209,7 +213,7 @@ class Coordination:
 
     def save_policy(self, document: Any) -> int:
         """The cluster's policy (None: cleared); the revision it was written at."""
-        answer = self._post("/kv/put", {"key": _b64(f"{self.prefix}policy"),
+        answer = self._post("/kv/put", {"key": _b64(self._policy_key),
                                         "value": _b64(json.dumps({"policy": document}))})
         return int(answer["header"]["revision"])
 

@@ -181,8 +181,8 @@ def test_case_result_gives_each_flow_and_the_index():
     case = case_result("cubic vs UDP", [tcp, udp], (11.0, 14.0))
     assert case["flows"][0] == {"flow": "h1 -> h4", "mbps": 0.6, "protocol": "tcp", "congestion_control": "cubic",
                                 "retransmits": 7, "start_delay_s": 0.0}
-    assert case["flows"][1] == {"flow": "h2 -> h3", "mbps": 4.4, "protocol": "udp", "offered_mbps": 10, "start_delay_s": 1.25,
-                                "lost_percent": 48.0, "connect_restarts": 0}
+    assert case["flows"][1] == {"flow": "h2 -> h3", "mbps": 4.4, "protocol": "udp", "offered_mbps": 10,
+                                "start_delay_s": 1.25, "lost_percent": 48.0, "connect_restarts": 0}
     assert case["jain_index"] == round(jain_index([0.6, 4.4]), 3) == 0.634
     assert case["window_s"] == [1.0, 4.0]
 
