@@ -51,6 +51,7 @@ def test_most_steps_are_faithful_and_every_unfaithful_one_says_why(run):
     assert sum(s["faithful"] for s in steps) >= 0.8 * len(steps), [s["fidelity_notes"] for s in steps]
     for s in steps:
         assert s["faithful"] == (not s["fidelity_notes"]), s
+        assert s["probe_faithful"] == (not s["probe_notes"]), s
         assert s["fidelity"][0]["samples"] >= 4, s
 
 

@@ -162,20 +162,20 @@ def test_the_figure_has_a_panel_for_udp_alone(tmp_path):
 
 # --- the latency probe ------------------------------------------------------------------------------
 
-def irtt_doc(rtts_ms, start=T0, interval=0.02):
-    """irtt's JSON for packets sent every `interval` from `start`; None for a lost one."""
+def irtt_doc(rtts_ms, start=T0, interval=0.02, lost="true_up"):
+    """irtt's JSON for packets sent every `interval` from `start`; None for a lost one, lost as `lost` says."""
     trips = []
     for k, rtt in enumerate(rtts_ms):
         sent = {"client": {"send": {"wall": int((start + k * interval) * 1e9)}}}
-        trips.append({"seqno": k, "lost": "true" if rtt is None else "false", "timestamps": sent,
+        trips.append({"seqno": k, "lost": lost if rtt is None else "false", "timestamps": sent,
                       **({} if rtt is None else {"delay": {"rtt": int(rtt * 1e6)}})})
     return {"round_trips": trips}
 
 
-def probed_run(rtts_ms, tcp_drops=0, classes_drops=0):
+def probed_run(rtts_ms, tcp_drops=0, classes_drops=0, lost="true_up"):
     """A 3 s run whose step is [0, 2] (measured over [1, 2]), the probe throughout and unloaded before."""
     tcp = tcp_ran([4.8e6] * 12)
-    probe_ran = Ran(Flow("probe", "h2", "h3", 3), T0, T0 + 3, irtt_doc(rtts_ms, T0 + 0.01))   # off the edges
+    probe_ran = Ran(Flow("probe", "h2", "h3", 3), T0, T0 + 3, irtt_doc(rtts_ms, T0 + 0.01, lost=lost))   # off the edges
     unloaded = Ran(Flow("probe_unloaded", "h2", "h3", 1), T0 - 2, T0 - 1, irtt_doc([0.4] * 50, T0 - 2))
     bottleneck = samples(3.0, tcp_drops)
     if classes_drops:
@@ -193,14 +193,26 @@ def test_a_steps_latency_is_the_probes_packets_sent_inside_its_window():
     assert step["probe_rtt_ms"]["median"] == 30.0 and step["probe_rtt_ms"]["p95"] == 30.0
     assert step["probe_packets"] == 50 and step["probe_loss_percent"] == 2.0
     assert run["probe_unloaded"]["probe_rtt_ms"]["median"] == 0.4
-    # the packet was lost where no queue dropped: the step says the emulator, not the policy, decided
-    assert step["faithful"] is False and "lost outside the queues" in step["fidelity_notes"][-1]
+    # the packet was lost where no queue dropped: the emulator, not the policy, decided the probe's loss,
+    # and TCP's figures, judged by TCP's own counters, stand
+    assert step["probe_faithful"] is False and "lost outside the queues" in step["probe_notes"][-1]
+    assert step["faithful"] is True and not step["fidelity_notes"]
 
 
-def test_a_probe_packet_the_queue_dropped_leaves_the_step_faithful():
+def test_a_probe_packet_the_queue_dropped_leaves_the_probe_faithful():
     rtts = [1.0] * 50 + [30.0] * 9 + [None] + [30.0] * 40 + [5.0] * 50
     (step,) = probed_run(rtts, classes_drops=1)["steps"]
-    assert step["faithful"] is True, step["fidelity_notes"]
+    assert step["probe_faithful"] is True, step["probe_notes"]
+
+
+def test_an_echo_lost_on_the_way_back_is_the_emulators_even_when_the_queue_dropped():
+    rtts = [1.0] * 50 + [30.0] * 9 + [None] + [30.0] * 40 + [5.0] * 50
+    (step,) = probed_run(rtts, classes_drops=1, lost="true_down")["steps"]
+    assert step["probe_faithful"] is False and step["probe_notes"] == \
+        ["probe: 1 echoes lost on the way back, where no queue of the step is"]
+    lines = table({"bottleneck_mbps": 5, "scenario": {"repeat": 1},
+                   "policies": {"reserve": aggregate([probed_run(rtts, classes_drops=1, lost="true_down")])}})
+    assert "| 0 | 30.0 / 30.0 | 2 % †" in lines and "- reserve at UDP 0 Mbit/s: probe: 1 echoes lost" in lines
 
 
 def latency_summary():

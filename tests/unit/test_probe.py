@@ -27,7 +27,8 @@ def test_a_window_summary_in_milliseconds_with_the_share_lost():
     trips = round_trips(DOC)
     whole = summary(trips, trips[0].sent, trips[-1].sent)
     assert whole == {"probe_rtt_ms": {"median": 0.12, "p95": 0.43, "max": 0.43, "p5": 0.1, "p25": 0.11, "p75": 0.16},
-                     "probe_ipdv_p95_ms": 0.33, "probe_loss_percent": 16.67, "probe_packets": 6}
+                     "probe_ipdv_p95_ms": 0.33, "probe_loss_percent": 16.67, "probe_packets": 6,
+                     "probe_lost_back": 1}   # irtt's "true_down": the server echoed it
     empty = summary(trips, 0.0, 1.0)
     assert set(empty["probe_rtt_ms"].values()) == {None} and empty["probe_packets"] == 0
     assert empty["probe_ipdv_p95_ms"] is None and empty["probe_loss_percent"] is None

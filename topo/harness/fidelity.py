@@ -27,9 +27,9 @@ queue is read when the sampling starts and when it ends. `assess` then judges a 
   (the studied mechanism, not the emulator).
 - receiver silent: the iperf3 receiver reported nothing for over a second.
 - datapath starved: ovs-vswitchd waited for a CPU more than 25 % of the window.
-- probe lost outside its queue: the latency probe lost more packets than its queue (its class, or the
-  default one) dropped (probe_lost_outside).
-A step is faithful when none fires. The thresholds hold on a quiet 2-core host (none fired in its
+A step is faithful when none fires. The latency probe is judged apart (probe_lost_outside): an echo
+lost on the way back, or more packets lost on the way out than its queue (its class, or the default
+one) dropped, makes the probe's figures unfaithful, not TCP's. The thresholds hold on a quiet 2-core host (none fired in its
 runs) and each signal fired in a run built to trigger it.
 """
 from __future__ import annotations
@@ -204,23 +204,27 @@ def _queue_deltas(samples: list[Sample], tcp_class: str | None) -> tuple[int, in
 
 
 def probe_lost_outside(samples: list[Sample], start: float, end: float, step: dict,
-                       voice_class: str | None) -> str | None:
-    """A note when the latency probe lost more packets in [start, end] than the queue it went through
-    dropped (from a second before the window, as for TCP): lost where the policy does not act, the
-    emulator's doing. Its queue is its own class while that class carries bytes, else the default one."""
+                       voice_class: str | None) -> list[str]:
+    """Notes on the latency probe's packets lost in [start, end] where the policy does not act, the
+    emulator's doing: echoes lost on the way back, which crosses no queue the step measures, and packets
+    lost on the way out beyond what their queue dropped (from a second before the window, as for TCP).
+    Its queue is its own class while that class carries bytes, else the default one. They judge the
+    probe's figures only: TCP's are judged by TCP's own counters."""
     lost = round((step.get("probe_loss_percent") or 0) * (step.get("probe_packets") or 0) / 100)
-    if not lost:
-        return None
+    back = step.get("probe_lost_back") or 0
+    notes = [f"probe: {back} echoes lost on the way back, where no queue of the step is"] if back else []
+    out = lost - back
     inside = [s for s in samples if start - LOSS_LEAD_SECONDS <= s.t <= end]
-    if len(inside) < 2:
-        return None
+    if not out or len(inside) < 2:
+        return notes
     first, last = inside[0].classes, inside[-1].classes
     steered = voice_class in first and voice_class in last and last[voice_class].bytes > first[voice_class].bytes
     queue = voice_class if steered else DEFAULT_CLASS
     dropped = last[queue].drops - first[queue].drops if queue in first and queue in last else 0
-    if lost <= dropped:
-        return None
-    return f"probe: {lost} packets lost, their queue ({queue}) dropped {dropped}: lost outside the queues"
+    if out > dropped:
+        notes.append(f"probe: {out} packets lost on the way out, their queue ({queue}) dropped {dropped}: "
+                     "lost outside the queues")
+    return notes
 
 
 def _longest_stall(samples: list[Sample], received: list[Received], start: float, end: float,

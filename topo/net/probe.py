@@ -27,6 +27,7 @@ class RoundTrip:
     sent: float                 # wall clock, seconds
     rtt: float | None           # seconds; None when the packet or its echo was lost
     ipdv: float | None = None   # seconds, |this RTT - the previous one's|; None without both
+    lost_back: bool = False     # the server got the packet and its echo was lost (irtt's "true_down")
 
 
 def server_args(address: str) -> list[str]:
@@ -58,16 +59,17 @@ def round_trips(doc: dict[str, Any]) -> list[RoundTrip]:
     found = []
     for trip in doc.get("round_trips", []):
         sent = trip["timestamps"]["client"]["send"]["wall"] * NS
-        lost = trip.get("lost", "false") != "false"
-        rtt = None if lost else trip.get("delay", {}).get("rtt")
+        lost = trip.get("lost", "false")
+        rtt = None if lost != "false" else trip.get("delay", {}).get("rtt")
         ipdv = trip.get("ipdv", {}).get("rtt")
-        found.append(RoundTrip(sent, None if rtt is None else rtt * NS, None if ipdv is None else abs(ipdv) * NS))
+        found.append(RoundTrip(sent, None if rtt is None else rtt * NS, None if ipdv is None else abs(ipdv) * NS,
+                               lost == "true_down"))
     return found
 
 
 def summary(trips: list[RoundTrip], start: float, end: float) -> dict[str, Any]:
     """The round trips of packets sent in [start, end] (wall clock): RTT median, p95 and max, IPDV p95 (ms),
-    and the share lost; None where there was nothing to measure."""
+    the share lost, and how many were lost on the way back; None where there was nothing to measure."""
     inside = [t for t in trips if start <= t.sent <= end]
     rtts = sorted(t.rtt for t in inside if t.rtt is not None)
     ipdvs = sorted(t.ipdv for t in inside if t.ipdv is not None)
@@ -79,7 +81,7 @@ def summary(trips: list[RoundTrip], start: float, end: float) -> dict[str, Any]:
                              "p75": _ms(percentile(rtts, 75))},
             "probe_ipdv_p95_ms": _ms(percentile(ipdvs, 95)),
             "probe_loss_percent": round(100 * lost / len(inside), 2) if inside else None,
-            "probe_packets": len(inside)}
+            "probe_packets": len(inside), "probe_lost_back": sum(t.lost_back for t in inside)}
 
 
 def percentile(ordered: list[float], p: float) -> float | None:

@@ -86,9 +86,8 @@ def summarise_run(capacity_bps: int, settle: float, steps_mbps: tuple[float, ...
             row.update(faithful=False, fidelity_notes=[*row["fidelity_notes"], f"the UDP test failed: {ran.error}"])
         if trips is not None:
             row.update(probe.summary(trips, *window), tcp_rtt_ms=_tcp_rtt_ms(doc, t0, *window))
-            note = fidelity.probe_lost_outside(samples, *window, row, voice)
-            if note:
-                row.update(faithful=False, fidelity_notes=[*row["fidelity_notes"], note])
+            notes = fidelity.probe_lost_outside(samples, *window, row, voice)
+            row.update(probe_faithful=not notes, probe_notes=notes)
         rows.append(row)
     last_end = step_window(steps[-1])[1]
     cooldown = (last_end + settle, tcp.ended)
@@ -158,6 +157,9 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
             row.update(_spread("probe_rtt_p95_ms", [s["probe_rtt_ms"]["p95"] for s in per]))
             row.update({key: _median([s[key] for s in per])
                         for key in ("probe_ipdv_p95_ms", "probe_loss_percent", "tcp_rtt_ms")})
+            row.update(probe_faithful=all(s["probe_faithful"] for s in per),
+                       probe_notes=[note if len(runs) == 1 else f"run {i + 1}: {note}"
+                                    for i, s in enumerate(per) for note in s["probe_notes"]])
         steps.append(row)
     episodes = [e for run in runs for e in run.get("episodes", [])]
     alone = [run["udp_alone"] for run in runs if "udp_alone" in run]
@@ -233,14 +235,21 @@ def latency_table(summary: dict[str, Any]) -> str:
              "|---:|" + "---:|---:|" * len(names)]
     unloaded = [_ms(policies[n].get("probe_unloaded_rtt_ms")) for n in names]
     lines.append("| unloaded | " + " | ".join(f"{u} | –" for u in unloaded) + " |")
+    notes = []
     for i, first in enumerate(policies[names[0]]["steps"]):
         cells = []
         for n in names:
             step = policies[n]["steps"][i]
             rtt, lost = step["probe_rtt_ms"], step["probe_loss_percent"]
-            cells += [f"{_ms(rtt['median'])} / {_ms(rtt['p95'])}", "–" if lost is None else f"{lost:g} %"]
+            mark = "" if step["probe_faithful"] else f" {UNFAITHFUL}"
+            cells += [f"{_ms(rtt['median'])} / {_ms(rtt['p95'])}", ("–" if lost is None else f"{lost:g} %") + mark]
+            notes += [f"{n} at UDP {step['udp_mbps_offered']:g} Mbit/s: {note}" for note in step["probe_notes"]]
         lines.append(f"| {first['udp_mbps_offered']:g} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    if notes:
+        text += f"\n{UNFAITHFUL} not faithful (the emulator, not the policy, lost them):\n" + \
+                "".join(f"- {note}\n" for note in notes)
+    return text
 
 
 def latency_figure(summary: dict[str, Any], path: Path) -> bool:
