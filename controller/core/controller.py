@@ -62,6 +62,7 @@ class Controller:
         self.devices: dict[int, int] = {}              # device (ifindex) → its switch, for netlink's news
         self.decisions: collections.deque[dict[str, Any]] = collections.deque(maxlen=1000)
         self.reported = ev.RemotesChanged({})         # the remotes as the app last reported them
+        self.held: dict[int, dict[str, Any]] = {}      # a cluster member's switches → what they hold, as published
         self.out: list[act.Action] = []
         LOG.info("owner %s, policy %s (%s)", owner, self.keeper.name, self.keeper.mode)
 
@@ -73,6 +74,9 @@ class Controller:
     # --- the one entry point ------------------------------------------------------------------------------
     def handle(self, event: ev.Event, now: float) -> list[act.Action]:
         self.out = []
+        # A switch's own event (its replies and timers, most of what a member handles) changes that switch's
+        # entry only; any other may change ownership or every switch, and the record is built again.
+        routine, its = False, None
         match event:
             case ev.SwitchUp():
                 self._switch_up(event, now)
@@ -85,9 +89,9 @@ class Controller:
             case (ev.PortsChanged() | ev.BridgeDue() | ev.PollDue() | ev.RoleReply() | ev.ErrorReply()
                   | ev.BarrierReply() | ev.FlowStatsReply() | ev.FlowCountReply() | ev.MeterFeaturesReply()
                   | ev.MeterConfigReply() | ev.MeterStatsReply() | ev.QueueStatsReply() | ev.PortStatsReply()):
-                sw = self.conns.get(event.conn)
-                if sw is not None:   # else a connection gone, or one whose claim is being tested
-                    self._to(sw, event, now)
+                routine, its = True, self.conns.get(event.conn)
+                if its is not None:   # else a connection gone, or one whose claim is being tested
+                    self._to(its, event, now)
             case ev.GetPolicy():
                 self.out.append(act.Answer(event.token, self.keeper.document))
             case ev.GetStatus():
@@ -145,16 +149,32 @@ class Controller:
             case _:
                 assert_never(event)
         cluster = self.authority.cluster
-        if self.keeper.waiting or cluster:
-            switches = [sw for sw in self.switches.values() if sw.bridge is not None and self.authority.owns(sw.dp_id)]
-            if cluster:   # what our switches hold, for the answers the other members give (why not: once settled)
-                self.out += cluster.publish({sw.dp_id: {"in_sync": sw.in_sync, "settled": sw.settled,
-                                                        "errors": sw.errors() if sw.settled and not sw.in_sync else {}}
-                                             for sw in switches})
-            if self.keeper.waiting:
-                self.out += self.keeper.answer(switches, now, cluster.shared() if cluster else None)
+        if cluster:   # what our switches hold, for the answers the other members give (why not: once settled)
+            if not routine:
+                self.held = {sw.dp_id: self._holds(sw) for sw in self._owned()}
+            elif its is not None:
+                owned = its.bridge is not None and self.authority.owns(its.dp_id)
+                entry = self._holds(its) if owned else None
+                if entry != self.held.get(its.dp_id):
+                    held = dict(self.held)   # a new record: the one published stays as it was
+                    if entry is None:
+                        del held[its.dp_id]
+                    else:
+                        held[its.dp_id] = entry
+                    self.held = held
+            self.out += cluster.publish(self.held)
+        if self.keeper.waiting:
+            self.out += self.keeper.answer(self._owned(), now, cluster.shared() if cluster else None)
         out, self.out = self.out, []
         return out
+
+    def _owned(self) -> list[Switch]:
+        return [sw for sw in self.switches.values() if sw.bridge is not None and self.authority.owns(sw.dp_id)]
+
+    @staticmethod
+    def _holds(sw: Switch) -> dict[str, Any]:
+        return {"in_sync": sw.in_sync, "settled": sw.settled,
+                "errors": sw.errors() if sw.settled and not sw.in_sync else {}}
 
     def _revision(self) -> int:
         """In a cluster, the revision of its policy this member has in force (0 alone)."""

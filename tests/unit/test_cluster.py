@@ -209,3 +209,31 @@ def test_a_change_whose_owner_never_says_is_answered_at_the_deadline_naming_it(m
                                             "0000000000000002": "its owner, member b, has not said it holds "
                                                                 "this change yet"}
     assert answer.result["switches"]["0000000000000002"] == {"owner": "b", "in_sync": False}
+
+
+def test_a_switch_that_comes_in_sync_on_its_own_reply_is_published_with_it(member):
+    """The published record follows a switch's own replies, not only the events that touch every switch."""
+    from controller.core.jobs import JobResult
+    from controller.core.policy import load_document
+    member.handle(report(["a"], policy=(12, load_document("policies/reserve.yaml")), refreshed_at=HOLD_DOWN_SECONDS),
+                  HOLD_DOWN_SECONDS)
+    out = member.handle(ev.SwitchClaimed(1, 42), HOLD_DOWN_SECONDS)
+    (claim,) = sent(out, act.RoleRequest)
+    member.handle(ev.RoleReply(7, claim.xid, "master", 42), HOLD_DOWN_SECONDS)
+    replies = {act.METER_FEATURES: lambda xid: ev.MeterFeaturesReply(7, xid, None),
+               act.METER_CONFIG: lambda xid: ev.MeterConfigReply(7, xid, {}),
+               act.FLOWS: lambda xid: ev.FlowStatsReply(7, xid, {}, {})}
+    out = []
+    for xid, (_, kind) in list(member.switches[1].link.requests.items()):   # its tables: nothing of ours
+        out += member.handle(replies[kind](xid), HOLD_DOWN_SECONDS)
+    (barrier,), (submit,) = sent(out, act.Barrier), [a for a in out if isinstance(a, act.Submit)]
+    for job in submit.jobs:                                               # OVSDB holds what the jobs put
+        member.ovsdb.qos[job.iface] = job.spec.ovsdb if job.spec else None
+    out = member.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), HOLD_DOWN_SECONDS)
+    assert not any(a.sync.switches[1]["in_sync"] for a in out if isinstance(a, act.PublishSync))
+    out = member.handle(ev.BarrierReply(7, barrier.xid), HOLD_DOWN_SECONDS)   # the classes ready: steered now
+    assert not [a for a in out if isinstance(a, act.PublishSync)]          # nothing new to say: still at it
+    (barrier,) = sent(out, act.Barrier)
+    out = member.handle(ev.BarrierReply(7, barrier.xid), HOLD_DOWN_SECONDS)   # its flows confirmed: in sync
+    assert [a.sync.switches for a in out if isinstance(a, act.PublishSync)] == [{1: held(True)}]
+    assert not [a for a in member.handle(ev.PollDue(7, 1e9), HOLD_DOWN_SECONDS) if isinstance(a, act.PublishSync)]

@@ -29,8 +29,8 @@ queue is read when the sampling starts and when it ends. `assess` then judges a 
 - datapath starved: ovs-vswitchd waited for a CPU more than 25 % of the window.
 A step is faithful when none fires. The latency probe is judged apart (probe_lost_outside): an echo
 lost on the way back, or more packets lost on the way out than its queue (its class, or the default
-one) dropped, makes the probe's figures unfaithful, not TCP's. The thresholds hold on a quiet 2-core host (none fired in its
-runs) and each signal fired in a run built to trigger it.
+one) dropped, makes the probe's figures unfaithful, not TCP's. The thresholds hold on a quiet 2-core
+host (none fired in its runs) and each signal fired in a run built to trigger it.
 """
 from __future__ import annotations
 
