@@ -221,11 +221,12 @@ class Tc:
                         found.add((family, (value & mask) >> spec.shift, classid(target)))
         return found
 
-    def replace_filters(self, iface: str, marks: tuple[tuple[int, int], ...]) -> None:
-        """Make our filters exactly `marks` ((dscp, queue_id) pairs); an empty tuple removes them."""
+    def replace_filters(self, iface: str, marks: tuple[tuple[int, int], ...], clear: bool = True) -> None:
+        """Make our filters exactly `marks` ((dscp, queue_id) pairs); an empty tuple removes them. `clear`
+        False: the device is known to hold none of ours (u32 would add the new ones beside old ones)."""
         index = self._require(iface)
         with self._netlink() as ipr:
-            for spec in FILTERS.values():
+            for spec in FILTERS.values() if clear else ():
                 try:
                     ipr.tc("del-filter", index=index, parent=ROOT, info=spec.prio << 16)
                 except NetlinkError as err:

@@ -62,7 +62,7 @@ class Controller:
         self.devices: dict[int, int] = {}              # device (ifindex) → its switch, for netlink's news
         self.decisions: collections.deque[dict[str, Any]] = collections.deque(maxlen=1000)
         self.reported = ev.RemotesChanged({})         # the remotes as the app last reported them
-        self.held: dict[int, dict[str, Any]] = {}      # a cluster member's switches → what they hold, as published
+        self.held: dict[int, dict[str, Any]] = {}      # our switches → what they hold of the policy in force
         self.out: list[act.Action] = []
         LOG.info("owner %s, policy %s (%s)", owner, self.keeper.name, self.keeper.mode)
 
@@ -74,9 +74,9 @@ class Controller:
     # --- the one entry point ------------------------------------------------------------------------------
     def handle(self, event: ev.Event, now: float) -> list[act.Action]:
         self.out = []
-        # A switch's own event (its replies and timers, most of what a member handles) changes that switch's
-        # entry only; any other may change ownership or every switch, and the record is built again.
-        routine, its = False, None
+        # A switch's own event (its replies and timers, most of what a controller handles) or a device's news
+        # can change what those switches hold only; any other event may change ownership or every switch.
+        touched: list[Switch] | None = None
         match event:
             case ev.SwitchUp():
                 self._switch_up(event, now)
@@ -89,9 +89,10 @@ class Controller:
             case (ev.PortsChanged() | ev.BridgeDue() | ev.PollDue() | ev.RoleReply() | ev.ErrorReply()
                   | ev.BarrierReply() | ev.FlowStatsReply() | ev.FlowCountReply() | ev.MeterFeaturesReply()
                   | ev.MeterConfigReply() | ev.MeterStatsReply() | ev.QueueStatsReply() | ev.PortStatsReply()):
-                routine, its = True, self.conns.get(event.conn)
-                if its is not None:   # else a connection gone, or one whose claim is being tested
-                    self._to(its, event, now)
+                sw = self.conns.get(event.conn)
+                touched = [] if sw is None else [sw]   # else a connection gone, or one whose claim is being tested
+                if sw is not None:
+                    self._to(sw, event, now)
             case ev.GetPolicy():
                 self.out.append(act.Answer(event.token, self.keeper.document))
             case ev.GetStatus():
@@ -123,9 +124,10 @@ class Controller:
             case ev.JobsDone():
                 self._jobs_done(event, now)
             case ev.TcChanged():   # None: announcements were lost, any device may have changed
-                touched = set(self.switches) if event.devices is None else \
+                news = set(self.switches) if event.devices is None else \
                     {self.devices[d] for d in event.devices if d in self.devices}
-                for sw in [self.switches[dp] for dp in touched if dp in self.switches]:
+                touched = [self.switches[dp] for dp in news if dp in self.switches]
+                for sw in touched:
                     self._to(sw, event, now)
             case ev.RemotesChanged():
                 self._remotes_changed(event, now)
@@ -148,25 +150,32 @@ class Controller:
                 self.out.append(act.Exit(1, event.reason))
             case _:
                 assert_never(event)
-        cluster = self.authority.cluster
-        if cluster:   # what our switches hold, for the answers the other members give (why not: once settled)
-            if not routine:
-                self.held = {sw.dp_id: self._holds(sw) for sw in self._owned()}
-            elif its is not None:
-                owned = its.bridge is not None and self.authority.owns(its.dp_id)
-                entry = self._holds(its) if owned else None
-                if entry != self.held.get(its.dp_id):
-                    held = dict(self.held)   # a new record: the one published stays as it was
-                    if entry is None:
-                        del held[its.dp_id]
-                    else:
-                        held[its.dp_id] = entry
-                    self.held = held
-            self.out += cluster.publish(self.held)
-        if self.keeper.waiting:
-            self.out += self.keeper.answer(self._owned(), now, cluster.shared() if cluster else None)
+        if self._held_changed(touched):
+            cluster = self.authority.cluster
+            if cluster:   # for the answers the other members give (why not: once settled)
+                self.out += cluster.publish(self.held)
+            if self.keeper.waiting:
+                self.out += self.keeper.answer(self._owned(), now, cluster.shared() if cluster else None)
         out, self.out = self.out, []
         return out
+
+    def _held_changed(self, touched: list[Switch] | None) -> bool:
+        """Bring `held` up to date with the switches `touched` (None: every switch, and who owns which); whether
+        it changed, or may have. A new record on a change: the one a cluster published stays as it was."""
+        if touched is None:
+            self.held = {sw.dp_id: self._holds(sw) for sw in self._owned()}
+            return True
+        held = self.held
+        for sw in touched:
+            entry = self._holds(sw) if sw.bridge is not None and self.authority.owns(sw.dp_id) else None
+            if entry != held.get(sw.dp_id):
+                held = dict(held) if held is self.held else held
+                if entry is None:
+                    del held[sw.dp_id]
+                else:
+                    held[sw.dp_id] = entry
+        changed, self.held = held is not self.held, held
+        return changed
 
     def _owned(self) -> list[Switch]:
         return [sw for sw in self.switches.values() if sw.bridge is not None and self.authority.owns(sw.dp_id)]

@@ -19,6 +19,7 @@ class Job:
     rebuild: bool = False       # take the QoS off first, so that OVS builds its qdisc anew
     tags: tuple[tuple[str, str], ...] = ()   # external_ids beside the owner tag (policy, dp_id)
     epoch: int = 0              # a cluster member's ownership epoch of the switch, a condition of the write
+    bare: bool = False          # OVSDB held no QoS on the port: OVS keeps no qdisc there, so no filter of ours
 
 
 @dataclass

@@ -76,8 +76,8 @@ class PortJobs(SwitchPart):
         for port_no, wanted in specs.items():   # new to us (a start), or its leaves changed: the device follows
             if self.specs.get(port_no) != wanted:
                 self.check.add(port_no)
-        jobs = [self._job(bridge, port_no, spec, True, tags, epoch) for port_no, spec in changes.items()
-                if port_no not in waiting]
+        jobs = [self._job(bridge, port_no, spec, True, tags, epoch, bare=port_no in actual and actual[port_no] is None)
+                for port_no, spec in changes.items() if port_no not in waiting]
         for port_no in (self.check | self.rebuild) - waiting - changes.keys():
             spec = specs.get(port_no)
             if spec is not None and isinstance(actual.get(port_no), OvsdbQos):
@@ -105,9 +105,9 @@ class PortJobs(SwitchPart):
         return any(self.busy.values())
 
     def _job(self, bridge: BridgeInfo, port_no: int, spec: QosSpec | None, qos: bool,
-             tags: tuple[tuple[str, str], ...], epoch: int, rebuild: bool = False) -> Job:
+             tags: tuple[tuple[str, str], ...], epoch: int, rebuild: bool = False, bare: bool = False) -> Job:
         return Job(self.link.dp_id, self.link.conn, port_no, bridge.ports[port_no], bridge.userspace, spec, qos,
-                   rebuild, tags, epoch)
+                   rebuild, tags, epoch, bare)
 
     def done(self, results: list[JobResult]) -> None:
         for result in results:

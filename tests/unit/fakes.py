@@ -425,11 +425,13 @@ class FakeTc:
         limit = int(leaf[leaf.index("limit") + 1]) if "limit" in leaf else None
         self.leaves_[iface][cls] = Leaf(leaf[0], limit)
 
-    def replace_filters(self, iface: str, marks) -> None:
+    def replace_filters(self, iface: str, marks, clear: bool = True) -> None:
         self._may("replace_filters")
         self._sync(iface)
         self.writes += 1
-        self.filters_[iface] = {(family, dscp, htb_classid(q)) for family in FILTER_FAMILIES for dscp, q in marks}
+        kept = self.filters_[iface] if not clear else set()   # u32 adds beside what is there
+        self.filters_[iface] = kept | {(family, dscp, htb_classid(q)) for family in FILTER_FAMILIES
+                                       for dscp, q in marks}
 
     def ifindex(self, iface: str) -> int:
         return 1000 + sum(map(ord, iface))

@@ -293,3 +293,19 @@ def test_the_status_says_why_a_remote_is_not_connected(replica):
     ctl.handle(ev.RemotesChanged({REMOTE: False}, errors={REMOTE: "Connection refused"}), 1.0)
     (answer,) = ctl.handle(ev.GetStatus("s"), 1.0)
     assert answer.result["ovsdb"] == {REMOTE: {"connected": False, "error": "Connection refused"}}
+
+
+def test_only_a_port_that_holds_a_qos_has_filters_to_take_off_before_its_change(replica):
+    """A port OVSDB holds no QoS on has no qdisc of OVS's, so none of our filters: its job says so, and the
+    worker spares the netlink calls; a port whose queues change or go may still have them."""
+    sw = mastered(replica)
+    out = read_tables(sw, replica, asked(sw))
+    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    assert [(job.port_no, job.qos, job.bare) for job in submit.jobs] == [(1, True, True)]
+    for job in submit.jobs:
+        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
+    sw.handle(ev.BarrierReply(7, sent(out, act.Barrier)[0].xid), 100.0, view(replica, 5))
+    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5))
+    out = sw.handle(ev.PolicyInstalled(), 101.0, SwitchView(None, Mode.CLEARED, True, True, 5, replica))
+    (off,) = [j for a in out if isinstance(a, act.Submit) for j in a.jobs]
+    assert (off.port_no, off.spec, off.qos, off.bare) == (1, None, True, False)

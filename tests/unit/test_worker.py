@@ -55,3 +55,27 @@ def test_a_batch_ovsdb_does_not_answer_in_time_fails_once_and_is_not_retried_por
     results = Worker(remotes.view("fake"), FakeTc(ovsdb), lambda results: None).execute(jobs)
     assert [r.error is None for r in results] == [True, False, True]   # a refusal is narrowed down
     assert ovsdb.attempts == 1 + 1 + 3
+
+
+def test_filters_are_taken_off_before_a_change_only_where_a_qos_was():
+    writes = {}
+    for bare in (False, True):
+        ovsdb, remotes, spec = one_switch()
+        tc = FakeTc(ovsdb)
+        (result,) = Worker(remotes.view("fake"), tc, lambda results: None).execute(
+            [Job(1, 7, 1, "s1-eth1", True, spec, True, bare=bare)])
+        assert result.error is None and tc.filters("s1-eth1") == {(f, dscp, f"1:{q + 1:x}") for f in ("ipv4", "ipv6")
+                                                                   for dscp, q in spec.marks}
+        writes[bare] = tc.writes
+    assert writes[False] == writes[True] + 1     # the filters' removal, and nothing else
+
+
+def test_a_check_that_finds_other_filters_replaces_them_all():
+    ovsdb, remotes, spec = one_switch()
+    tc = FakeTc(ovsdb)
+    worker = Worker(remotes.view("fake"), tc, lambda results: None)
+    worker.execute([Job(1, 7, 1, "s1-eth1", True, spec, True, bare=True)])
+    wanted = tc.filters("s1-eth1")
+    tc.filters_["s1-eth1"] = {("ipv4", 9, "1:2")}                          # another tool's, at our prio
+    (result,) = worker.execute([Job(1, 7, 1, "s1-eth1", True, spec, False)])
+    assert result.error is None and tc.filters("s1-eth1") == wanted
