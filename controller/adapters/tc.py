@@ -1,5 +1,6 @@
-"""Linux traffic control over netlink (pyroute2): what OVS's linux-htb (or linux-hfsc) QoS needs
-beside OVSDB.
+"""Linux traffic control over netlink: what OVS's linux-htb (or linux-hfsc) QoS needs beside OVSDB.
+The messages sent for every port when a policy is applied (its classes read, a FIFO leaf per class, its
+filters) are packed by controller/adapters/rtnl.py; the rarer reads go through pyroute2.
 
 OVS builds the HTB (or HFSC) root 1: and a class 1:<queue+1> per queue on the port's device,
 both under a parent class 1:fffe. This module
@@ -11,8 +12,8 @@ reads their counters and adds two things OVS does not:
   and one for IPv6's traffic class, at a prio each (the kernel keeps one protocol per prio).
 Disciplines other than FIFOs (sfq, codel, fq_codel, red) go through the `tc` command: pyroute2
 0.8 cannot encode all of them, and they are only set when a port asks for one.
-One lock serialises every netlink call: a pyroute2 socket must not be shared by two green or
-native threads at once. Every failure, the kernel's refusals included, is an OSError.
+One lock serialises every netlink call: neither socket may be shared by two green or native threads
+at once. Every failure, the kernel's refusals included, is an OSError.
 """
 from __future__ import annotations
 
@@ -28,10 +29,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
-from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_ECHO, NLM_F_REPLACE, NLM_F_REQUEST, nla, nlmsg
+from pyroute2.netlink import NLM_F_ACK, NLM_F_DUMP, NLM_F_ECHO, NLM_F_REQUEST, nla
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl import RTM_GETQDISC, RTM_GETTFILTER, RTM_NEWQDISC, RTM_NEWTFILTER, RTMGRP_TC
+from pyroute2.netlink.rtnl import RTM_GETQDISC, RTM_GETTFILTER, RTM_NEWQDISC, RTMGRP_TC
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
+
+from controller.adapters.rtnl import Rtnl, u32_key_selector
 
 ROOT = 0x10000                  # 1: (OVS's HTB or HFSC root)
 QDISC_KINDS = ("htb", "hfsc")   # OVS's linux-htb and linux-hfsc
@@ -91,47 +94,23 @@ class Leaf:
 DEFAULT_LEAF = Leaf("pfifo", None)   # the kernel's own, as long as the device's txqueuelen
 
 
-class _U32DscpFilter(nlmsg):
-    """RTM_NEWTFILTER for one u32 key on the DS field, encoded exactly as `tc ... match ip dsfield`
-    does (pyroute2's own u32 encoder re-packs the key to another offset, which reads back differently)."""
-    fields = tcmsg.fields
-    nla_map = (("TCA_UNSPEC", "none"), ("TCA_KIND", "asciiz"), ("TCA_OPTIONS", "options"))
-
-    class options(nla):
-        nla_map = (("TCA_U32_UNSPEC", "none"), ("TCA_U32_CLASSID", "uint32"), ("TCA_U32_HASH", "uint32"),
-                   ("TCA_U32_LINK", "hex"), ("TCA_U32_DIVISOR", "uint32"), ("TCA_U32_SEL", "sel"))
-
-        class sel(nla):   # struct tc_u32_sel with one struct tc_u32_key
-            fields = (("flags", "B"), ("offshift", "B"), ("nkeys", "B"), ("__align", "x"), ("offmask", ">H"),
-                      ("off", "H"), ("offoff", "h"), ("hoff", "h"), ("hmask", ">I"),
-                      ("key_mask", ">I"), ("key_val", ">I"), ("key_off", "i"), ("key_offmask", "i"))
-
-
-class _FifoQdisc(nlmsg):
-    """RTM_NEWQDISC for pfifo or pfifo_head_drop (struct tc_fifo_qopt); pyroute2 0.8 knows only pfifo."""
-    fields = tcmsg.fields
-    nla_map = (("TCA_UNSPEC", "none"), ("TCA_KIND", "asciiz"), ("TCA_OPTIONS", "options"))
-
-    class options(nla):
-        fields = (("limit", "I"),)
-
-
 class Tc:
     def __init__(self) -> None:
-        self._ipr = IPRoute()
+        self._ipr = IPRoute()           # the rarer messages
+        self._rtnl = Rtnl()             # the ones sent by the thousand when a policy is applied
         self._lock = threading.Lock()   # green under os-ken's monkey patching, native elsewhere
 
     def close(self) -> None:
         self._ipr.close()
+        self._rtnl.close()
 
     @property
-    def portid(self) -> int:
-        """Our netlink socket's port: the kernel's announcements of what our requests did carry it."""
+    def ports(self) -> frozenset[int]:
+        """Our netlink sockets' ports: the kernel's announcements of what our requests did carry them."""
         with self._netlink() as ipr:
             if not ipr.getsockname()[0]:
                 ipr.link("get", index=1)   # the kernel assigns the port on a socket's first message
-            port: int = ipr.getsockname()[0]
-            return port
+            return frozenset({ipr.getsockname()[0], self._rtnl.port})
 
     @contextmanager
     def _netlink(self) -> Iterator[IPRoute]:
@@ -140,6 +119,11 @@ class Tc:
                 yield self._ipr
             except NetlinkError as err:
                 raise OSError(err.code, f"netlink: {err}") from None
+
+    @contextmanager
+    def _raw(self) -> Iterator[Rtnl]:
+        with self._lock:
+            yield self._rtnl
 
     @staticmethod
     def ifindex(iface: str) -> int | None:
@@ -154,17 +138,10 @@ class Tc:
         index = self.ifindex(iface)
         if index is None:
             return {}
-        with self._netlink() as ipr:
-            msgs = ipr.get_classes(index=index)
-        counters = {}
-        for msg in msgs:
-            stats = msg.get_attr("TCA_STATS2")
-            if msg.get_attr("TCA_KIND") not in QDISC_KINDS or stats is None:
-                continue
-            basic, queue = stats.get_attr("TCA_STATS_BASIC"), stats.get_attr("TCA_STATS_QUEUE")
-            counters[classid(msg["handle"])] = ClassCounters(basic["bytes"], basic["packets"], queue["drops"],
-                                                             queue["backlog"], queue["qlen"])
-        return counters
+        with self._raw() as rtnl:
+            found = list(rtnl.classes(index))
+        return {classid(handle): ClassCounters(*stats) for handle, kind, stats in found
+                if kind in QDISC_KINDS and stats is not None}
 
     def leaves(self, iface: str, classes: Iterable[str] | None = None) -> dict[str, Leaf]:
         """HTB class → the qdisc under it, of `classes` (default: every class on the device). Asked class
@@ -225,17 +202,13 @@ class Tc:
         """Make our filters exactly `marks` ((dscp, queue_id) pairs); an empty tuple removes them. `clear`
         False: the device is known to hold none of ours (u32 would add the new ones beside old ones)."""
         index = self._require(iface)
-        with self._netlink() as ipr:
+        with self._raw() as rtnl:
             for spec in FILTERS.values() if clear else ():
-                try:
-                    ipr.tc("del-filter", index=index, parent=ROOT, info=spec.prio << 16)
-                except NetlinkError as err:
-                    if err.code not in (errno.ENOENT, errno.EINVAL):   # no filter there / no HTB root yet
-                        raise
+                rtnl.delete_filters(index, ROOT, spec.prio)
             for dscp, queue_id in marks:
-                for spec in FILTERS.values():
-                    ipr.nlm_request(_dscp_filter(index, spec, dscp, ROOT | (queue_id + 1)), RTM_NEWTFILTER,
-                                    NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE)
+                for spec in FILTERS.values():   # the DS field (or traffic class) under its mask is the mark
+                    rtnl.add_u32_filter(index, ROOT, spec.prio, spec.protocol,
+                                        u32_key_selector(spec.mask, dscp << spec.shift), ROOT | (queue_id + 1))
 
     def replace_leaf(self, iface: str, cls: str, leaf: tuple[str, ...]) -> None:
         """Put `leaf` (a tc qdisc spec: kind, then its arguments) under HTB class `cls`."""
@@ -246,13 +219,9 @@ class Tc:
             if done.returncode != 0:
                 raise OSError(f"tc refused leaf '{' '.join(leaf)}' on {iface} {cls}: {done.stderr.strip()}")
             return
-        msg = _FifoQdisc()
-        msg["family"], msg["index"] = socket.AF_UNSPEC, self._require(iface)
-        msg["handle"], msg["parent"] = leaf_handle(cls), parse_classid(cls)
-        limit = int(args[args.index("limit") + 1])
-        msg["attrs"] = [["TCA_KIND", kind], ["TCA_OPTIONS", {"limit": limit}]]
-        with self._netlink() as ipr:
-            ipr.nlm_request(msg, RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE)
+        index, limit = self._require(iface), int(args[args.index("limit") + 1])
+        with self._raw() as rtnl:   # struct tc_fifo_qopt: the limit in packets
+            rtnl.replace_qdisc(index, leaf_handle(cls), parse_classid(cls), kind, struct.pack("=I", limit))
 
     def _require(self, iface: str) -> int:
         index = self.ifindex(iface)
@@ -276,10 +245,10 @@ class TcEvents:
         # instead of raising, which would hold what was read until the next announcement.
         self._raw = _socket.socket(fileno=os.dup(self._sock.fileno()))
 
-    def next(self, ours: int = 0) -> set[int] | None:
+    def next(self, ours: frozenset[int] = frozenset()) -> set[int] | None:
         """The devices (ifindex) someone changed, waiting for one; None when the kernel had to drop
         announcements (the buffer overran): then every device may have changed. Announcements of what
-        the netlink port `ours` asked for (our own changes, and our GETs, which the kernel announces
+        the netlink ports `ours` asked for (our own changes, and our GETs, which the kernel announces
         too) are left out: otherwise every check would announce a change and start the next."""
         changed: set[int] = set()
         while True:   # wait for one, then take whatever is queued with it
@@ -303,28 +272,17 @@ _TCMSG_INDEX = struct.Struct("=xxxxi")  # struct tcmsg: family, two pads, then t
 TC_MESSAGES = range(RTM_NEWQDISC, RTM_GETTFILTER + 1)
 
 
-def tc_announcements(data: bytes, ours: int) -> set[int]:
-    """The devices of the qdisc/class/filter messages in one netlink datagram not sent for port `ours`."""
+def tc_announcements(data: bytes, ours: frozenset[int]) -> set[int]:
+    """The devices of the qdisc/class/filter messages in one netlink datagram not sent for the ports `ours`."""
     devices, offset = set(), 0
     while offset + _NLMSGHDR.size <= len(data):
         length, kind, _, _, sender = _NLMSGHDR.unpack_from(data, offset)
         if length < _NLMSGHDR.size or offset + length > len(data):
             break
-        if kind in TC_MESSAGES and sender != ours and length >= _NLMSGHDR.size + _TCMSG_INDEX.size:
+        if kind in TC_MESSAGES and sender not in ours and length >= _NLMSGHDR.size + _TCMSG_INDEX.size:
             devices.add(_TCMSG_INDEX.unpack_from(data, offset + _NLMSGHDR.size)[0])
         offset += (length + 3) & ~3
     return devices
-
-
-def _dscp_filter(index: int, spec: DscpFilter, dscp: int, target: int) -> _U32DscpFilter:
-    msg = _U32DscpFilter()
-    msg["family"], msg["index"], msg["handle"], msg["parent"] = socket.AF_UNSPEC, index, 0, ROOT
-    msg["info"] = spec.prio << 16 | socket.htons(spec.protocol)
-    selector = {"flags": 1, "offshift": 0, "nkeys": 1, "offmask": 0, "off": 0, "offoff": 0, "hoff": 0, "hmask": 0,
-                "key_mask": spec.mask, "key_val": dscp << spec.shift, "key_off": 0, "key_offmask": 0}
-    msg["attrs"] = [["TCA_KIND", "u32"],
-                    ["TCA_OPTIONS", {"attrs": [["TCA_U32_CLASSID", target], ["TCA_U32_SEL", selector]]}]]
-    return msg
 
 
 def _u32_keys(sel: nla) -> list[tuple[int, int, int]]:

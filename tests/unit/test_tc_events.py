@@ -14,14 +14,14 @@ def message(kind: int, sender: int, ifindex: int, payload: bytes = b"") -> bytes
 
 def test_every_tc_message_of_a_datagram_names_its_device():
     data = message(RTM_NEWQDISC, 0, 7, b"abc") + message(RTM_DELTFILTER, 4242, 9)
-    assert tc_announcements(data, ours=1) == {7, 9}
+    assert tc_announcements(data, ours=frozenset({1})) == {7, 9}
 
 
 def test_what_our_own_port_asked_for_and_other_messages_are_left_out():
     data = message(RTM_NEWQDISC, 1, 7) + message(RTM_NEWLINK, 0, 8) + message(RTM_DELTFILTER, 0, 9)
-    assert tc_announcements(data, ours=1) == {9}
+    assert tc_announcements(data, ours=frozenset({1})) == {9}
 
 
 def test_a_truncated_datagram_ends_the_reading():
-    assert tc_announcements(message(RTM_NEWQDISC, 0, 7)[:20], ours=1) == set()
-    assert tc_announcements(struct.pack("=IHHII", 0, RTM_NEWQDISC, 0, 0, 0) * 2, ours=1) == set()
+    assert tc_announcements(message(RTM_NEWQDISC, 0, 7)[:20], ours=frozenset({1})) == set()
+    assert tc_announcements(struct.pack("=IHHII", 0, RTM_NEWQDISC, 0, 0, 0) * 2, ours=frozenset({1})) == set()
