@@ -17,6 +17,8 @@ are in the run record: the next run or `topo/run.py clean` removes them). One li
                           leaves its echo unanswered 5 s; etcd, a member whose lease it does not refresh)
   member <name>           per member over the steady window: switches owned, statistics polls per owned
                           switch per second, CPU (children included) as a share of one core, peak RSS
+  scrape_seconds          one GET of m1's /metrics after the window (rendered anew: its cache is 0.5 s), and its
+                          size: what each Prometheus scrape costs a member of this size
   kill9_remaster_seconds  kill -9 of a member (restarted in between): until every bridge it owned is mastered
                           by a survivor as that survivor's status says, median and max; and as OVSDB says
   sigterm_handoff_seconds a member stopped with SIGTERM: until every bridge it owned is mastered by another
@@ -239,9 +241,13 @@ def all_in_sync(found: dict[str, dict], dpids: list[str]) -> bool:
 
 
 def polls(member: Member) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{member.metrics}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("ovsqos_polls_total{"))
+    return sum(float(line.split()[-1]) for line in scrape(member).splitlines()
+               if line.startswith("ovsqos_polls_total{"))
+
+
+def scrape(member: Member) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{member.metrics}/metrics", timeout=60) as answer:
+        return answer.read().decode()
 
 
 # --- OVS -----------------------------------------------------------------------------------------------------
@@ -458,6 +464,11 @@ def figures(args: argparse.Namespace, cluster: Cluster, record: RunRecord, url: 
         cpu = (after[m.name][1] - before[m.name][1]) / TICKS / window
         print(f"member {m.name:<15} switches {count:3d} ({count * args.ports} ports)  poll_hz {hz:.3f}  "
               f"cpu_share_of_one_core {cpu:.3f}  peak_rss_mib {peak_rss_kib(pids[m.name]) / 1024:.1f}", flush=True)
+    time.sleep(1.0)   # past the exposition's cache
+    at0 = time.monotonic()
+    text = scrape(group[0])
+    print(f"scrape_seconds         {time.monotonic() - at0:.2f} ({len(text.encode()) / 2**20:.1f} MiB, "
+          f"{sum(1 for line in text.splitlines() if not line.startswith('#'))} samples, m1)", flush=True)
 
     if len(group) > 1:
         faults(args, cluster, record, url, logs)
