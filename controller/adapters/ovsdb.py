@@ -66,6 +66,9 @@ COLUMNS = {"Open_vSwitch": ["bridges", "next_cfg", "cur_cfg",       # next/cur_c
 # Columns whose changes are no change to what we plan from: the generation id and the heartbeat, the
 # epochs, and next_cfg and cur_cfg, which every transaction of anyone's moves.
 QUIET = {"Open_vSwitch": {"external_ids", "next_cfg", "cur_cfg"}, "Bridge": {"external_ids"}}
+# What a bridge's reading (Ovsdb.bridge) is made of: a change to another column (a port's QoS, statistics) keeps it.
+TOPOLOGY = {"Bridge": {"name", "datapath_id", "datapath_type", "ports"}, "Port": {"name", "interfaces"},
+            "Interface": {"name", "ofport"}}
 
 
 class OvsdbError(RuntimeError):
@@ -121,6 +124,8 @@ class Ovsdb:
         self._cache: dict[str, OvsdbQos | str | None] = {}
         self._depends: dict[Any, set[str]] = {}       # row uuid → the cached ports read from that row
         self._cache_session = -1                      # the connection the cache was read over
+        self._bridges: dict[int, BridgeInfo | None] = {}   # datapath id → its bridge, as of _bridges_at
+        self._bridges_at = (-1, -1)                   # (session, the IDL's topology count) they were read at
         if lock:
             self._wait_for_lock(lock_wait)
 
@@ -160,6 +165,17 @@ class Ovsdb:
             time.sleep(0.05)
 
     def bridge(self, dp_id: int) -> BridgeInfo | None:
+        """The bridge of that datapath id, read again only once a bridge, port or interface was made, removed or
+        renumbered: python-ovs converts each column read, and a 100-port bridge was read twice per switch for
+        each policy (checked, then planned), 2 s of a 10,000-port member's event loop."""
+        at = (self._idl._session.get_seqno(), self._idl.topology)
+        if at != self._bridges_at:
+            self._bridges, self._bridges_at = {}, at
+        if dp_id not in self._bridges:
+            self._bridges[dp_id] = self._read_bridge(dp_id)
+        return self._bridges[dp_id]
+
+    def _read_bridge(self, dp_id: int) -> BridgeInfo | None:
         dpid = f"{dp_id:016x}"
         for br in self._api.tables["Bridge"].rows.values():
             if br.datapath_id and br.datapath_id[0] == dpid:
@@ -328,6 +344,7 @@ class _Idl(connection.OvsdbIdl):
         self.touched: set[Any] = set()      # rows changed since the cache last looked
         self.made: set[str] = set()         # ports made since, by name (a port read as absent may be one)
         self.changes = 0                    # changes we plan from
+        self.topology = 0                   # changes to what a bridge's reading is made of (TOPOLOGY)
 
     def notify(self, event: str, row: Any, updates: Any = None) -> None:
         self.touched.add(row.uuid)
@@ -338,6 +355,8 @@ class _Idl(connection.OvsdbIdl):
         changed = set(updates._data) if event == ROW_UPDATE and updates is not None else None
         if changed is None or changed - QUIET.get(table, set()):
             self.changes += 1
+        if table in TOPOLOGY and (changed is None or changed & TOPOLOGY[table]):
+            self.topology += 1
 
 
 def lock_name(owner: str) -> str:

@@ -270,3 +270,30 @@ def test_many_ports_change_in_bounded_transactions_that_ask_vswitchd_once_and_or
     sh("ovs-vsctl", "del-port", ifaces[0])
     assert db.remove_orphans() == 1 + QUEUES
     assert len(rows("QoS", db.owner)) == 49 and len(rows("Queue", db.owner)) == 49 * QUEUES
+
+
+def test_a_bridge_is_read_again_when_its_ports_change_and_only_then(port):
+    db, iface = port
+    bridge = sh("ovs-vsctl", "port-to-br", iface).strip()
+    dp_id = int(sh("ovs-vsctl", "get", "bridge", bridge, "datapath_id").strip().strip('"'), 16)
+
+    def read_until(check):
+        deadline = time.monotonic() + 5
+        while not check(db.bridge(dp_id)):                      # the IDL hears of it within moments
+            assert time.monotonic() < deadline, db.bridge(dp_id)
+            time.sleep(0.05)
+        return db.bridge(dp_id)
+
+    first = read_until(lambda b: b is not None and iface in b.ports.values())
+    db.apply({iface: fifo_qos(PORT, userspace=True)}, {})       # a port's QoS: not what a bridge is made of
+    assert db.bridge(dp_id) is first
+    extra = f"{iface}x"
+    sh("ip", "link", "add", extra, "type", "veth", "peer", "name", f"{extra}p")
+    try:
+        sh("ovs-vsctl", "add-port", bridge, extra)               # numbered by vswitchd a moment later
+        read_until(lambda b: extra in b.ports.values())
+        sh("ovs-vsctl", "del-port", bridge, extra)
+        read_until(lambda b: extra not in b.ports.values() and iface in b.ports.values())
+    finally:
+        sh("ovs-vsctl", "--if-exists", "del-port", bridge, extra)
+        subprocess.run(["ip", "link", "del", extra], capture_output=True)
