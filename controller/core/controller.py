@@ -167,7 +167,7 @@ class Controller:
             return True
         held = self.held
         for sw in touched:
-            entry = self._holds(sw) if sw.bridge is not None and self.authority.owns(sw.dp_id) else None
+            entry = self._holds(sw) if self._owns(sw) else None
             if entry != held.get(sw.dp_id):
                 held = dict(held) if held is self.held else held
                 if entry is None:
@@ -178,7 +178,10 @@ class Controller:
         return changed
 
     def _owned(self) -> list[Switch]:
-        return [sw for sw in self.switches.values() if sw.bridge is not None and self.authority.owns(sw.dp_id)]
+        return [sw for sw in self.switches.values() if self._owns(sw)]
+
+    def _owns(self, sw: Switch) -> bool:
+        return sw.bridge is not None and self.authority.owns(sw.dp_id)
 
     @staticmethod
     def _holds(sw: Switch) -> dict[str, Any]:
