@@ -122,10 +122,12 @@ class PortJobs(SwitchPart):
                 self.check.add(job.port_no)
                 self.specs.pop(job.port_no, None)
             else:
-                self._errors.pop(key, None)
+                failed_before = self._errors.pop(key, None) is not None
                 if job.qos:
                     self.applied[job.port_no] = job.spec.ovsdb if job.spec else None
                     LOG.info("switch %016x %s: %s", job.dp_id, key, _queues(job.spec))
+                elif result.tc and failed_before:   # our own work, finished at a retry: not a change made by hand
+                    LOG.info("switch %016x %s: done on a retry: %s", job.dp_id, key, "; ".join(result.tc))
                 elif result.tc:
                     self.link.drift("tc", f"{key}: {'; '.join(result.tc)}")
                 self._missing(job, result)

@@ -190,6 +190,7 @@ def test_a_tc_operation_netlink_refuses_is_reported_and_tried_again_at_the_next_
     assert net.app.tc.filters("s1-eth1") == MARKS
     status = net.app.request("status")[0]["switches"]["0000000000000001"]
     assert status["in_sync"] is True and status["not_in_sync"] == {}
+    assert net.app.snapshot.drift_repairs() == {}    # our own work finished late, not a change someone made
 
 
 # --- OVSDB: the rows a bridge that went left behind are removed, by the active one only -------------------
