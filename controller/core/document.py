@@ -111,11 +111,12 @@ def _text(data: bytes | str, where: str) -> str:
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [k for k, _ in pairs]
-    repeated = next((k for k in keys if keys.count(k) > 1), None)
-    if repeated is not None:
+    found = dict(pairs)
+    if len(found) < len(pairs):   # the first key seen again, looked for only then: an object may have thousands
+        keys = [k for k, _ in pairs]
+        repeated = next(k for k in keys if keys.count(k) > 1)
         raise PolicyError(f"key {_shown(repeated)} appears twice in one object; keep one")
-    return dict(pairs)
+    return found
 
 
 def _shown(value: Any) -> str:
