@@ -133,7 +133,7 @@ def test_the_voice_probe_waits_behind_the_flood_in_the_fifo_but_not_in_its_reser
     for policy in ("none", "police", "reserve", "auto"):
         unloaded = summary["policies"][policy]["probe_unloaded_rtt_ms"]
         assert 0 < unloaded < 20, (policy, unloaded)
-    for udp in (8, 12):
+    for udp in (10, 12):
         none, reserve, auto = (step(summary, p, udp) for p in ("none", "reserve", "auto"))
         # A full 25-packet FIFO at 5 Mbit/s holds tens of ms; the voice class is served first.
         assert none["probe_rtt_ms"]["median"] > 10, none
