@@ -48,6 +48,17 @@ def attrs(data: bytes, offset: int = 0) -> Iterator[tuple[int, bytes]]:
         offset += (length + 3) & ~3
 
 
+def messages(data: bytes) -> Iterator[tuple[int, int, int, bytes]]:
+    """(type, sequence, sender's port, body after the header) of each whole message in one netlink datagram."""
+    offset = 0
+    while offset + _HEADER.size <= len(data):
+        length, kind, _, seq, port = _HEADER.unpack_from(data, offset)
+        if length < _HEADER.size or offset + length > len(data):
+            return
+        yield kind, seq, port, data[offset + _HEADER.size:offset + length]
+        offset += (length + 3) & ~3
+
+
 def tcmsg(index: int, handle: int = 0, parent: int = 0, info: int = 0) -> bytes:
     return _TCMSG.pack(socket.AF_UNSPEC, index, handle, parent, info)
 
@@ -81,13 +92,7 @@ class Rtnl:
         self._sock.send(_HEADER.pack(_HEADER.size + len(payload), kind, flags | NLM_F_REQUEST, seq, 0) + payload)
         replies: list[tuple[int, bytes]] = []
         while True:
-            data, offset = self._sock.recv(1 << 16), 0
-            while offset + _HEADER.size <= len(data):
-                length, reply, _, reply_seq, _ = _HEADER.unpack_from(data, offset)
-                if length < _HEADER.size:
-                    break
-                body = data[offset + _HEADER.size:offset + length]
-                offset += (length + 3) & ~3
+            for reply, reply_seq, _, body in messages(self._sock.recv(1 << 16)):
                 if reply_seq != seq:
                     continue     # an answer to an earlier request we gave up on
                 if reply == NLMSG_ERROR:

@@ -34,7 +34,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_GETQDISC, RTM_GETTFILTER, RTM_NEWQDISC, RTMGRP_TC
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
-from controller.adapters.rtnl import Rtnl, u32_key_selector
+from controller.adapters.rtnl import Rtnl, messages, u32_key_selector
 
 ROOT = 0x10000                  # 1: (OVS's HTB or HFSC root)
 QDISC_KINDS = ("htb", "hfsc")   # OVS's linux-htb and linux-hfsc
@@ -267,22 +267,14 @@ class TcEvents:
         self._sock.close()
 
 
-_NLMSGHDR = struct.Struct("=IHHII")     # length, type, flags, sequence, sender's port
 _TCMSG_INDEX = struct.Struct("=xxxxi")  # struct tcmsg: family, two pads, then the device's ifindex
 TC_MESSAGES = range(RTM_NEWQDISC, RTM_GETTFILTER + 1)
 
 
 def tc_announcements(data: bytes, ours: frozenset[int]) -> set[int]:
     """The devices of the qdisc/class/filter messages in one netlink datagram not sent for the ports `ours`."""
-    devices, offset = set(), 0
-    while offset + _NLMSGHDR.size <= len(data):
-        length, kind, _, _, sender = _NLMSGHDR.unpack_from(data, offset)
-        if length < _NLMSGHDR.size or offset + length > len(data):
-            break
-        if kind in TC_MESSAGES and sender not in ours and length >= _NLMSGHDR.size + _TCMSG_INDEX.size:
-            devices.add(_TCMSG_INDEX.unpack_from(data, offset + _NLMSGHDR.size)[0])
-        offset += (length + 3) & ~3
-    return devices
+    return {_TCMSG_INDEX.unpack_from(body)[0] for kind, _, sender, body in messages(data)
+            if kind in TC_MESSAGES and sender not in ours and len(body) >= _TCMSG_INDEX.size}
 
 
 def _u32_keys(sel: nla) -> list[tuple[int, int, int]]:
