@@ -147,8 +147,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
                **_spread("udp_mbps_delivered", [s["udp_mbps_delivered"] for s in per]),
                "tcp_retransmits": _median([s["tcp_retransmits"] for s in per]),
                "faithful": all(s["faithful"] for s in per), "fidelity": [s["fidelity"] for s in per],
-               "fidelity_notes": [note if len(runs) == 1 else f"run {i + 1}: {note}"
-                                  for i, s in enumerate(per) for note in s["fidelity_notes"]]}
+               "fidelity_notes": _notes_of_runs(per, "fidelity_notes")}
         if "tcp_flows_mbps" in first:
             row["tcp_flows_mbps"] = [_median(list(rates)) for rates in zip(*(s["tcp_flows_mbps"] for s in per))]
             row["tcp_jain_index"] = _median([s["tcp_jain_index"] for s in per])
@@ -158,8 +157,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
             row.update({key: _median([s[key] for s in per])
                         for key in ("probe_ipdv_p95_ms", "probe_loss_percent", "tcp_rtt_ms")})
             row.update(probe_faithful=all(s["probe_faithful"] for s in per),
-                       probe_notes=[note if len(runs) == 1 else f"run {i + 1}: {note}"
-                                    for i, s in enumerate(per) for note in s["probe_notes"]])
+                       probe_notes=_notes_of_runs(per, "probe_notes"))
         steps.append(row)
     episodes = [e for run in runs for e in run.get("episodes", [])]
     alone = [run["udp_alone"] for run in runs if "udp_alone" in run]
@@ -215,10 +213,7 @@ def table(summary: dict[str, Any]) -> str:
             cells += ["–", _ranged(alone, "udp_mbps_delivered") + ("" if lost is None else f" ({lost:.0f} % lost)")]
         offered = policies[names[0]]["udp_alone"]["udp_mbps_offered"]
         lines.append(f"| {offered:g}, alone after TCP | " + " | ".join(cells) + " |")
-    text = "\n".join(lines) + "\n"
-    if notes:
-        text += f"\n{UNFAITHFUL} not faithful (the emulator, not the policy, decided):\n" + \
-                "".join(f"- {note}\n" for note in notes)
+    text = "\n".join(lines) + "\n" + _unfaithful(notes, "decided")
     latency = latency_table(summary)
     return text + ("\n" + latency if latency else "")
 
@@ -245,11 +240,18 @@ def latency_table(summary: dict[str, Any]) -> str:
             cells += [f"{_ms(rtt['median'])} / {_ms(rtt['p95'])}", ("–" if lost is None else f"{lost:g} %") + mark]
             notes += [f"{n} at UDP {step['udp_mbps_offered']:g} Mbit/s: {note}" for note in step["probe_notes"]]
         lines.append(f"| {first['udp_mbps_offered']:g} | " + " | ".join(cells) + " |")
-    text = "\n".join(lines) + "\n"
-    if notes:
-        text += f"\n{UNFAITHFUL} not faithful (the emulator, not the policy, lost them):\n" + \
-                "".join(f"- {note}\n" for note in notes)
-    return text
+    return "\n".join(lines) + "\n" + _unfaithful(notes, "lost them")
+
+
+def _notes_of_runs(per: list[dict[str, Any]], key: str) -> list[str]:
+    """The notes under `key` of one step's repeats, each named by its run when there are several."""
+    return [note if len(per) == 1 else f"run {i + 1}: {note}" for i, s in enumerate(per) for note in s[key]]
+
+
+def _unfaithful(notes: list[str], what: str) -> str:
+    """The notes under a table, one line each; nothing when there are none."""
+    return f"\n{UNFAITHFUL} not faithful (the emulator, not the policy, {what}):\n" + \
+        "".join(f"- {note}\n" for note in notes) if notes else ""
 
 
 def latency_figure(summary: dict[str, Any], path: Path) -> bool:
