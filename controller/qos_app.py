@@ -85,8 +85,6 @@ REPLIES = [ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPAggregateStatsRep
            ofp_event.EventOFPRoleReply, ofp_event.EventOFPEchoReply]
 
 
-
-
 class EventRequest(EventRequestBase):
     def __init__(self, op: str, arg: Any):
         super().__init__()

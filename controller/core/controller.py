@@ -25,6 +25,7 @@ from controller.core.bridges import check_ports
 from controller.core.cluster import Cluster
 from controller.core.errors import PolicyError
 from controller.core.flowsync import UNKNOWN_METERS
+from controller.core.held import Held
 from controller.core.keeper import SAVED_CLEARED, SAVED_POLICY, PolicyKeeper, from_saved
 from controller.core.meters import desired_meters
 from controller.core.policy import Policy, parse_policy
@@ -62,7 +63,7 @@ class Controller:
         self.devices: dict[int, int] = {}              # device (ifindex) → its switch, for netlink's news
         self.decisions: collections.deque[dict[str, Any]] = collections.deque(maxlen=1000)
         self.reported = ev.RemotesChanged({})         # the remotes as the app last reported them
-        self.held: dict[int, dict[str, Any]] = {}      # our switches → what they hold of the policy in force
+        self.held = Held(self.authority)               # what our switches hold of the policy in force
         self.out: list[act.Action] = []
         LOG.info("owner %s, policy %s (%s)", owner, self.keeper.name, self.keeper.mode)
 
@@ -100,14 +101,14 @@ class Controller:
             case ev.SetPolicy() | ev.ClearPolicy():   # checked, saved (the app's I/O), installed, confirmed
                 refused = self._refused(now)
                 self.out += [act.Answer(event.token, error=refused)] if refused else \
-                    self.keeper.change(event, self.check, now, self._revision())
+                    self.keeper.change(event, self.check, now, self.authority.revision())
             case ev.Reload():   # answered to the Reload itself: the app logs it
                 with contextlib.suppress(PolicyError):
                     parse_policy(event.document)
                     self.pinned = event.document     # what a take-over puts in force from now on
                 refused = self._refused(now)
                 self.out += [act.Answer(event, error=refused)] if refused else \
-                    self.keeper.change(ev.SetPolicy(event, event.document), self.check, now, self._revision())
+                    self.keeper.change(ev.SetPolicy(event, event.document), self.check, now, self.authority.revision())
             case ev.PolicySaved():
                 if self.authority.cluster is not None:
                     self.authority.cluster.policy_revision = max(self.authority.cluster.policy_revision,
@@ -150,47 +151,15 @@ class Controller:
                 self.out.append(act.Exit(1, event.reason))
             case _:
                 assert_never(event)
-        if self._held_changed(touched):
+        if self.held.update(self.switches.values(), touched):
             cluster = self.authority.cluster
             if cluster:   # for the answers the other members give (why not: once settled)
-                self.out += cluster.publish(self.held)
+                self.out += cluster.publish(self.held.record)
             if self.keeper.waiting:
-                self.out += self.keeper.answer(self._owned(), now, cluster.shared() if cluster else None)
+                self.out += self.keeper.answer(self.held.owned(self.switches.values()), now,
+                                               cluster.shared() if cluster else None)
         out, self.out = self.out, []
         return out
-
-    def _held_changed(self, touched: list[Switch] | None) -> bool:
-        """Bring `held` up to date with the switches `touched` (None: every switch, and who owns which); whether
-        it changed, or may have. A new record on a change: the one a cluster published stays as it was."""
-        if touched is None:
-            self.held = {sw.dp_id: self._holds(sw) for sw in self._owned()}
-            return True
-        held = self.held
-        for sw in touched:
-            entry = self._holds(sw) if self._owns(sw) else None
-            if entry != held.get(sw.dp_id):
-                held = dict(held) if held is self.held else held
-                if entry is None:
-                    del held[sw.dp_id]
-                else:
-                    held[sw.dp_id] = entry
-        changed, self.held = held is not self.held, held
-        return changed
-
-    def _owned(self) -> list[Switch]:
-        return [sw for sw in self.switches.values() if self._owns(sw)]
-
-    def _owns(self, sw: Switch) -> bool:
-        return sw.bridge is not None and self.authority.owns(sw.dp_id)
-
-    @staticmethod
-    def _holds(sw: Switch) -> dict[str, Any]:
-        return {"in_sync": sw.in_sync, "settled": sw.settled,
-                "errors": sw.errors() if sw.settled and not sw.in_sync else {}}
-
-    def _revision(self) -> int:
-        """In a cluster, the revision of its policy this member has in force (0 alone)."""
-        return self.authority.cluster.policy_revision if self.authority.cluster else 0
 
     def _to(self, sw: Switch, event: ev.SwitchEvent, now: float) -> None:
         """One switch handles an event; what it asks of the controller is done here, the rest goes out."""
