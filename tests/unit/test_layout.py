@@ -1,0 +1,55 @@
+"""The shape the core keeps (docs/layout.md): pure, no module reaching back to the controller that owns
+it, classes small enough to hold one concern, and the app a thin shim."""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CORE = ROOT / "controller" / "core"
+MAX_METHODS, MAX_FIELDS, MAX_APP_LINES = 20, 15, 400
+
+
+def _imports(tree: ast.Module) -> set[str]:
+    """Every module a file imports, under TYPE_CHECKING too."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def _modules() -> dict[str, ast.Module]:
+    return {path.stem: ast.parse(path.read_text()) for path in sorted(CORE.glob("*.py"))}
+
+
+def test_the_core_imports_only_the_standard_library_and_itself():
+    allowed = set(sys.stdlib_module_names) | {"controller", "yaml"}   # YAML: a parser, no I/O of its own
+    for name, tree in _modules().items():
+        foreign = {m for m in _imports(tree) if m.split(".")[0] not in allowed}
+        assert not foreign, f"controller/core/{name}.py imports {sorted(foreign)}"
+
+
+def test_no_module_of_the_core_reaches_back_to_the_controller():
+    for name, tree in _modules().items():
+        if name != "controller":
+            assert "controller.core.controller" not in _imports(tree), f"controller/core/{name}.py"
+
+
+def test_every_class_of_the_core_holds_one_concern():
+    for name, tree in _modules().items():
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            methods = [n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+            fields = {n.attr for n in ast.walk(cls) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+                      and isinstance(n.value, ast.Name) and n.value.id == "self"}
+            fields |= {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+            assert len(methods) <= MAX_METHODS, f"{name}.{cls.name}: {len(methods)} methods"
+            assert len(fields) <= MAX_FIELDS, f"{name}.{cls.name}: {len(fields)} fields"
+
+
+def test_the_app_is_a_thin_shim():
+    lines = len((ROOT / "controller" / "qos_app.py").read_text().splitlines())
+    assert lines <= MAX_APP_LINES, f"controller/qos_app.py: {lines} lines"
