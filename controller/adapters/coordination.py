@@ -9,6 +9,14 @@ policy's revision it has in force, and per switch whether it is in sync); policy
 force for the whole cluster, as the state file holds it for one controller ({"policy": <document or
 null>}). Every call is a short HTTP request to etcd (green under os-ken's eventlet); a failure raises
 CoordinationError.
+
+The two leases (tooz's for our membership, ours for our keys) are refreshed by an OS thread of their own
+(Keepalive), not by a greenthread: eventlet runs one greenthread at a time, and a large member's event
+loop can be busy for seconds without a yield (parsing a 1000-port OVSDB transaction takes 1-2 s, a PUT
+of 10,000 ports is checked and planned in one handler), which let a 4 s lease run out in the middle of
+an apply. The loop still reads the cluster every second and takes the thread's last confirmed refresh
+as its own; the thread stops refreshing when the loop has not turned for WEDGED_SECONDS, so a member
+whose loop hangs gives its switches up. SIGSTOP stops the thread too: a paused member's lease runs out.
 """
 from __future__ import annotations
 
@@ -22,6 +30,8 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from eventlet import patcher
+
 from controller.compat import hub
 from controller.core import actions as act
 from controller.core import events as ev
@@ -31,6 +41,9 @@ LOG = logging.getLogger(__name__)
 REFRESH_SECONDS = 1.0      # how often a member refreshes its lease (and reads the cluster, if no watch woke it)
 CONNECTIONS = 256          # kept open to etcd: a take-over claims each switch at once, on a greenthread of its own
 COALESCE_SECONDS = 0.05    # after a watch wakes the loop: changes arriving this soon are read with it
+WEDGED_SECONDS = 30.0      # the keepalive thread lets the leases run out once the loop has not turned this long
+_threading = patcher.original("threading")   # an OS thread (os-ken's eventlet patches `threading` green)
+_time = patcher.original("time")
 
 
 class CoordinationError(RuntimeError):
@@ -50,6 +63,44 @@ def _range_end(prefix: str) -> str:
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
+class Keepalive:
+    """Refreshes the leases `leases()` names (their ids, read anew each time) every REFRESH_SECONDS from an OS
+    thread, while the event loop last turned (`turned`, set by the loop) within WEDGED_SECONDS. `confirmed_at`:
+    when the last refresh that etcd answered for every lease was sent (monotonic); `expired`: etcd said a lease
+    is gone (the loop makes new ones). Plain attributes, each written by one side: safe across the threads."""
+
+    def __init__(self, post: Callable[[str, dict[str, Any]], dict[str, Any]], leases: Callable[[], list[int]]):
+        self._post, self._leases = post, leases
+        self.turned: float = _time.monotonic()
+        self.confirmed_at: float = self.turned                # a lease was just granted
+        self.expired = False
+        self._stop = _threading.Event()
+        self._thread = _threading.Thread(target=self._run, name="etcd-keepalive", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2 * REFRESH_SECONDS)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            sent = _time.monotonic()
+            if sent - self.turned < WEDGED_SECONDS:
+                try:
+                    ttls = [int(self._post("/lease/keepalive", {"ID": lease}).get("result", {}).get("TTL", -1))
+                            for lease in self._leases()]
+                except CoordinationError as err:    # the loop's own requests fail too, and say so
+                    LOG.debug("etcd: keepalive failed: %s", err)
+                else:
+                    if all(ttl > 0 for ttl in ttls):
+                        self.confirmed_at = sent
+                    else:
+                        self.expired = True
+            self._stop.wait(max(0.0, REFRESH_SECONDS - (_time.monotonic() - sent)))
+
+
 class Coordination:
     def __init__(self, url: str, owner: str, member: str, lease: int):
         """`lease`: seconds a member's keys outlive its last refresh (tooz's membership_timeout)."""
@@ -61,9 +112,10 @@ class Coordination:
         self.prefix = f"/ovs-qos/{owner}/"
         self._coord: Any = None
         self._lease: Any = None          # the lease our ownership keys are on
+        self._keepalive: Keepalive | None = None
         self._unreachable: frozenset[int] = frozenset()      # what we must tell the others ...
         self._told: frozenset[int] | None = frozenset()      # ... and what etcd holds of it (None: unknown)
-        self._refreshed = -REFRESH_SECONDS                     # when the last refresh was sent
+        self._read_at = -REFRESH_SECONDS                       # when the cluster was last read on the second
         self._sync: ev.MemberSync | None = None                # what our switches hold ...
         self._sync_told: ev.MemberSync | None = None           # ... and what etcd holds of it
         self._wake = hub.Event()                               # the loop reads (and tells) at once
@@ -92,6 +144,26 @@ class Coordination:
         except Exception as err:   # noqa: BLE001 - tooz and etcd3gw raise many kinds; all mean "not reached"
             raise CoordinationError(_why(err)) from None
         self._coord = coord
+        self._keepalive = Keepalive(self._thread_post(coord), lambda: [coord._membership_lease.id, self._lease.id])
+        self._keepalive.start()
+
+    def _thread_post(self, coord: Any) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
+        """A POST to etcd for the keepalive thread, on a session of its own (requests' are not thread-safe)."""
+        import requests
+        session = requests.Session()
+        session.verify, session.cert, session.trust_env = (coord.client.session.verify, coord.client.session.cert,
+                                                           coord.client.session.trust_env)
+        timeout = max(1, self.lease_seconds // 3)
+
+        def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+            try:
+                answer = session.post(coord.client.get_url(path), json=body, timeout=timeout)
+                answer.raise_for_status()
+                result: dict[str, Any] = answer.json()
+            except Exception as err:   # noqa: BLE001
+                raise CoordinationError(_why(err)) from None
+            return result
+        return post
 
     def _join(self, coord: Any) -> None:
         from tooz import coordination
@@ -105,17 +177,22 @@ class Coordination:
     def connected(self) -> bool:
         return self._coord is not None
 
-    def refresh(self) -> bool:
-        """Keep our membership and our keys alive; False when our lease had run out (our keys are gone: a new
-        lease is taken, and the switches must be claimed anew)."""
+    def refresh(self) -> float | None:
+        """When the last refresh of our leases that etcd confirmed was sent (the keepalive thread's); None when
+        a lease had run out (our keys are gone: new leases are taken, and the switches must be claimed anew)."""
+        keepalive = self._keepalive
+        assert keepalive is not None, "refresh before connect"
+        keepalive.turned = time.monotonic()
+        if not keepalive.expired:
+            return keepalive.confirmed_at
         try:
-            self._coord.heartbeat()
-            if self._lease.refresh() != -1:
-                return True
-            self._lease = self._coord.client.lease(self.lease_seconds)
-            return False
+            self._coord.heartbeat()          # tooz's membership lease, made anew if it ran out
+            if self._lease.refresh() == -1:
+                self._lease = self._coord.client.lease(self.lease_seconds)
         except Exception as err:   # noqa: BLE001
             raise CoordinationError(_why(err)) from None
+        keepalive.expired = False
+        return None
 
     def mark(self, dp_ids: frozenset[int]) -> None:
         """The switches whose OVSDB we cannot reach: written to etcd with the next refresh."""
@@ -228,7 +305,7 @@ class Coordination:
         try:
             while True:
                 failing = self._turn(post, failing, watches)
-                if self._wake.wait(timeout=max(0.0, REFRESH_SECONDS - (time.monotonic() - self._refreshed))):
+                if self._wake.wait(timeout=max(0.0, REFRESH_SECONDS - (time.monotonic() - self._read_at))):
                     hub.sleep(COALESCE_SECONDS)          # a burst of changes (claims, expiries) is read once
                 self._wake.clear()
         finally:
@@ -236,12 +313,11 @@ class Coordination:
                 hub.kill(watch)
 
     def _turn(self, post: Callable[[ev.Event], None], failing: str | None, watches: list[Any]) -> str | None:
-        """One pass: connect if need be, refresh our lease when it is due, read the cluster and post it; what
-        failed (None: nothing)."""
+        """One pass: connect if need be, take the keepalive's word on our leases (new ones if they ran out), read
+        the cluster and post it; what failed (None: nothing)."""
         sent = time.monotonic()
-        due = sent - self._refreshed >= REFRESH_SECONDS
-        if due:
-            self._refreshed = sent               # tried again a second later, whatever follows
+        if sent - self._read_at >= REFRESH_SECONDS:
+            self._read_at = sent                 # read again a second later, whatever follows
         try:
             if not self.connected:
                 self.connect()
@@ -250,12 +326,9 @@ class Coordination:
                     hub.kill(watch)
                 watches[:] = [hub.spawn(self._watch, prefix)
                               for prefix in (self.prefix, self._coord._prefix_group(self.group).decode())]
-            refreshed = None
-            if due:
-                if self.refresh():
-                    refreshed = sent
-                else:
-                    self._told = self._sync_told = None      # our keys went with the lease
+            refreshed = self.refresh()
+            if refreshed is None:
+                self._told = self._sync_told = None      # our keys went with the lease
             self._tell()
             cluster = self.read()
             assert cluster.members is not None
@@ -322,6 +395,8 @@ class Coordination:
         """A clean stop: our keys go at once (the lease revoked), so other members claim our switches now."""
         if self._coord is None:
             return
+        if self._keepalive is not None:
+            self._keepalive.stop()
         try:
             self._lease.revoke()
             self._coord.leave_group(self.group).get()

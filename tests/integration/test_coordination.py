@@ -1,7 +1,11 @@
 """The etcd adapter against a real etcd (started here, on loopback, with its own data): each read gives the
 policy in force with its revision, a new one as soon as it is stored, and the switches' owners beside it."""
-from controller.adapters.coordination import Coordination
+from eventlet import patcher
+
+from controller.adapters.coordination import REFRESH_SECONDS, WEDGED_SECONDS, Coordination
 from topo.harness.etcd import etcd
+
+_time = patcher.original("time")   # a sleep that yields to nothing, even under eventlet
 
 
 def test_each_read_gives_the_policy_in_force_and_a_stored_one_at_once(tmp_path):
@@ -25,5 +29,27 @@ def test_each_read_gives_the_policy_in_force_and_a_stored_one_at_once(tmp_path):
                 assert other.read().policy == (cleared, None)
             finally:
                 other.leave()
+        finally:
+            member.leave()
+
+
+def test_the_leases_outlive_a_loop_busy_for_longer_than_they_last_but_not_a_wedged_one(tmp_path):
+    """The keepalive is an OS thread: a member whose event loop does not yield for twice its lease (this test's
+    own thread, asleep) keeps its keys; one whose loop has not turned for WEDGED_SECONDS lets them go."""
+    with etcd(23792, tmp_path / "etcd.log") as url:
+        member = Coordination(url, "adapter", "m1", 3)
+        member.connect()
+        try:
+            assert member.claim(0xC1, renew=False) is not None
+            _time.sleep(6)                                        # no yield: as a loop parsing OVSDB's JSON
+            assert member.read().owners == {0xC1: "m1"}
+            assert _time.monotonic() - member.refresh() < 1.5     # and the loop is told of the keepalive's refresh
+            member._keepalive.turned -= WEDGED_SECONDS            # as if the loop had not turned since
+            _time.sleep(6)
+            assert member.read().owners == {}
+            assert _time.monotonic() - member.refresh() > 5       # the loop turns again: no confirmation since
+            _time.sleep(2 * REFRESH_SECONDS)                      # the keepalive finds the leases gone ...
+            assert member.refresh() is None                       # ... and the loop takes new ones
+            assert member.claim(0xC1, renew=False) is not None
         finally:
             member.leave()
