@@ -18,6 +18,8 @@ from typing import Any
 from oslo_config import cfg
 
 from controller.adapters.ovsdb import DEFAULT_DB
+from controller.core.document import read_file
+from controller.core.errors import PolicyError
 from controller.core.policy import OVSDB_REMOTE
 
 OPTIONS = [
@@ -199,10 +201,14 @@ def _openflow(conf: cfg.ConfigOpts) -> tuple[str, int]:
 
 
 def _readable(path: Path, option: str) -> None:
+    """A PEM file that can be read: a regular file, read no further than a policy may be (a device or a FIFO
+    named by mistake would never end)."""
     try:
-        path.read_bytes()
+        read_file(path, option)
     except OSError as err:
         raise ConfigError(f"{option}: cannot read {path} ({err.strerror}); check the path") from None
+    except PolicyError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _loopback(host: str) -> bool:

@@ -1,5 +1,6 @@
 """controller/adapters/config.py: the [qos] options and the framework's OpenFlow TLS options, checked
 before anything starts, one line naming the option."""
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -43,6 +44,10 @@ def test_openflow_over_tls_listens_on_the_ssl_port_with_switch_certificates_chec
         "[DEFAULT] ofp_ssl_listen_port: required")
     assert refusal(conf(tmp_path, {**tls, "ctl_cert": str(tmp_path / "gone.pem")})) == (
         f"[DEFAULT] ctl_cert: cannot read {tmp_path / 'gone.pem'} (No such file or directory); check the path")
+    os.mkfifo(tmp_path / "fifo.pem")
+    for endless in ("/dev/zero", str(tmp_path / "fifo.pem")):   # read whole, they would never end
+        assert refusal(conf(tmp_path, {**tls, "ctl_privkey": endless})) == (
+            "[DEFAULT] ctl_privkey: not a regular file (a directory, FIFO or device); give the path of a file")
 
 
 def test_an_ssl_ovsdb_remote_needs_its_key_certificate_and_ca(tmp_path, pem):
