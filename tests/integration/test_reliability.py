@@ -310,6 +310,24 @@ def test_a_port_qdisc_deleted_by_hand_is_rebuilt(controller):
     wait(lambda: "flowid 1:3" in sh("tc", "filter", "show", "dev", iface, "parent", "1:"), 6, "filters back")
 
 
+def test_a_change_of_queue_packets_alone_reaches_every_leaf_on_the_device(controller):
+    _, _, bridges = controller
+    iface = f"{bridges[0]}p2"
+
+    def limits() -> set[str]:   # the leaves' limits: "limit 50p" in `tc qdisc show` of a pfifo_head_drop
+        return {line.split("limit ")[1].split()[0] for line in sh("tc", "qdisc", "show", "dev", iface).splitlines()
+                if "pfifo_head_drop" in line}
+
+    rest("PUT", "/policy", policy("leaves"))
+    wait(lambda: in_sync("leaves") and limits() == {"50p"}, 20, "the leaves at 50 packets")
+    changed = policy("leaves")
+    for switch in changed["switches"].values():
+        switch["ports"][2]["queue_packets"] = 20
+    code, answer = rest("PUT", "/policy", changed)
+    assert code == 200 and answer["in_sync"], answer
+    assert limits() == {"20p"}                    # in force when the change is answered in sync, not at a sweep
+
+
 # --- restart -----------------------------------------------------------------------------------------
 
 def test_a_restart_with_a_policy_in_force_changes_nothing_and_drops_no_packet_of_a_tcp_flow(tmp_path):
