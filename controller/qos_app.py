@@ -168,8 +168,9 @@ class QosController(App):
                                                           signal.Signals(num).name))
         self.tc = Tc()
         done = lambda results: self._post(ev.JobsDone(tuple(results)))   # noqa: E731
-        self.workers = {name: Worker(self.ovsdb.view(name), self.tc if on_this_host(name) else None, done,
-                                     lambda: self.core.authority.confirmed(time.monotonic()),
+        coordinated = self.coordination.confirmed if self.coordination else lambda now: False
+        may_write = lambda: self.core.authority.confirmed(time.monotonic()) or coordinated(time.monotonic())  # noqa: E731
+        self.workers = {name: Worker(self.ovsdb.view(name), self.tc if on_this_host(name) else None, done, may_write,
                                      LEASE_UNCONFIRMED if self.coordination else LOCK_UNCONFIRMED)
                         for name in self.ovsdb.names}
         self._threads += [*(hub.spawn(w.run) for w in self.workers.values()), hub.spawn(self._watch_tc),

@@ -35,6 +35,7 @@ from eventlet import patcher
 from controller.compat import hub
 from controller.core import actions as act
 from controller.core import events as ev
+from controller.core.cluster import SAFE_SHARE
 from controller.core.keeper import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
 
 LOG = logging.getLogger(__name__)
@@ -65,14 +66,15 @@ def _range_end(prefix: str) -> str:
 
 class Keepalive:
     """Refreshes the leases `leases()` names (their ids, read anew each time) every REFRESH_SECONDS from an OS
-    thread, while the event loop last turned (`turned`, set by the loop) within WEDGED_SECONDS. `confirmed_at`:
-    when the last refresh that etcd answered for every lease was sent (monotonic); `expired`: etcd said a lease
-    is gone (the loop makes new ones). Plain attributes, each written by one side: safe across the threads."""
+    thread, while the event loop last turned (`turned`, set by the loop) within WEDGED_SECONDS. `confirmed`:
+    when the last refresh that etcd answered for every lease was sent (monotonic), and the last lease's id (the
+    one our keys are on); `expired`: etcd said a lease is gone (the loop makes new ones). Plain attributes, each
+    written by one side and replaced whole: safe across the threads."""
 
     def __init__(self, post: Callable[[str, dict[str, Any]], dict[str, Any]], leases: Callable[[], list[int]]):
         self._post, self._leases = post, leases
         self.turned: float = _time.monotonic()
-        self.confirmed_at: float = self.turned                # a lease was just granted
+        self.confirmed: tuple[float, int] = (self.turned, leases()[-1])   # a lease was just granted
         self.expired = False
         self._stop = _threading.Event()
         self._thread = _threading.Thread(target=self._run, name="etcd-keepalive", daemon=True)
@@ -88,14 +90,15 @@ class Keepalive:
         while not self._stop.is_set():
             sent = _time.monotonic()
             if sent - self.turned < WEDGED_SECONDS:
+                leases = self._leases()
                 try:
                     ttls = [int(self._post("/lease/keepalive", {"ID": lease}).get("result", {}).get("TTL", -1))
-                            for lease in self._leases()]
+                            for lease in leases]
                 except CoordinationError as err:    # the loop's own requests fail too, and say so
                     LOG.debug("etcd: keepalive failed: %s", err)
                 else:
                     if all(ttl > 0 for ttl in ttls):
-                        self.confirmed_at = sent
+                        self.confirmed = (sent, leases[-1])
                     else:
                         self.expired = True
             self._stop.wait(max(0.0, REFRESH_SECONDS - (_time.monotonic() - sent)))
@@ -113,6 +116,7 @@ class Coordination:
         self._coord: Any = None
         self._lease: Any = None          # the lease our ownership keys are on
         self._keepalive: Keepalive | None = None
+        self._reported_lease: int | None = None    # the lease of the last confirmed refresh the core was told of
         self._unreachable: frozenset[int] = frozenset()      # what we must tell the others ...
         self._told: frozenset[int] | None = frozenset()      # ... and what etcd holds of it (None: unknown)
         self._read_at = -REFRESH_SECONDS                       # when the cluster was last read on the second
@@ -184,7 +188,8 @@ class Coordination:
         assert keepalive is not None, "refresh before connect"
         keepalive.turned = time.monotonic()
         if not keepalive.expired:
-            return keepalive.confirmed_at
+            at, self._reported_lease = keepalive.confirmed
+            return at
         try:
             self._coord.heartbeat()          # tooz's membership lease, made anew if it ran out
             if self._lease.refresh() == -1:
@@ -193,6 +198,16 @@ class Coordination:
             raise CoordinationError(_why(err)) from None
         keepalive.expired = False
         return None
+
+    def confirmed(self, now: float) -> bool:
+        """Whether this member may write now, as the core judges it (cluster.py, SAFE_SHARE of the lease) but from
+        the keepalive's latest word: the core hears of a refresh only when the loop gets to the next report, which
+        a busy loop holds back. Only a refresh of the lease the core was last told of counts: after our leases
+        ran out, nothing is written until the core has heard of the new one (and claimed the switches anew)."""
+        if self._keepalive is None or self._keepalive.expired:
+            return False
+        at, lease = self._keepalive.confirmed
+        return lease == self._reported_lease and now - at < SAFE_SHARE * self.lease_seconds
 
     def mark(self, dp_ids: frozenset[int]) -> None:
         """The switches whose OVSDB we cannot reach: written to etcd with the next refresh."""

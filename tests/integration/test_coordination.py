@@ -40,16 +40,23 @@ def test_the_leases_outlive_a_loop_busy_for_longer_than_they_last_but_not_a_wedg
         member = Coordination(url, "adapter", "m1", 3)
         member.connect()
         try:
+            assert not member.confirmed(_time.monotonic())        # the core has not been told of a refresh yet
+            member.refresh()
             assert member.claim(0xC1, renew=False) is not None
             _time.sleep(6)                                        # no yield: as a loop parsing OVSDB's JSON
             assert member.read().owners == {0xC1: "m1"}
+            assert member.confirmed(_time.monotonic())            # the worker may write at once, on the thread's word
             assert _time.monotonic() - member.refresh() < 1.5     # and the loop is told of the keepalive's refresh
             member._keepalive.turned -= WEDGED_SECONDS            # as if the loop had not turned since
             _time.sleep(6)
-            assert member.read().owners == {}
+            assert member.read().owners == {} and not member.confirmed(_time.monotonic())
             assert _time.monotonic() - member.refresh() > 5       # the loop turns again: no confirmation since
             _time.sleep(2 * REFRESH_SECONDS)                      # the keepalive finds the leases gone ...
             assert member.refresh() is None                       # ... and the loop takes new ones
+            _time.sleep(2 * REFRESH_SECONDS)                      # the thread confirms the new ones, but nothing
+            assert not member.confirmed(_time.monotonic())        # is written before the core hears of them
+            member.refresh()
+            assert member.confirmed(_time.monotonic())
             assert member.claim(0xC1, renew=False) is not None
         finally:
             member.leave()
