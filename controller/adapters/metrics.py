@@ -3,17 +3,22 @@
 Counters come from the switches, so they are exposed as they were last read
 (a collector), not incremented here. Base units, `_total` on counters.
 
-The exposition is rendered at most once per MAX_AGE and served from a cache in between: rendering is
-CPU work in the event loop's OS thread (12 ms for 40 ports, 240 ms for 1000), and eventlet runs
+The exposition is rendered at most once per MAX_AGE and served from a cache in between: eventlet runs
 every scraper whose request is ready before the event loop's next turn, so 30 scrapers rendering in
 turn held each step of a PUT back by a whole round of renders (docs/benchmarks.md, bench/scrape.py).
+A render's families are collected in the event loop (they read the core) and formatted in an OS thread
+(eventlet's tpool): formatting is nearly all of a render (prometheus_client's sample_line; 1.8-3.7 s
+for 10,000 ports), which in the loop's thread held every poll and answer back that long.
 """
 from __future__ import annotations
 
+import gzip
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from eventlet import tpool
 from prometheus_client import make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder, gzip_accepted
@@ -137,27 +142,46 @@ def _per_port(name: str, doc: str, values: Mapping[tuple[int, int], float]) -> G
 
 class CachedExposition:
     """The WSGI app of the metrics port: prometheus_client's, with each format's answer (text or
-    OpenMetrics, gzipped or not) rendered at most once per `max_age` seconds and served again until then.
-    Only a plain GET is cached, so the cache holds a few entries whatever clients send."""
+    OpenMetrics, gzipped or not) rendered at most once per `max_age` seconds and served again until then,
+    its formatting done by `offload` (an OS thread). Only a plain GET is cached, so the cache holds a few
+    entries whatever clients send; scrapers that come while one renders wait for its answer."""
 
-    def __init__(self, registry: Collector, max_age: float = MAX_AGE, clock: Callable[[], float] = time.monotonic):
-        self._app = make_wsgi_app(registry)
-        self._max_age, self._clock = max_age, clock
-        self._cache: dict[tuple[str, bool], tuple[float, str, list[tuple[str, str]], bytes]] = {}
+    def __init__(self, registry: Collector, max_age: float = MAX_AGE, clock: Callable[[], float] = time.monotonic,
+                 offload: Callable[..., bytes] = tpool.execute):
+        self._registry, self._app = registry, make_wsgi_app(registry)
+        self._max_age, self._clock, self._offload = max_age, clock, offload
+        self._cache: dict[tuple[str, bool], tuple[float, list[tuple[str, str]], bytes]] = {}
+        self._rendering = threading.Lock()      # green under os-ken: a scraper waits, the loop does not
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         if (environ["REQUEST_METHOD"] != "GET" or environ.get("QUERY_STRING")
                 or environ.get("PATH_INFO") == "/favicon.ico"):
             uncached: Iterable[bytes] = self._app(environ, start_response)
             return uncached
-        key = (choose_encoder(environ.get("HTTP_ACCEPT") or "")[1],
-               gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING") or ""))
-        now = self._clock()
-        hit = self._cache.get(key)
-        if hit is None or now - hit[0] >= self._max_age:
-            answer: dict[str, Any] = {}
-            body = b"".join(self._app(environ, lambda status, headers, exc_info=None: answer.update(status=status,
-                                                                                               headers=headers)))
-            hit = self._cache[key] = (now, answer["status"], answer["headers"], body)
-        start_response(hit[1], list(hit[2]))
-        return [hit[3]]
+        encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT") or "")
+        key = (content_type, gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING") or ""))
+        with self._rendering:
+            now = self._clock()
+            hit = self._cache.get(key)
+            if hit is None or now - hit[0] >= self._max_age:
+                families = _Families(list(self._registry.collect()))     # here: it reads the core
+                body = self._offload(_format, encoder, families, key[1])
+                headers = [("Content-Type", content_type), *([("Content-Encoding", "gzip")] if key[1] else [])]
+                hit = self._cache[key] = (now, headers, body)
+        start_response("200 OK", list(hit[1]))
+        return [hit[2]]
+
+
+class _Families:
+    """Metric families already collected, as the exposition's encoders take them (a registry's collect())."""
+
+    def __init__(self, families: list[Metric]):
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families
+
+
+def _format(encoder: Callable[[Any], bytes], families: _Families, gzipped: bool) -> bytes:
+    body = encoder(families)
+    return gzip.compress(body) if gzipped else body

@@ -1,8 +1,10 @@
 """controller/adapters/metrics.py: the exposition Prometheus scrapes from the controller."""
 import gzip
 import re
+import threading
 
 import pytest
+from eventlet import tpool
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -175,3 +177,22 @@ def test_each_format_and_encoding_is_cached_apart():
     _, headers, body = scrape(app, accept="application/openmetrics-text; version=1.0.0")
     assert headers["Content-Type"].startswith("application/openmetrics-text") and body.endswith(b"# EOF\n")
     assert scrape(app)[2] == text
+
+
+def test_a_render_reads_the_core_here_and_leaves_its_formatting_to_another_thread():
+    """The families are collected by the caller (the event loop: they read the core); the formatting, nearly
+    all of a render's time, runs where `offload` puts it: by default eventlet's pool of OS threads."""
+    reg = CollectorRegistry()
+    collected = []
+    reg.register(ControllerCollector(lambda: collected.append(threading.get_ident()) or snapshot()))
+    offloaded = []
+
+    def offload(fn, *args):
+        offloaded.append(fn.__name__)
+        return fn(*args)
+    assert scrape(CachedExposition(reg, clock=Clock(), offload=offload))[2] == generate_latest(reg)
+    assert offloaded == ["_format"] and collected[0] == threading.get_ident()
+    formatted = []
+    real = CachedExposition(reg, clock=Clock())                   # tpool: a thread of its own
+    real._offload = lambda fn, *args: tpool.execute(lambda: formatted.append(threading.get_ident()) or fn(*args))
+    assert scrape(real)[2] == generate_latest(reg) and formatted and formatted[0] != threading.get_ident()
