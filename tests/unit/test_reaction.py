@@ -5,7 +5,7 @@ fast_poll_interval. A flood onset there is answered within two fast polls, by on
 flow's loss (BBR's start-up), a one-poll blip or an idle port program nothing and cost nothing."""
 from controller.core import actions as act
 from controller.core.meters import COUNTING_BAND, METER_BASE, counting_meter_id
-from tests.unit.fakes import CAPACITY, TCP, UDP, VOICE, mode, up  # noqa: E402   rules 3, 2 and 6 of s1
+from tests.unit.fakes import CAPACITY, TCP, UDP, VOICE, mode, shipped, up  # noqa: E402   rules 3, 2 and 6 of s1
 
 
 def lone_tcp(net, drops_ps: float = 0.0) -> None:
@@ -69,6 +69,32 @@ def test_a_blip_programs_nothing(net):
     net.s1.drop_load = {(1, 0): 300.0}
     net.app.advance(0.01)
     lone_tcp(net)
+    net.app.advance(3.0)
+    assert list(net.app.decisions) == []
+
+
+def test_a_blip_across_a_slow_poll_programs_nothing(net):
+    """A port fast polls watch is judged by their samples alone: a slow poll that reads it in the middle
+    of a blip splits the blip's counters but is not a second hot sample (it would halve the time a burst
+    must last to program). Fast polls every 70 ms, so slow ones fall at another phase each second."""
+    net.app.connect(net.s1)
+    net.app.connect(net.s2)
+    policy = shipped("auto")
+    policy["congestion"]["fast_poll_interval"] = 0.07
+    assert net.app.request("set_policy", policy)[1] is None
+    lone_tcp(net, drops_ps=1.2)                    # cubic alone: a drop now and then
+    net.app.advance(3.0)
+    poller = net.app.switches[1].poller
+    while poller.next_fast is None or not poller.next_fast + 0.01 < poller.next_due < poller.next_fast + 0.06:
+        net.app.advance(0.001)                     # until a slow poll comes 10-60 ms after the next fast one
+    net.app.advance(poller.next_fast - net.app.clock + 0.001)       # just after that fast poll
+    slow = poller.next_due
+    net.s1.class_load = {TCP: 0.96 * CAPACITY, UDP: 3 * 1500 * 8 / 0.01}
+    net.s1.drop_load = {(1, 0): 300.0}
+    net.app.advance(slow - net.app.clock + 0.001)  # the slow poll reads the blip's first part ...
+    assert poller.next_due > slow and poller.next_fast > net.app.clock
+    net.app.advance(poller.next_fast - net.app.clock - 0.001)       # ... the next fast poll its end
+    lone_tcp(net, drops_ps=1.2)
     net.app.advance(3.0)
     assert list(net.app.decisions) == []
 
