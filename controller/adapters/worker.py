@@ -24,7 +24,7 @@ from controller.core.plan import spec_classes, tc_changes
 from controller.core.queues import QosSpec
 
 LOG = logging.getLogger(__name__)
-CLASS_WAIT_SECONDS = 3.0   # ovsdbapp returns once vswitchd applied the change; the classes follow at once
+CLASS_WAIT_SECONDS = 3.0   # Ovsdb.apply returns once vswitchd applied the change; the classes follow at once
 
 
 SWEEP = "sweep"   # in the queue: remove our QoS rows that no port uses any more
