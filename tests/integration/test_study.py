@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from tests.dashboard_queries import all_dashboard_expressions
-from tests.integration.conftest import NOTHING_LEFT, requires_ovs
+from tests.integration.conftest import NOTHING_LEFT, STEERED_WITHIN_S, requires_ovs
 from topo.harness.prometheus import api, serving
 from topo.net import iperf
 
@@ -119,9 +119,8 @@ def test_auto_programs_once_per_episode_and_recovers(run):
     assert [d["action"] for d in auto["decisions"]] == ["program", "rollback"]
     (episode,) = auto["episodes"]
     assert summary["policies"]["auto"]["reaction_seconds"] == [episode["reaction_seconds"]]
-    # Flood onset to UDP landing in its own class on the switch: the goal is 0.15 s (bench/reaction.py
-    # measures it over many onsets); 0.5 s holds on a loaded CI host.
-    assert 0 < episode["reaction_seconds"] <= 0.5
+    # Flood onset to UDP landing in its own class on the switch.
+    assert 0 < episode["reaction_seconds"] <= STEERED_WITHIN_S
     assert episode["recovery_seconds"] is not None and episode["recovery_seconds"] <= 5
     for udp in (10, 12):
         auto = step(summary, "auto", udp)
