@@ -35,7 +35,7 @@ from eventlet import patcher
 from controller.compat import hub
 from controller.core import actions as act
 from controller.core import events as ev
-from controller.core.cluster import SAFE_SHARE
+from controller.core.cluster import within_safe_share
 from controller.core.keeper import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
 
 LOG = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ class Coordination:
         if self._keepalive is None or self._keepalive.expired:
             return False
         at, lease = self._keepalive.confirmed
-        return lease == self._reported_lease and now - at < SAFE_SHARE * self.lease_seconds
+        return lease == self._reported_lease and within_safe_share(at, self.lease_seconds, now)
 
     def mark(self, dp_ids: frozenset[int]) -> None:
         """The switches whose OVSDB we cannot reach: written to etcd with the next refresh."""

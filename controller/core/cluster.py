@@ -34,6 +34,11 @@ HOLD_DOWN_SECONDS = 3.0     # a new member enters the ring after this long: a fl
 SAFE_SHARE = 0.5            # a member writes within this share of its lease after its last confirmed refresh
 
 
+def within_safe_share(confirmed_at: float | None, lease: float, now: float) -> bool:
+    """Whether a lease last confirmed at `confirmed_at` still lets its holder write at `now`."""
+    return confirmed_at is not None and now - confirmed_at < SAFE_SHARE * lease
+
+
 class Ring:
     """Rendezvous (highest random weight) hashing: a switch belongs to the member whose hash with it is the
     highest. Each switch's share is an independent draw, so the members' shares are as even as hashing
@@ -75,7 +80,7 @@ class Cluster:
         self.published: ev.MemberSync | None = None   # what we last told the others we hold
 
     def confirmed(self, now: float) -> bool:
-        return self.confirmed_at is not None and now - self.confirmed_at < SAFE_SHARE * self.lease
+        return within_safe_share(self.confirmed_at, self.lease, now)
 
     def owns(self, dp_id: int) -> bool:
         return dp_id in self.mine
