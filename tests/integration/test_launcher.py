@@ -13,7 +13,8 @@ import pytest
 from tests.integration.conftest import NOTHING_LEFT, leftovers, requires_ovs
 
 REPO = Path(__file__).resolve().parents[2]
-SHORT = ["--quick", "--udp-steps", "0,10", "--lone-udp", "0", "--prometheus", "none"]
+# No TCP-alone cooldown: only auto's roll-back shows there, and these runs are not auto's.
+SHORT = ["--quick", "--udp-steps", "0,10", "--lone-udp", "0", "--cooldown-seconds", "0", "--prometheus", "none"]
 pytestmark = requires_ovs
 
 

@@ -2,7 +2,7 @@
 OVS kernel datapath with netem delay, and check what this host's kernel cannot show.
 
 One run feeds every test: `topo/run.py vm -- --policy reserve --quick --datapath kernel --delay 5ms
---udp-steps 10 --lone-udp 0 --prometheus none --probe none` (the latency probe is the host's tests' to check). The image is built on first use (about 2 minutes and 150 MiB of
+--udp-steps 10 --lone-udp 0 --cooldown-seconds 0 --prometheus none --probe none` (the latency probe is the host's tests' to check). The image is built on first use (about 2 minutes and 150 MiB of
 Debian packages) and cached in /var/cache/ovs-qos-vm/ for the next run. On the 2-core build machine,
 where QEMU falls back to TCG emulation, the module took 88 s with the image cached. Skipped only where
 QEMU cannot run at all: no qemu-system-x86_64, or not root.
@@ -42,7 +42,7 @@ def run(request):
     out = Path(tempfile.mkdtemp(prefix="test-vm-", dir=REPO / "results"))
     build_in_background(Path(tempfile.mkdtemp(prefix="test-image-")) / "build.log")
     argv = [sys.executable, "topo/run.py", "vm", "--", "--policy", "reserve", "--quick", "--datapath", "kernel",
-            "--delay", "5ms", "--udp-steps", f"{UDP:g}", "--lone-udp", "0", "--prometheus", "none", "--probe", "none", "--out", str(out)]
+            "--delay", "5ms", "--udp-steps", f"{UDP:g}", "--lone-udp", "0", "--cooldown-seconds", "0", "--prometheus", "none", "--probe", "none", "--out", str(out)]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:

@@ -186,6 +186,8 @@ def test_a_scenario_file_that_is_not_a_regular_file_within_1_mib_is_refused_in_o
     (["--delay", "5parsecs"], "--delay: '5parsecs' is not a delay; write e.g. 5ms, 500us or 0.1s, or none"),
     (["--metrics-port", "0"], "--metrics-port: 0 is not a TCP port; give one from 1 to 65535"),
     (["--udp-steps", ""], "--udp-steps: '' is not a comma-separated list of numbers"),
+    (["--cooldown-seconds", "2.5"], "--cooldown-seconds: 2.5 is not a whole number of seconds >= 0"),
+    (["--step-seconds", "0"], "--step-seconds: 0.0 is not a whole number of seconds >= 1"),
     (["--out", "{file}/run"], "--out {file}/run: {file} is not a folder; choose a folder's path"),
 ])
 def test_a_bad_launcher_flag_is_one_line_naming_it_before_anything_starts(tmp_path, argv, message):
@@ -196,6 +198,13 @@ def test_a_bad_launcher_flag_is_one_line_naming_it_before_anything_starts(tmp_pa
         check_out(args.out)
         STUDIES["main"].plan(args)
     assert str(err.value) == message.format(file=file)
+
+
+def test_the_step_and_cooldown_flags_override_quick_and_tcp_runs_through_them():
+    args = parser_for(STUDIES["main"], "topo/run.py").parse_args(
+        ["--quick", "--udp-steps", "0,10", "--cooldown-seconds", "0"])
+    scenario = STUDIES["main"].plan(args).scenario
+    assert (scenario.step_seconds, scenario.cooldown_seconds, scenario.tcp_seconds) == (3.0, 0.0, 6.0)
 
 
 def test_a_scenario_file_delay_is_checked_too():

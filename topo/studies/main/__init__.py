@@ -67,6 +67,9 @@ class MainStudy(Study):
         p.add_argument("--delay", help="one-way delay on the h1–h4 path where netem exists, e.g. 5ms; 'none'")
         p.add_argument("--udp-steps", help="offered UDP rates in Mbit/s, e.g. 0,2,4,6,8,10,12")
         p.add_argument("--step-seconds", type=float, help="how long each UDP step lasts (default 10; --quick 3)")
+        p.add_argument("--cooldown-seconds", type=float,
+                       help="how long TCP runs alone after the last step, where auto's roll-back shows (default 8; "
+                            "--quick 6; 0: none)")
         p.add_argument("--queue-packets", type=int, help="packet limit of the bottleneck's queues (default 25)")
         p.add_argument("--cc", dest="tcp_congestion_control", help="TCP congestion control (default: the kernel's)")
         p.add_argument("--tcp-flows", type=int, help="parallel TCP flows h1 → h4 (default 1)")
@@ -174,8 +177,12 @@ def _scenario(args: argparse.Namespace) -> Scenario:
                                              "lone_udp_mbps": args.lone_udp})
     if args.quick:
         scenario = scenario.quick()
-    if args.step_seconds is not None:
-        scenario = dataclasses.replace(scenario, step_seconds=args.step_seconds)   # validated on construction
+    for key in ("step_seconds", "cooldown_seconds"):
+        if getattr(args, key) is not None:
+            try:
+                scenario = dataclasses.replace(scenario, **{key: getattr(args, key)})   # validated on construction
+            except ScenarioError as err:   # named as the user wrote it
+                raise ScenarioError(str(err).replace(key, "--" + key.replace("_", "-"), 1)) from None
     return scenario
 
 
