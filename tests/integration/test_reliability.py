@@ -59,6 +59,22 @@ def wait(condition, seconds: float, what: str):
         time.sleep(0.1)
 
 
+def polls() -> dict[str, float]:
+    """Statistics polls each switch answered in full, as the controller's metrics count them."""
+    with urllib.request.urlopen("http://127.0.0.1:9101/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return {dp: float(n) for dp, n in re.findall(r'^ovsqos_polls_total\{dp_id="([0-9a-f]+)"\} (\S+)$', text, re.M)}
+
+
+def wait_polls(count: int, seconds: float = 20) -> None:
+    """Until every switch polled has answered `count` more polls: what a claim that nothing changed in that
+    time rests on, rather than on a sleep."""
+    before = polls()
+    assert before, "no switch has been polled yet"
+    wait(lambda: all(polls().get(dp, 0) >= n + count for dp, n in before.items()), seconds,
+         f"{count} more polls of every switch")
+
+
 @pytest.fixture
 def bridges():
     """Two userspace bridges of four veth ports each (OpenFlow ports 1-4), secure fail mode, pointed
@@ -389,7 +405,7 @@ def test_meters_survive_a_restart_unchanged_without_an_error_come_back_and_go_wi
     restarted = start_controller(tmp_path / "qos.conf", tmp_path / "second.log")
     try:
         wait(lambda: in_sync("policed"), 20, "the restarted controller in sync")
-        time.sleep(3)   # a few polls, meter statistics among them
+        wait_polls(3)   # meter statistics among them
         assert {b: (meters(b), flow_specs(b)) for b in bridges} == before
         log = (tmp_path / "second.log").read_text()
         assert not re.search(r"flows -\d|drift|refused", log), log[-2000:]
@@ -401,8 +417,7 @@ def test_meters_survive_a_restart_unchanged_without_an_error_come_back_and_go_wi
         # Deleted by hand, with the flow that names it (OpenFlow deletes both): both back within two polls.
         sh("ovs-ofctl", "-O", "OpenFlow13", "del-meter", bridges[0], "meter=1364393986")
         assert len(flow_specs(bridges[0])) == len(before[bridges[0]][1]) - 1
-        time.sleep(2.5)
-        assert (meters(bridges[0]), flow_specs(bridges[0])) == before[bridges[0]]
+        wait(lambda: (meters(bridges[0]), flow_specs(bridges[0])) == before[bridges[0]], 10, "the meter and its flow back")
         assert rest("DELETE", "/policy")[0] == 200
         assert all(meters(b) == [] and flow_specs(b) == [] for b in bridges)
     finally:
