@@ -53,7 +53,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.process import TICKS, bench_main, cpu_ticks, peak_rss_kib  # noqa: E402
+from bench.process import TICKS, bench_main, cpu_ticks, peak_rss_kib, polls_counted  # noqa: E402
 from controller.core.cluster import Ring  # noqa: E402
 from controller.core.policy import LOCAL_OVSDB  # noqa: E402
 from topo.harness.controller import ControllerError  # noqa: E402
@@ -240,13 +240,12 @@ def all_in_sync(found: dict[str, dict], dpids: list[str]) -> bool:
     return {dpid for dpid, _, switch in mastered(found) if switch.get("in_sync")} >= set(dpids)
 
 
-def polls(member: Member) -> float:
-    return sum(float(line.split()[-1]) for line in scrape(member).splitlines()
-               if line.startswith("ovsqos_polls_total{"))
+def metrics_url(member: Member) -> str:
+    return f"http://127.0.0.1:{member.metrics}/metrics"
 
 
 def scrape(member: Member) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{member.metrics}/metrics", timeout=60) as answer:
+    with urllib.request.urlopen(metrics_url(member), timeout=60) as answer:
         return answer.read().decode()
 
 
@@ -453,15 +452,16 @@ def figures(args: argparse.Namespace, cluster: Cluster, record: RunRecord, url: 
 
     owned = cluster.owners()
     pids = {m.name: m.proc.pid for m in group if m.proc}
-    before = {m.name: (polls(m), cpu_ticks(pids[m.name])) for m in group}
-    at0 = time.monotonic()
+    before = {m.name: polls_counted(metrics_url(m)) for m in group}
+    ticks0, at0 = {m.name: cpu_ticks(pids[m.name]) for m in group}, time.monotonic()   # the CPU window holds no scrape
     time.sleep(args.seconds)
-    after = {m.name: (polls(m), cpu_ticks(pids[m.name])) for m in group}
-    window = time.monotonic() - at0
+    ticks1, at1 = {m.name: cpu_ticks(pids[m.name]) for m in group}, time.monotonic()
+    after = {m.name: polls_counted(metrics_url(m)) for m in group}
     for m in group:
         count = sum(1 for o in owned.values() if o == m.name)
-        hz = (after[m.name][0] - before[m.name][0]) / window / count if count else 0.0
-        cpu = (after[m.name][1] - before[m.name][1]) / TICKS / window
+        (polls0, counted0), (polls1, counted1) = before[m.name], after[m.name]
+        hz = (polls1 - polls0) / (counted1 - counted0) / count if count else 0.0
+        cpu = (ticks1[m.name] - ticks0[m.name]) / TICKS / (at1 - at0)
         print(f"member {m.name:<15} switches {count:3d} ({count * args.ports} ports)  poll_hz {hz:.3f}  "
               f"cpu_share_of_one_core {cpu:.3f}  peak_rss_mib {peak_rss_kib(pids[m.name]) / 1024:.1f}", flush=True)
     time.sleep(1.0)   # past the exposition's cache
