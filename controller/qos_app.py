@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 
 from controller.adapters import config, openflow  # noqa: E402
 from controller.adapters.coordination import Coordination  # noqa: E402
+from controller.adapters.heap import Heap  # noqa: E402
 from controller.adapters.listeners import (  # noqa: E402
     PortInUse,
     check_free,
@@ -125,8 +126,7 @@ class QosController(App):
         self.coordination = Coordination(co.url, settings.owner, co.member, co.lease) if co else None
         self.ovsdb = Remotes(settings.ovsdb, lambda name: Ovsdb(name, owner=settings.owner, timeout=10.0,
                                                               ssl=settings.ovsdb_ssl, standby=settings.standby,
-                                                              lock=co is None),
-                             settings.standby)
+                                                              lock=co is None), settings.standby)
         self._first_tried: bool = False
         self._held: LockHeld | None = None
         self._threads = [hub.spawn(self._connect_remote, name) for name in settings.ovsdb]
@@ -174,7 +174,7 @@ class QosController(App):
                                      LEASE_UNCONFIRMED if self.coordination else LOCK_UNCONFIRMED)
                         for name in self.ovsdb.names}
         self._threads += [*(hub.spawn(w.run) for w in self.workers.values()), hub.spawn(self._watch_tc),
-                          hub.spawn(self._watch_remotes),
+                          hub.spawn(self._watch_remotes), hub.spawn(Heap().run, hub.sleep),
                           *([hub.spawn(self.coordination.run, self._post)] if self.coordination else []),
                           hub.spawn(serve, self._api_sock, make_app(self, self.settings.api_token)),
                           hub.spawn(serve, self._metrics_sock, CachedExposition(self.registry))]
