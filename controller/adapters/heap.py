@@ -2,8 +2,8 @@
 
 A full collection walks every object the collector tracks, and a member of 10,000 ports holds millions
 (OVSDB's replica of the ports' rows, the ports' state and rates): each walk took 0.6-1.2 s, every 7-30 s
-while polling (every 2-3 s during an apply), holding the event loop, so that polls fell due during it were
-sent over an interval late and skipped. A full collection is set off by objects that outlived two young
+while polling (every 2-3 s during an apply), holding the event loop: a poll falling due during one was
+sent more than an interval late, and skipped. A full collection is set off by objects that outlived two young
 ones: the counters each poll keeps until the next are such objects, and the walk finds no garbage.
 
 So after a full collection that took long, everything it found alive is frozen (gc.freeze): later
@@ -51,7 +51,8 @@ class Heap:
             return
         if phase == "start":
             self._started = self._clock()
-        elif self._started is not None and self._clock() - self._started >= self.slow:
-            # Just collected: nothing frozen now is garbage.
-            self.frozen_after, self._started = self._clock() - self._started, None
-            gc.freeze()
+            return
+        took = self._clock() - self._started if self._started is not None else 0.0
+        if took >= self.slow:
+            self.frozen_after = took
+            gc.freeze()   # just collected: nothing frozen now is garbage
