@@ -136,6 +136,12 @@ MUTANTS = [
       "or self.jobs.changing())"),
     M("counter-wrap", "controller/core/stats.py",
       "elif before > _WRAP_FLOOR:", "elif False:"),
+    # --- the heap keeper and the shared lease rule ----------------------------------------------------------
+    M("heap-any-generation", "controller/adapters/heap.py",
+      'if info["generation"] != 2:', 'if info["generation"] == 1:'),
+    M("heap-no-thaw", "controller/adapters/heap.py", "        gc.unfreeze()\n", "        pass\n"),
+    M("safe-share-le", "controller/core/cluster.py",
+      "now - confirmed_at < SAFE_SHARE * lease", "now - confirmed_at <= SAFE_SHARE * lease"),
 ]
 
 # Mutants no test can kill because they change nothing a user can see, each with the reason.
