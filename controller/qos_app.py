@@ -45,7 +45,7 @@ from controller.adapters.listeners import (  # noqa: E402
 from controller.adapters.metrics import CachedExposition, ControllerCollector  # noqa: E402
 from controller.adapters.ovsdb import LockHeld, Ovsdb  # noqa: E402
 from controller.adapters.remotes import Remotes, on_this_host  # noqa: E402
-from controller.adapters.rest import REQUESTS, Busy, make_app  # noqa: E402
+from controller.adapters.rest import Busy, MakeRequest, make_app  # noqa: E402
 from controller.adapters.statefile import StateFile, load, save  # noqa: E402
 from controller.adapters.tc import Tc, TcEvents  # noqa: E402
 from controller.adapters.worker import LEASE_UNCONFIRMED, LOCK_UNCONFIRMED, Worker  # noqa: E402
@@ -87,9 +87,9 @@ REPLIES = [ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPAggregateStatsRep
 
 
 class EventRequest(EventRequestBase):
-    def __init__(self, op: str, arg: Any):
+    def __init__(self, make: MakeRequest):
         super().__init__()
-        self.op, self.arg = op, arg
+        self.make = make
 
 
 class EventReply(EventReplyBase):
@@ -358,9 +358,9 @@ class QosController(App):
                     _throw(SystemExit(action.code))
 
     # --- REST: requests answered in the event loop --------------------------------------------------------
-    def call(self, op: str, arg: Any = None) -> Any:
-        """From another greenthread: run `op` in the event loop and wait for its answer."""
-        req = EventRequest(op, arg)
+    def call(self, make: MakeRequest) -> Any:
+        """From another greenthread: the request `make` builds, answered in the event loop; wait for that."""
+        req = EventRequest(make)
         req.dst, req.sync, req.reply_q = self.name, True, hub.Queue()
         self.send_event(self.name, req)
         try:
@@ -373,7 +373,7 @@ class QosController(App):
 
     @set_ev_cls(EventRequest)
     def _request(self, req: EventRequest) -> None:
-        self._handle(REQUESTS[req.op](req, req.arg))
+        self._handle(req.make(req))
 
 
 def _ports(dp: Any) -> frozenset[int]:

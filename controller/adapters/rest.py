@@ -49,16 +49,20 @@ class Busy(RuntimeError):
     """The controller did not answer in time."""
 
 
+# A request for the core (controller/core/events.py), made once the app has the token its answer goes to.
+MakeRequest = Callable[[Any], ev.Request]
+
+
 class Controller(Protocol):
-    def call(self, op: str, arg: Any = None) -> Any: ...
+    def call(self, make: MakeRequest) -> Any: ...
 
 
 # Every route the API serves, and what answers it; openapi.json describes each of them and no other.
 ROUTES: dict[tuple[str, str], Callable[[Controller, Request], tuple[int, Any]]] = {
-    ("GET", "/qos/v1/policy"): lambda controller, req: (200, controller.call("policy")),
-    ("PUT", "/qos/v1/policy"): lambda controller, req: (200, controller.call("set_policy", _body(req))),
-    ("DELETE", "/qos/v1/policy"): lambda controller, req: (200, controller.call("clear_policy")),
-    ("GET", "/qos/v1/status"): lambda controller, req: (200, controller.call("status")),
+    ("GET", "/qos/v1/policy"): lambda controller, req: (200, controller.call(ev.GetPolicy)),
+    ("PUT", "/qos/v1/policy"): lambda controller, req: (200, controller.call(_set_policy(_body(req)))),
+    ("DELETE", "/qos/v1/policy"): lambda controller, req: (200, controller.call(ev.ClearPolicy)),
+    ("GET", "/qos/v1/status"): lambda controller, req: (200, controller.call(ev.GetStatus)),
     # Not through the event loop: the document is there even while the controller is busy.
     ("GET", "/qos/v1/openapi.json"): lambda controller, req: (200, OPENAPI_DOCUMENT),
 }
@@ -151,7 +155,6 @@ def _drain(req: Request) -> None:
         pass
 
 
-# The operations above as the core's typed requests; `token` is the app's handle for the answer.
-REQUESTS: dict[str, Callable[[Any, Any], ev.Request]] = {
-    "policy": lambda token, _: ev.GetPolicy(token), "set_policy": ev.SetPolicy,
-    "clear_policy": lambda token, _: ev.ClearPolicy(token), "status": lambda token, _: ev.GetStatus(token)}
+def _set_policy(document: Any) -> MakeRequest:
+    """The body is read and parsed here, before the event loop is asked: a bad one costs it nothing."""
+    return lambda token: ev.SetPolicy(token, document)

@@ -21,6 +21,7 @@ import collections
 import heapq
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,6 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 from controller.adapters import openflow
 from controller.adapters.ovsdb import OvsdbError, Unconfirmed
 from controller.adapters.remotes import Remotes
-from controller.adapters.rest import REQUESTS
 from controller.adapters.statefile import StateFile, load
 from controller.adapters.tc import ClassCounters, Leaf
 from controller.adapters.worker import SWEEP, Worker
@@ -611,17 +611,17 @@ class Harness:
         self.handle(ev.SwitchDown(number))
         self.settle()
 
-    def request(self, op: str, arg: Any = None):
+    def request(self, kind: Callable[..., ev.Request], *args: Any):
         """A REST request as the core answers it: (result, error)."""
-        self.begin(op, arg)
+        self.begin(kind, *args)
         self.settle()
         (answer,) = self.answers
         return answer.result, answer.error
 
-    def begin(self, op: str, arg: Any = None) -> None:
-        """A REST request handled, nothing else yet: what it sent is still unanswered."""
+    def begin(self, kind: Callable[..., ev.Request], *args: Any) -> None:
+        """A REST request (its token "rest") handled, nothing else yet: what it sent is still unanswered."""
         self.answers.clear()
-        self.handle(REQUESTS[op]("rest", arg))
+        self.handle(kind("rest", *args))
 
 
 # --- the study topology under the app ---------------------------------------------------------------
@@ -656,7 +656,7 @@ def shipped(name: str) -> dict:
 def up(net, policy="reserve"):
     net.app.connect(net.s1)
     net.app.connect(net.s2)
-    result, error = net.app.request("set_policy", shipped(policy))
+    result, error = net.app.request(ev.SetPolicy, shipped(policy))
     assert error is None
     return result
 

@@ -24,7 +24,7 @@ def test_a_rule_whose_match_changed_is_replaced_not_kept_beside_the_policy(net):
     assert old in net.s1.table
     doc = shipped("reserve")
     doc["switches"]["s1"]["flows"][1]["match"] = {"in_port": 1, "eth_dst": "00:00:00:00:00:01"}   # same actions
-    result, error = net.app.request("set_policy", doc)
+    result, error = net.app.request(ev.SetPolicy, doc)
     assert error is None and result["in_sync"] is True, result
     assert old not in net.s1.table
     assert (1000, (("eth_dst", "00:00:00:00:00:01"), ("in_port", 1))) in net.s1.table
@@ -80,7 +80,7 @@ def test_an_auto_ports_policed_class_passes_its_policing_meter_and_no_counting_m
     doc["classes"]["udp"]["police"] = {"rate": "500kbit", "burst": "50kbit"}
     net.app.connect(net.s1)
     net.app.connect(net.s2)
-    result, error = net.app.request("set_policy", doc)
+    result, error = net.app.request(ev.SetPolicy, doc)
     assert error is None and result["in_sync"], (result, error)
     ours = {m for m in net.s1.meters if is_ours(m)}
     counting = {m for m in ours if m & COUNTING}
@@ -98,7 +98,7 @@ def test_a_fast_poll_interval_longer_than_the_poll_interval_is_refused_by_name(n
     doc = shipped("auto")
     doc["congestion"]["poll_interval"] = 0.5
     doc["congestion"]["fast_poll_interval"] = 1.0
-    _, error = net.app.request("set_policy", doc)
+    _, error = net.app.request(ev.SetPolicy, doc)
     assert error is not None and str(error).startswith("congestion.fast_poll_interval: ")
     assert net.app.keeper.policy.name == "reserve"
 
@@ -156,7 +156,7 @@ def test_flows_steer_into_a_ports_queues_only_once_ovsdb_holds_them(net, jobs_fi
     net.app.jobs_first = jobs_first
     record: list = []
     steering_sent_while(net, record)
-    result, _ = net.app.request("set_policy", shipped("reserve"))
+    result, _ = net.app.request(ev.SetPolicy, shipped("reserve"))
     assert result["in_sync"] is True and mode(net) == "reserve" and len(net.s1.steering()) == 3
     steers = [m for kind, m in record if kind == "steer"]
     assert steers and set(steers) == {"reserve"}, record   # every steering flow mod met the queues there
@@ -168,7 +168,7 @@ def test_a_port_keeps_its_queues_while_the_switchs_flows_still_steer_into_them(n
     net.app.jobs_first = jobs_first
     record: list = []
     steering_sent_while(net, record)
-    result, _ = net.app.request("set_policy", shipped("none"))
+    result, _ = net.app.request(ev.SetPolicy, shipped("none"))
     assert result["in_sync"] is True and mode(net) != "reserve" and net.s1.steering() == set()
     queue_changes = [steering for kind, steering in record if kind == "queues"]
     assert queue_changes and set(queue_changes) == {0}, record   # the queues went once nothing steered
@@ -183,12 +183,12 @@ def test_a_tc_operation_netlink_refuses_is_reported_and_tried_again_at_the_next_
         "port 1 (s1-eth1)"], result
     net.app.poll()
     assert net.app.tc.filters("s1-eth1") == set()
-    status = net.app.request("status")[0]["switches"]["0000000000000001"]
+    status = net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]
     assert status["in_sync"] is False and "tc: " in status["not_in_sync"]["port 1 (s1-eth1)"]
     del net.app.tc.fail["replace_filters"]
     net.app.poll()
     assert net.app.tc.filters("s1-eth1") == MARKS
-    status = net.app.request("status")[0]["switches"]["0000000000000001"]
+    status = net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]
     assert status["in_sync"] is True and status["not_in_sync"] == {}
     assert net.app.snapshot.drift_repairs() == {}    # our own work finished late, not a change someone made
 
@@ -234,7 +234,7 @@ def test_a_port_ovsdb_no_longer_has_is_left_alone_until_the_switch_says_it_went(
     net.ovsdb.bridges[1] = replace(numbered, ports={2: "s1-eth2", 3: "s1-eth3"})   # s1-eth1 deleted ...
     net.ovsdb.qos.pop("s1-eth1")                                                 # ... and its QoS with it
     net.app.poll()                               # before the switch's port status says so
-    status = net.app.request("status")[0]["switches"]["0000000000000001"]
+    status = net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]
     assert status["in_sync"] is True and status["not_in_sync"] == {}, status
     assert net.ovsdb.writes_to["s1-eth1"] == 1   # only the apply that put it there
 
@@ -269,7 +269,7 @@ def test_one_unclassified_flow_deleted_by_hand_is_back_after_the_next_poll(net):
 def test_jobs_a_controller_asked_for_change_nothing_once_its_lease_ran_out_before_they_ran(net):
     up(net, "none")
     before = dict(net.ovsdb.qos)
-    net.app.begin("set_policy", shipped("reserve"))   # the queues first: jobs wait for the worker's thread
+    net.app.begin(ev.SetPolicy, shipped("reserve"))   # the queues first: jobs wait for the worker's thread
     assert net.app.pending_jobs
     net.app.clock += LEASE_SECONDS + 1                 # which ran late: no heartbeat confirmed the lock since
     net.app.settle()

@@ -53,7 +53,7 @@ def test_flows_steer_into_queues_only_once_ovsdb_holds_them(net):
     up(net, "none")
     record = []
     steering_sent_while(net, record)
-    net.app.request("set_policy", shipped("reserve"))
+    net.app.request(ev.SetPolicy, shipped("reserve"))
     assert record[0] == ("queues", 0)                                   # the queues first, nothing steered yet
     assert [r for r in record if r[0] == "steer"] == [("steer", "reserve")] * 3   # then the steering, on them
     assert mode(net) == "reserve" and len(net.s1.steering()) == 3
@@ -62,7 +62,7 @@ def test_flows_steer_into_queues_only_once_ovsdb_holds_them(net):
 def test_the_same_policy_put_again_changes_nothing(net):
     up(net)
     sent, transactions = len(net.s1.sent), net.ovsdb.transactions
-    result, _ = net.app.request("set_policy", shipped("reserve"))
+    result, _ = net.app.request(ev.SetPolicy, shipped("reserve"))
     assert result == {"applied": "reserve", "changed": False, "in_sync": True}
     assert len(net.s1.sent) == sent and net.ovsdb.transactions == transactions
 
@@ -71,18 +71,18 @@ def test_a_bad_policy_changes_nothing_and_names_the_field(net):
     up(net)
     bad = shipped("reserve")
     bad["switches"]["s1"]["ports"][1]["capacity"] = "1e30"
-    _, error = net.app.request("set_policy", bad)
+    _, error = net.app.request(ev.SetPolicy, bad)
     assert isinstance(error, PolicyError) and str(error).startswith("switches.s1.ports.1.capacity: '1e30'")
     missing = shipped("reserve")
     missing["switches"]["s1"]["ports"] = {9: {"capacity": "5Mbit"}}
-    _, error = net.app.request("set_policy", missing)
+    _, error = net.app.request(ev.SetPolicy, missing)
     assert str(error).startswith("switches.s1.ports.9: bridge 0000000000000001 of switch s1 has no OpenFlow port 9")
     assert net.app.keeper.policy.name == "reserve" and mode(net) == "reserve"
 
 
 def test_clearing_takes_every_flow_and_queue_of_ours_off(net):
     up(net)
-    result, _ = net.app.request("clear_policy")
+    result, _ = net.app.request(ev.ClearPolicy)
     assert result == {"cleared": "reserve", "in_sync": True}
     assert net.s1.table == {} and net.s2.table == {} and net.ovsdb.qos == {}
 
@@ -115,7 +115,7 @@ def test_putting_the_same_auto_policy_again_keeps_a_reserving_port_reserving(net
     assert mode(net) == "reserve"
     doc = shipped("auto")
     doc["description"] = "same ports and thresholds, new words"
-    result, _ = net.app.request("set_policy", doc)
+    result, _ = net.app.request(ev.SetPolicy, doc)
     assert result["changed"] is True and mode(net) == "reserve" and net.s1.steering()
 
 
@@ -234,7 +234,7 @@ def test_a_switch_holding_its_policy_stays_in_sync_while_its_tc_is_checked(net):
     up(net)
     net.app.handle(ev.TcChanged(frozenset({net.app.tc.ifindex("s1-eth1")})))   # OVS's or our own tc change
     assert net.app.pending_jobs                  # the check, not yet done
-    assert net.app.request("status")[0]["switches"]["0000000000000001"]["in_sync"] is True
+    assert net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]["in_sync"] is True
 
 
 def test_another_tools_qos_is_left_alone(net):
@@ -261,7 +261,7 @@ def test_an_openflow_error_is_matched_to_its_message_counted_and_shown(net):
     assert result["in_sync"] is False
     assert "OFPET_BAD_ACTION/OFPBAC_BAD_OUT_PORT" in result["not_in_sync"]["0000000000000001"]["flows"]
     assert net.app.snapshot.switches[1].openflow_errors == {"OFPET_BAD_ACTION/OFPBAC_BAD_OUT_PORT": 1}
-    status, _ = net.app.request("status")
+    status, _ = net.app.request(ev.GetStatus)
     assert status["switches"]["0000000000000001"]["in_sync"] is False
 
 
@@ -275,7 +275,7 @@ def test_an_ovsdb_refusal_is_shown_and_tried_again_once_a_poll(net):
     net.ovsdb.refuse = set()
     net.app.poll()
     assert mode(net) == "reserve"
-    assert net.app.request("status")[0]["switches"]["0000000000000001"]["in_sync"] is True
+    assert net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]["in_sync"] is True
 
 
 # --- connections and restarts --------------------------------------------------------------------------
@@ -290,13 +290,13 @@ def test_a_restarted_controller_adopts_what_is_there_and_sends_no_change(net, tm
     assert restarted.keeper.policy.name == "reserve"
     assert {type(m).__name__ for m in net.s1.sent} == {   # reads only
         "OFPRoleRequest", "OFPMeterFeaturesStatsRequest", "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest"}
-    assert restarted.request("status")[0]["switches"]["0000000000000001"]["in_sync"] is True
+    assert restarted.request(ev.GetStatus)[0]["switches"]["0000000000000001"]["in_sync"] is True
 
 
 def test_a_change_is_answered_when_the_switch_it_waited_for_leaves(net):
     # A study tears its network down while clearing the policy: the switch goes before its barrier.
     up(net)
-    net.app.begin("clear_policy")                # flow deletions sent, their barrier not yet answered
+    net.app.begin(ev.ClearPolicy)                # flow deletions sent, their barrier not yet answered
     assert net.app.answers == []
     net.s1.replies.clear()
     net.s2.replies.clear()
@@ -309,7 +309,7 @@ def test_a_change_is_answered_when_the_switch_it_waited_for_leaves(net):
 
 def test_a_change_that_never_settles_is_answered_when_its_time_is_up(net):
     up(net)
-    net.app.begin("set_policy", shipped("none"))
+    net.app.begin(ev.SetPolicy, shipped("none"))
     net.s1.replies.clear()                       # s1 never answers the barrier of its new flows
     net.app.settle()
     assert net.app.answers == []
@@ -328,7 +328,7 @@ def test_a_port_ovsdb_numbered_after_the_last_read_can_be_named_at_once(net):
     net.app.connect(net.s2)
     net.app.advance(20)                          # every re-read after the connection has run
     net.ovsdb.bridges[1] = numbered
-    result, error = net.app.request("set_policy", shipped("reserve"))
+    result, error = net.app.request(ev.SetPolicy, shipped("reserve"))
     assert error is None and result["in_sync"] and mode(net) == "reserve"
 
 
@@ -353,7 +353,7 @@ def test_a_switch_pinned_to_a_remote_the_controller_lacks_is_refused_by_name(net
     up(net)
     doc = shipped("none")
     doc["switches"]["s1"]["ovsdb"] = "tcp:192.0.2.1:6640"
-    _, error = net.app.request("set_policy", doc)
+    _, error = net.app.request(ev.SetPolicy, doc)
     assert str(error) == ("switches.s1.ovsdb: tcp:192.0.2.1:6640 is not one of this controller's OVSDB remotes "
                           "(fake); fix it, or add it to the controller's ovsdb option")
     assert net.app.keeper.policy.name == "reserve"
@@ -363,7 +363,7 @@ def test_status_shows_each_remote_and_the_remote_of_each_switch(net):
     up(net)
     net.app.handle(ev.RemotesChanged({"fake": True}))
     net.app.settle()
-    status, _ = net.app.request("status")
+    status, _ = net.app.request(ev.GetStatus)
     assert status["ovsdb"] == {"fake": {"connected": True}}
     assert status["switches"]["0000000000000001"]["ovsdb"] == "fake"
     assert net.app.snapshot.ovsdb_connected == {"fake": True}
@@ -391,7 +391,7 @@ def test_a_policy_put_live_is_checked_as_the_offline_checker_checks_it(net):
     doc["switches"]["s1"]["flows"][0]["match"]["in_port"] = 9
     with __import__("pytest").raises(PolicyError) as offline:
         check_bridges(parse_policy(doc), {1: set(net.s1.ports), 2: set(net.s2.ports)})
-    _, error = net.app.request("set_policy", doc)
+    _, error = net.app.request(ev.SetPolicy, doc)
     assert str(error) == str(offline.value) == (
         "switches.s1.flows[0].match.in_port: bridge 0000000000000001 of switch s1 has no OpenFlow port 9 (it has "
         "1, 2, 3); fix the port number")
@@ -400,12 +400,12 @@ def test_a_policy_put_live_is_checked_as_the_offline_checker_checks_it(net):
 
 def test_a_switch_of_the_policy_that_is_not_connected_is_named_and_changed_when_it_connects(net):
     net.app.connect(net.s1)
-    result, _ = net.app.request("set_policy", shipped("reserve"))
+    result, _ = net.app.request(ev.SetPolicy, shipped("reserve"))
     assert result["in_sync"] is False and result["not_in_sync"] == {"0000000000000002": NOT_CONNECTED}
     net.app.connect(net.s2)
     assert len(net.s2.table) == S2_FLOWS and mode(net, "s2-eth1") == "fifo"
     net.app.disconnect(net.s2)
-    result, _ = net.app.request("clear_policy")      # s2 keeps ours until it is back
+    result, _ = net.app.request(ev.ClearPolicy)      # s2 keeps ours until it is back
     assert result["not_in_sync"] == {"0000000000000002": NOT_CONNECTED} and mode(net, "s2-eth1") == "fifo"
     net.app.connect(net.s2)
     assert net.s2.table == {} and mode(net, "s2-eth1") is None

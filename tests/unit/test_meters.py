@@ -3,6 +3,7 @@ meters.py), sent in the flows' batch in the order the switch needs, read back, r
 restart, refused where the switch has no meters, and its counters exported. The app runs against the fake
 switch of tests/unit/fakes.py, whose meter table behaves as OVS's does (a flow naming a missing meter is
 refused; deleting a meter deletes its flows)."""
+from controller.core import events as ev
 from controller.core.meters import METER_BASE, MeterChanges, desired_meters, meter_changes, meter_id
 from controller.core.policy import Police, load_policy
 from controller.core.switch_state import SwitchState
@@ -56,7 +57,7 @@ def test_a_changed_rate_modifies_the_meter_in_place_and_keeps_its_flow(net):
     up(net, "police")
     doc = shipped("police")
     doc["classes"]["udp"]["police"] = {"rate": "1Mbit"}
-    result, _ = net.app.request("set_policy", doc)
+    result, _ = net.app.request(ev.SetPolicy, doc)
     assert result["in_sync"] and band(net.s1) == (1000, 100)
     assert [m.command for m in net.s1.meter_mods()] == [net.s1.ofproto.OFPMC_ADD, net.s1.ofproto.OFPMC_MODIFY]
 
@@ -64,7 +65,7 @@ def test_a_changed_rate_modifies_the_meter_in_place_and_keeps_its_flow(net):
 def test_dropping_police_takes_the_meter_off_after_the_flows_stop_using_it(net):
     up(net, "police")
     flows = len(net.s1.table)
-    result, _ = net.app.request("set_policy", shipped("reserve"))
+    result, _ = net.app.request(ev.SetPolicy, shipped("reserve"))
     assert result["in_sync"] and net.s1.meters == {}
     # Deleting a meter deletes every flow still naming it: had it gone first, the flows would be gone too.
     assert len(net.s1.table) == flows and not any(net.s1.meters_of(e) for e in net.s1.table.values())
@@ -74,7 +75,7 @@ def test_clearing_takes_our_meters_off_and_leaves_anothers(net):
     up(net, "police")
     other = net.s1.ofproto_parser.OFPMeterMod(net.s1, net.s1.ofproto.OFPMC_ADD, 0, 7, [])
     net.s1.meters[7] = other
-    net.app.request("clear_policy")
+    net.app.request(ev.ClearPolicy)
     assert net.s1.meters == {7: other} and net.s1.table == {}
 
 
@@ -98,7 +99,7 @@ def test_a_restarted_controller_adopts_the_meter_and_sends_nothing(net, tmp_path
     restarted.connect(net.s2)
     restarted.poll()
     assert net.s1.meter_mods() == [] and net.s1.flow_mods() == []
-    assert restarted.request("status")[0]["switches"]["0000000000000001"]["in_sync"] is True
+    assert restarted.request(ev.GetStatus)[0]["switches"]["0000000000000001"]["in_sync"] is True
 
 
 def test_a_meter_already_there_when_added_is_adopted_not_an_error(net):
@@ -108,7 +109,7 @@ def test_a_meter_already_there_when_added_is_adopted_not_an_error(net):
     parser, ofp = net.s1.ofproto_parser, net.s1.ofproto
     net.s1.meters[UDP_METER] = parser.OFPMeterMod(net.s1, ofp.OFPMC_ADD, ofp.OFPMF_KBPS | ofp.OFPMF_BURST | ofp.OFPMF_STATS,
                                                   UDP_METER, [parser.OFPMeterBandDrop(rate=9, burst_size=9)])
-    result, error = net.app.request("set_policy", shipped("police"))
+    result, error = net.app.request(ev.SetPolicy, shipped("police"))
     assert error is None and result["in_sync"]
     assert band(net.s1) == (500, 50)                       # read back, then modified to the policy's
     assert not any(sw.openflow_errors for sw in net.app.snapshot.switches.values())
@@ -119,7 +120,7 @@ def test_a_switch_without_meters_refuses_a_policing_policy_by_name(net):
     net.s1.max_meter = 0
     net.app.connect(net.s1)
     net.app.connect(net.s2)
-    _, error = net.app.request("set_policy", shipped("police"))
+    _, error = net.app.request(ev.SetPolicy, shipped("police"))
     assert str(error).startswith("classes.udp.police: switch s1 (bridge br1) cannot police, the switch has no "
                                  "OpenFlow meters; remove police")
     assert net.s1.table == {} and net.s1.meters == {}
@@ -127,7 +128,7 @@ def test_a_switch_without_meters_refuses_a_policing_policy_by_name(net):
 
 
 def up_reserve_is_fine(net) -> bool:
-    result, error = net.app.request("set_policy", shipped("reserve"))
+    result, error = net.app.request(ev.SetPolicy, shipped("reserve"))
     return error is None and result["in_sync"]
 
 

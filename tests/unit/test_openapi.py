@@ -25,8 +25,8 @@ POLICIES = sorted(p.stem for p in Path("policies").glob("*.yaml"))
 class Unreachable:
     """A controller that must not be asked."""
 
-    def call(self, op: str, arg: Any = None) -> Any:
-        raise AssertionError(f"asked {op}")
+    def call(self, make: Any) -> Any:
+        raise AssertionError(f"asked {make('unreachable')}")
 
 
 def operations() -> set[tuple[str, str]]:

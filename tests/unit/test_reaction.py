@@ -4,6 +4,7 @@ fresh where flow counters lag), and while it carries half its capacity or more i
 fast_poll_interval. A flood onset there is answered within two fast polls, by one flow batch; a lone
 flow's loss (BBR's start-up), a one-poll blip or an idle port program nothing and cost nothing."""
 from controller.core import actions as act
+from controller.core import events as ev
 from controller.core.meters import COUNTING_BAND, METER_BASE, counting_meter_id
 from tests.unit.fakes import CAPACITY, TCP, UDP, VOICE, mode, shipped, up  # noqa: E402   rules 3, 2 and 6 of s1
 
@@ -34,7 +35,7 @@ def test_auto_classes_are_ready_and_its_classified_flows_pass_counting_meters(ne
     metered = {e.cookie: net.s1.meters_of(e) for e in net.s1.table.values() if net.s1.meters_of(e)}
     assert metered == {UDP: {counting_meter_id(2)}, TCP: {counting_meter_id(3)}, VOICE: {counting_meter_id(6)}}
     assert net.s2.meters == {}                     # no auto port there
-    up_reserve = net.app.request("set_policy", __import__("tests.unit.fakes", fromlist=["x"]).shipped("reserve"))
+    up_reserve = net.app.request(ev.SetPolicy, shipped("reserve"))
     assert up_reserve[0]["in_sync"] and net.s1.meters == {}     # nor on a port that always reserves
 
 
@@ -81,7 +82,7 @@ def test_a_blip_across_a_slow_poll_programs_nothing(net):
     net.app.connect(net.s2)
     policy = shipped("auto")
     policy["congestion"]["fast_poll_interval"] = 0.07
-    assert net.app.request("set_policy", policy)[1] is None
+    assert net.app.request(ev.SetPolicy, policy)[1] is None
     lone_tcp(net, drops_ps=1.2)                    # cubic alone: a drop now and then
     net.app.advance(3.0)
     poller = net.app.switches[1].poller

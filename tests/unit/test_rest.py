@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from webob import Request
 
-from controller.adapters.rest import make_app
+from controller.adapters.rest import MakeRequest, make_app
 from controller.adapters.statefile import StateFile
 from tests.unit.fakes import shipped, study_net, up
 
@@ -18,8 +18,8 @@ class CoreClient:
     def __init__(self, net):
         self.net = net
 
-    def call(self, op: str, arg: Any = None) -> Any:
-        self.net.app.begin(op, arg)
+    def call(self, make: MakeRequest) -> Any:
+        self.net.app.begin(make)
         self.net.app.settle()
         answer = self.net.app.answers[-1]
         if answer.error is not None:

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from controller.core import events as ev
 from controller.core.authority import LEASE_SECONDS
 from controller.core.controller import Standby
 from controller.core.view import Role
@@ -42,9 +43,9 @@ def test_the_standby_is_a_slave_that_changes_nothing_and_refuses_changes(pair):
     standby.poll()
     assert {type(m).__name__ for m in s1.sent} == {"OFPRoleRequest", "OFPMeterFeaturesStatsRequest",
                                                    "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest"}
-    _, error = standby.request("clear_policy")
+    _, error = standby.request(ev.ClearPolicy)
     assert isinstance(error, Standby) and "standby" in str(error)
-    status, _ = standby.request("status")
+    status, _ = standby.request(ev.GetStatus)
     assert status["role"] == "standby" and standby.snapshot.role == "standby"
 
 
@@ -142,8 +143,8 @@ def test_a_connection_claiming_a_live_switchs_datapath_id_does_not_displace_it(n
     net.app.disconnect(impostor, rival)              # its departure does not forget the switch
     net.s1.table.clear()
     net.app.poll()
-    assert len(net.s1.table) == S1_FLOWS and "0000000000000001" in net.app.request("status")[0]["switches"]
-    _, error = net.app.request("clear_policy")
+    assert len(net.s1.table) == S1_FLOWS and "0000000000000001" in net.app.request(ev.GetStatus)[0]["switches"]
+    _, error = net.app.request(ev.ClearPolicy)
     assert error is None and net.s1.table == {} and mode(net) is None
 
 
@@ -163,9 +164,9 @@ def test_an_active_cut_off_from_ovsdb_stops_writing_and_speaking_as_active_withi
     saved = net.app.state_file.read_bytes()
     net.ovsdb.connected = False                      # cut off: its heartbeats fail
     net.app.advance(LEASE_SECONDS + 1)
-    status, _ = net.app.request("status")
+    status, _ = net.app.request(ev.GetStatus)
     assert status["role"] == "unconfirmed" and net.app.snapshot.role == "unconfirmed"
-    _, error = net.app.request("set_policy", shipped("auto"))
+    _, error = net.app.request(ev.SetPolicy, shipped("auto"))
     assert isinstance(error, Standby) and "has not confirmed" in str(error)
     assert net.app.state_file.read_bytes() == saved
     net.s1.table.clear()                             # something to repair, if it wrongly could
@@ -175,4 +176,4 @@ def test_an_active_cut_off_from_ovsdb_stops_writing_and_speaking_as_active_withi
     net.ovsdb.connected = True                       # back, the lock still its own: confirmed, and it repairs
     net.app.poll()
     net.app.poll()
-    assert net.app.request("status")[0]["role"] == "active" and len(net.s1.table) == S1_FLOWS
+    assert net.app.request(ev.GetStatus)[0]["role"] == "active" and len(net.s1.table) == S1_FLOWS
