@@ -416,9 +416,21 @@ def test_meters_survive_a_restart_unchanged_without_an_error_come_back_and_go_wi
         for dpid in DPIDS:
             assert f'ovsqos_meter_packets_total{{class="udp",dp_id="{dpid:016x}",meter="1364393986"}}' in metrics
         # Deleted by hand, with the flow that names it (OpenFlow deletes both): both back within two polls.
+        dp = f"{DPIDS[0]:016x}"
+        deleted_at = polls()[dp]
         sh("ovs-ofctl", "-O", "OpenFlow13", "del-meter", bridges[0], "meter=1364393986")
         assert len(flow_specs(bridges[0])) == len(before[bridges[0]][1]) - 1
-        wait(lambda: (meters(bridges[0]), flow_specs(bridges[0])) == before[bridges[0]], 10, "the meter and its flow back")
+        back_at: list[float] = []
+
+        def back() -> bool:
+            """The meter and its flow as before; the switch's poll count noted the moment they are."""
+            if (meters(bridges[0]), flow_specs(bridges[0])) != before[bridges[0]]:
+                return False
+            back_at.append(polls()[dp])
+            return True
+
+        wait(back, 10, "the meter and its flow back")
+        assert back_at[0] - deleted_at <= 2, f"back after {back_at[0] - deleted_at:g} polls"
         assert rest("DELETE", "/policy")[0] == 200
         assert all(meters(b) == [] and flow_specs(b) == [] for b in bridges)
     finally:
