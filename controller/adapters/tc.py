@@ -35,6 +35,7 @@ from pyroute2.netlink.rtnl import RTM_GETQDISC, RTM_GETTFILTER, RTM_NEWQDISC, RT
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
 from controller.adapters.rtnl import Rtnl, messages, u32_key_selector
+from controller.core.plan import HTB_PARENT
 
 ROOT = 0x10000                  # 1: (OVS's HTB or HFSC root)
 QDISC_KINDS = ("htb", "hfsc")   # OVS's linux-htb and linux-hfsc
@@ -153,7 +154,7 @@ class Tc:
             return {}
         found = {}
         for cls in self.classes(iface) if classes is None else classes:
-            if cls.endswith(":fffe"):    # OVS's HTB parent class: its children hold the leaves
+            if cls == HTB_PARENT:    # its children hold the leaves
                 continue
             request = tcmsg()
             request["index"], request["parent"] = index, parse_classid(cls)

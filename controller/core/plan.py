@@ -142,6 +142,10 @@ def htb_classid(queue_id: int) -> str:
     return f"1:{queue_id + 1:x}"
 
 
+# OVS's parent of those classes: its counters are the sum of its children's, and no leaf hangs under it.
+HTB_PARENT = "1:fffe"
+
+
 def _limit(leaf: tuple[str, ...]) -> int | None:
     """The packet limit a FIFO leaf is compared by; other disciplines are compared by kind."""
     return int(leaf[leaf.index("limit") + 1]) if leaf[0] in ("pfifo", "pfifo_head_drop") else None

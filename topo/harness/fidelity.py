@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.adapters.tc import ClassCounters, Tc
+from controller.core.plan import HTB_PARENT, htb_classid
 from topo.net.iperf import REPORT_SECONDS, Interval, longest_gap
 
 SAMPLE_SECONDS = 0.25
-DEFAULT_CLASS = "1:1"        # OVS's linux-htb queue 0
 FINE_SECONDS = 0.01
 LOST_FACTOR, LOST_SLACK = 2.0, 10
 LOSS_LEAD_SECONDS = 1.0      # a sender interval (0.5 s) and the 200 ms minimum RTO, with room
@@ -190,8 +190,7 @@ def _queue_deltas(samples: list[Sample], tcp_class: str | None) -> tuple[int, in
     steered into them)."""
     drops = packets = tcp_drops = sent = 0
     for a, b in zip(samples, samples[1:]):
-        # OVS's HTB parent class 1:fffe holds the sum of its children: count the children only.
-        common = {c for c in a.classes.keys() & b.classes.keys() if not c.endswith(":fffe")}
+        common = {c for c in a.classes.keys() & b.classes.keys() if c != HTB_PARENT}   # the children only
         d = {c: b.classes[c].drops - a.classes[c].drops for c in common}
         drops += sum(d.values())
         packets += sum(b.classes[c].packets - a.classes[c].packets for c in common)
@@ -219,7 +218,7 @@ def probe_lost_outside(samples: list[Sample], start: float, end: float, step: di
         return notes
     first, last = inside[0].classes, inside[-1].classes
     steered = voice_class in first and voice_class in last and last[voice_class].bytes > first[voice_class].bytes
-    queue = voice_class if steered else DEFAULT_CLASS
+    queue = voice_class if steered else htb_classid(0)   # the default queue
     dropped = last[queue].drops - first[queue].drops if queue in first and queue in last else 0
     if out > dropped:
         notes.append(f"probe: {out} packets lost on the way out, their queue ({queue}) dropped {dropped}: "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-DEFAULT_CLASS = "1:1"
+from controller.core.plan import HTB_PARENT, htb_classid
 
 
 def episodes(udp_onsets: list[float], decisions: list[dict], tcp_series: list[dict], reservation_mbps: float,
@@ -54,8 +54,7 @@ def steered_at(arrivals: list[tuple[float, dict[str, int]]], onset: float) -> fl
     before: dict[str, int] | None = None
     for t, counts in arrivals:
         if t >= onset and before is not None and any(
-                n > before.get(cls, n) for cls, n in counts.items() if cls != DEFAULT_CLASS and not cls.endswith(
-                ":fffe")):
+                n > before.get(cls, n) for cls, n in counts.items() if cls not in (htb_classid(0), HTB_PARENT)):
             return round(t, 3)
         before = counts
     return None
