@@ -1,4 +1,5 @@
-"""The benchmarks' own arithmetic: the pure decision path's synthetic mix, and when a poll count is read."""
+"""The benchmarks' own arithmetic: the pure decision path's synthetic mix, when a poll count is read, and how
+bench/reaction.py times an onset."""
 import subprocess
 import sys
 import threading
@@ -7,6 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from bench.process import polls_counted
+from topo.net.iperf import Interval
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,3 +48,24 @@ def test_polls_are_counted_as_the_request_goes_out_not_when_a_slow_exposition_an
         server.shutdown()
     assert total == 12.0
     assert at <= started[0] and answered - at >= 0.5
+
+
+def test_an_onset_is_timed_to_the_first_bytes_in_a_reservation_class_its_decision_and_tcp_back_at_the_bar():
+    from bench.reaction import measure
+    onset, tcp_start = 100.0, 90.0
+    # The bottleneck's classes every 5 ms: the default class always busy, the reservation's (1:3) from 100.12.
+    samples = [(t, {"1:1": int(t * 1e6), "1:3": 0 if t < 100.12 else int(t * 1e6), "1:fffe": int(t * 3e6)})
+               for t in (99.0 + k * 0.005 for k in range(400))]
+    decisions = [{"time": 99.0, "action": "program"}, {"time": 100.09, "action": "program"}]
+    # TCP at 4.5 Mbit/s in 0.1 s intervals, under 3.2 (80 % of 4) from the onset until 10.3 s after its start.
+    received = [Interval(t, t + 0.1, 1e6 if 10.0 <= t < 10.3 else 4.5e6) for t in (k / 10 for k in range(150))]
+    assert measure(8e6, onset, samples, decisions, received, tcp_start) == {
+        "udp_mbps": 8.0, "onset": 100.0, "reaction_seconds": 0.12, "decision_seconds": 0.09, "recovery_seconds": 0.4}
+    never = [(t, {**c, "1:3": 0}) for t, c in samples]
+    assert measure(8e6, onset, never, [], received, tcp_start)["reaction_seconds"] is None
+
+
+def test_a_figures_spread_says_how_many_onsets_were_not_measured():
+    from bench.reaction import _spread
+    assert _spread([0.3, None, 0.1, 0.2]) == "median 0.200  p95 0.300  max 0.300, 1 not measured"
+    assert _spread([None]) == "none measured"
