@@ -1,6 +1,6 @@
 """Offline policy checker, like Faucet's check_faucet_config:
 
-    python3 -m controller.check [--ovsdb REMOTE] [--json] POLICY...
+    python3 -m controller.check [--ovsdb REMOTE] [--json] [--any-network] POLICY...
 
 Validates each file (its bases resolved) and prints its normalised policy (controller/core/normalised.py),
 one YAML document per file, then exits 0. On the first error it prints one line, `error: <file>: <message>`,
@@ -21,7 +21,7 @@ import yaml
 from controller.core.bridges import OVSDB_READ, bridge_ports, check_bridges
 from controller.core.errors import PolicyError
 from controller.core.normalised import HexNumber, normalised_document
-from controller.core.policy import Policy, load_document, parse_policy
+from controller.core.policy import Policy, for_any_network, load_document, parse_policy
 
 T = TypeVar("T")
 Args = TypeVarTuple("Args")
@@ -39,7 +39,7 @@ _Dumper.add_representer(HexNumber, lambda dumper, n: dumper.represent_scalar("ta
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     try:
-        policies = [(path, _check_file(path)) for path in args.policies]
+        policies = [(path, _check_file(path, args.any_network)) for path in args.policies]
         if args.ovsdb:
             bridges = read_bridges(args.ovsdb)
             for path, policy in policies:
@@ -62,11 +62,16 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                              "e.g. unix:/var/run/openvswitch/db.sock")
     parser.add_argument("--json", action="store_true",
                         help="print each policy as one line of JSON: the body PUT /qos/v1/policy takes")
+    parser.add_argument("--any-network", action="store_true",
+                        help="leave out the policy's switches: what it says for any network (its network: section)")
     return parser.parse_args(argv)
 
 
-def _check_file(path: str) -> Policy:
-    return _in_file(path, parse_policy, load_document(path))   # load_document's errors name the file already
+def _check_file(path: str, any_network: bool = False) -> Policy:
+    document = load_document(path)   # its errors name the file already
+    if any_network:
+        document = _in_file(path, for_any_network, document)
+    return _in_file(path, parse_policy, document)
 
 
 def _in_file(path: str, check: Callable[[*Args], T], *args: *Args) -> T:

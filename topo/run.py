@@ -2,6 +2,8 @@
 
   topo/run.py --policy none reserve auto     the main study (topo/studies/main)
   topo/run.py cc | fairness | aqm ...        the other studies (docs/other-studies.md)
+  topo/run.py --topo FILE:NAME --traffic FILE [--policy ...]
+                                             your own network and traffic (docs/experiments.md)
   topo/run.py doctor                         what this host can emulate
   topo/run.py clean                          remove what a killed run left behind
   topo/run.py report RESULTS_DIR             the dashboards drawn from a run's own Prometheus data, for a host
@@ -50,6 +52,8 @@ def entry(argv: list[str]) -> int:
     from topo.studies.base import run
     if command in STUDIES:
         return run(STUDIES[command], argv[1:], f"topo/run.py {command}")
+    if any(a == "--topo" or a.startswith("--topo=") for a in argv):   # your own network: docs/experiments.md
+        return run(STUDIES["experiment"], argv, "topo/run.py")
     return run(STUDIES["main"], argv, "topo/run.py")
 
 

@@ -33,14 +33,31 @@ class StudyTopo(Topo):
 
 
 class DumbbellTopo(Topo):
-    """n senders on s1, n receivers on s2, s1–s2 the bottleneck; host ports 2.. on each side."""
+    """n senders on s1, n receivers on s2, s1–s2 the bottleneck (`bw` Mbit/s, declared for the controller
+    when given); host ports 2.. on each side."""
 
-    def build(self, n=5, delay=None):
+    def build(self, n=5, delay=None, bw=None):
         s1, s2 = self.addSwitch("s1", dpid="1"), self.addSwitch("s2", dpid="2")
-        self.addLink(s1, s2, port1=1, port2=1)
+        self.addLink(s1, s2, port1=1, port2=1, **({"bw": bw} if bw else {}))
         for i in range(1, n + 1):
             self.addLink(self.addHost(f"snd{i}"), s1, port2=i + 1, **_delayed(delay))
             self.addLink(self.addHost(f"rcv{i}"), s2, port2=i + 1)
 
 
-topos = {"qosstudy": StudyTopo, "dumbbell": DumbbellTopo}
+class ParkingLotTopo(Topo):
+    """n bottlenecks in a line: s1 – s2 – ... – s(n+1), each link `bw` Mbit/s (the last one `last_bw`, when
+    given: the tighter one). Two hosts on each switch, h1 h2 on s1, h3 h4 on s2, ...: h1 to the last
+    switch's hosts crosses every bottleneck, and the hosts of the switches between send cross traffic over
+    one or a few. The links' bw= is what the launcher declares to the controller (topo/net/custom.py);
+    `mn --custom topo/topos.py --topo parkinglot` builds it too (without a TCLink, mn ignores bw=)."""
+
+    def build(self, n=2, bw=5, last_bw=None):
+        switches = [self.addSwitch(f"s{i + 1}", dpid=str(i + 1)) for i in range(n + 1)]
+        for i, (a, b) in enumerate(zip(switches, switches[1:])):
+            self.addLink(a, b, bw=last_bw if last_bw and i == n - 1 else bw)
+        for i, switch in enumerate(switches):
+            for k in (1, 2):
+                self.addLink(self.addHost(f"h{2 * i + k}"), switch)
+
+
+topos = {"qosstudy": StudyTopo, "dumbbell": DumbbellTopo, "parkinglot": ParkingLotTopo}

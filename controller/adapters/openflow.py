@@ -55,6 +55,9 @@ def message(dp: Datapath, m: act.Message) -> OFPMessage:
         msg = parser.OFPRoleRequest(dp, getattr(ofp, ROLES[m.role]), m.generation)
     elif isinstance(m, act.Echo):
         msg = parser.OFPEchoRequest(dp)
+    elif isinstance(m, act.PacketOut):
+        msg = parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=m.in_port,
+                                  actions=[parser.OFPActionOutput(m.output)], data=m.data)
     else:
         raise TypeError(f"not an OpenFlow message of the core: {m!r}")
     msg.xid = m.xid
@@ -212,6 +215,7 @@ _READERS: dict[str, Callable[[int, OFPMessage], ev.Event]] = {
     "OFPErrorMsg": _error,
     "OFPRoleReply": _role,
     "OFPEchoReply": lambda conn, msg: ev.EchoReply(conn, msg.xid),
+    "OFPPacketIn": lambda conn, msg: ev.PacketIn(conn, msg.match["in_port"], bytes(msg.data)),
 }
 MULTIPART = ("OFPFlowStatsReply", "OFPMeterConfigStatsReply", "OFPMeterStatsReply", "OFPQueueStatsReply",
              "OFPPortStatsReply")

@@ -41,9 +41,9 @@ from ovsdbapp import exceptions
 from ovsdbapp.backend.ovs_idl import command, connection, idlutils, transaction
 from ovsdbapp.schema.open_vswitch import impl_idl
 
-from controller.core.bridges import BridgeInfo
+from controller.core.bridges import CAPACITY_KEY, BridgeInfo
 from controller.core.plan import ABSENT, FOREIGN
-from controller.core.policy import LOCAL_OVSDB
+from controller.core.policy import LOCAL_OVSDB, PolicyError, parse_rate
 from controller.core.queues import OvsdbQos, QosSpec, QueueSpec
 
 LOG = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ COLUMNS = {"Open_vSwitch": ["bridges", "next_cfg", "cur_cfg",       # next/cur_c
            "Bridge": ["name", "datapath_id", "datapath_type", "ports",
                       "external_ids"],                               # a cluster's epochs (fencing)
            "Port": ["name", "interfaces", "qos"],
-           "Interface": ["name", "ofport"],
+           "Interface": ["name", "ofport", "external_ids"],   # external_ids: a declared capacity
            "QoS": None, "Queue": None}
 
 
@@ -69,7 +69,17 @@ COLUMNS = {"Open_vSwitch": ["bridges", "next_cfg", "cur_cfg",       # next/cur_c
 QUIET = {"Open_vSwitch": {"external_ids", "next_cfg", "cur_cfg"}, "Bridge": {"external_ids"}}
 # What a bridge's reading (Ovsdb.bridge) is made of: a change to another column (a port's QoS, statistics) keeps it.
 TOPOLOGY = {"Bridge": {"name", "datapath_id", "datapath_type", "ports"}, "Port": {"name", "interfaces"},
-            "Interface": {"name", "ofport"}}
+            "Interface": {"name", "ofport", "external_ids"}}
+
+
+def declared_capacity(value: str | None) -> int | None:
+    """An interface's declared capacity (CAPACITY_KEY) in bit/s; None when absent or not a rate."""
+    if value is None:
+        return None
+    try:
+        return parse_rate(value, CAPACITY_KEY)
+    except PolicyError:
+        return None
 
 
 class OvsdbError(RuntimeError):
@@ -180,10 +190,12 @@ class Ovsdb:
         dpid = f"{dp_id:016x}"
         for br in self._api.tables["Bridge"].rows.values():
             if br.datapath_id and br.datapath_id[0] == dpid:
-                ports = {iface.ofport[0]: iface.name
-                         for port in br.ports for iface in port.interfaces
-                         if iface.ofport and iface.ofport[0] > 0}
-                return BridgeInfo(br.name, br.datapath_type, ports)
+                ifaces = [iface for port in br.ports for iface in port.interfaces
+                          if iface.ofport and iface.ofport[0] > 0]
+                declared = {iface.ofport[0]: bps for iface in ifaces
+                            if (bps := declared_capacity(iface.external_ids.get(CAPACITY_KEY))) is not None}
+                return BridgeInfo(br.name, br.datapath_type, {iface.ofport[0]: iface.name for iface in ifaces},
+                                  declared=declared)
         return None
 
     def port_qos(self, iface: str) -> OvsdbQos | str | None:

@@ -81,8 +81,17 @@ class Echo:
     xid: int
 
 
-Message = AddFlow | ModifyFlow | DeleteFlow | MeterMod | Barrier | StatsRequest | RoleRequest | Echo
-WRITES = (AddFlow, ModifyFlow, DeleteFlow, MeterMod)
+@dataclass(frozen=True)
+class PacketOut:
+    """A packet the switch sent us, sent on out of `output` (a port, or FLOOD: every port but `in_port`)."""
+    xid: int
+    in_port: int
+    output: int
+    data: bytes
+
+
+Message = AddFlow | ModifyFlow | DeleteFlow | MeterMod | Barrier | StatsRequest | RoleRequest | Echo | PacketOut
+WRITES = (AddFlow, ModifyFlow, DeleteFlow, MeterMod, PacketOut)
 
 
 # --- actions -------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ bridge. Pure: the caller runs OVSDB_READ (select-only, so read-only) and hands i
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from controller.core.errors import PolicyError
@@ -17,6 +17,9 @@ OVSDB_READ = ["Open_vSwitch", *({"op": "select", "table": table, "where": [], "c
                                                        ("Interface", ["_uuid", "ofport"])))]
 
 USERSPACE_DATAPATH = "netdev"
+# An Interface's external_ids key that declares its link's rate (e.g. "5Mbit"): set by the study launcher
+# for a topology's links with bw=, or by hand (ovs-vsctl set interface IFACE external_ids:ovs-qos-capacity=5Mbit).
+CAPACITY_KEY = "ovs-qos-capacity"
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,8 @@ class BridgeInfo:
     datapath_type: str          # "netdev" (userspace) or "system"/"" (kernel)
     ports: dict[int, str]       # OpenFlow port number → interface name
     remote: str = ""            # the OVSDB it is in (controller/adapters/remotes.py fills it in)
+    # OpenFlow port number → the capacity its interface declares (bit/s), for a policy's `network:`
+    declared: dict[int, int] = field(default_factory=dict)
 
     @property
     def userspace(self) -> bool:

@@ -87,7 +87,7 @@ class Controller:
                 self._claim_due(event.conn, now)
             case ev.EchoReply():
                 self._echo_reply(event)
-            case (ev.PortsChanged() | ev.BridgeDue() | ev.PollDue() | ev.RoleReply() | ev.ErrorReply()
+            case (ev.PortsChanged() | ev.PacketIn() | ev.BridgeDue() | ev.PollDue() | ev.RoleReply() | ev.ErrorReply()
                   | ev.BarrierReply() | ev.FlowStatsReply() | ev.FlowCountReply() | ev.MeterFeaturesReply()
                   | ev.MeterConfigReply() | ev.MeterStatsReply() | ev.QueueStatsReply() | ev.PortStatsReply()):
                 sw = self.conns.get(event.conn)

@@ -38,6 +38,14 @@ class PortsChanged:
     ports: frozenset[int]
 
 
+@dataclass(frozen=True)
+class PacketIn:
+    """A packet the switch sent us (its table-miss entry, under a policy's `network:`)."""
+    conn: int
+    in_port: int
+    data: bytes
+
+
 # --- OpenFlow replies (multipart replies joined whole by the app) -----------------------------------
 
 @dataclass(frozen=True)
@@ -290,11 +298,11 @@ class Reconcile:
     """Something outside the switch may differ (OVSDB moved, a check is due): compare again."""
 
 
-SwitchEvent = (PortsChanged | BridgeDue | PollDue | RoleReply | ErrorReply | BarrierReply | FlowStatsReply
+SwitchEvent = (PortsChanged | PacketIn | BridgeDue | PollDue | RoleReply | ErrorReply | BarrierReply | FlowStatsReply
                | FlowCountReply | MeterFeaturesReply | MeterConfigReply | MeterStatsReply | QueueStatsReply
                | PortStatsReply | EchoReply | JobsDone | TcChanged | PolicyInstalled | RoleDue | TakingOver
                | StandingDown | Reconcile)
-Event = (SwitchUp | SwitchDown | PortsChanged | BridgeDue | PollDue | RoleReply | ErrorReply | BarrierReply
+Event = (SwitchUp | SwitchDown | PortsChanged | PacketIn | BridgeDue | PollDue | RoleReply | ErrorReply | BarrierReply
          | FlowStatsReply | FlowCountReply | MeterFeaturesReply | MeterConfigReply | MeterStatsReply
          | QueueStatsReply | PortStatsReply | EchoReply | ClaimDue | ConfirmDue | GetPolicy | SetPolicy | ClearPolicy
          | GetStatus | Reload | JobsDone | TcChanged | RemotesChanged | Beaten | ClusterChanged | SwitchClaimed

@@ -13,6 +13,7 @@ from typing import Any
 from controller.core.policy import (
     SPECIAL_OUTPUTS,
     FlowRule,
+    NetworkPolicy,
     Policy,
     PortPolicy,
     SwitchPolicy,
@@ -40,7 +41,19 @@ def normalised_document(policy: Policy) -> dict[str, Any]:
             "classes": {c.name: _class(c) for c in policy.classes},
             "congestion": {"poll_interval": policy.poll_interval, "fast_poll_interval": policy.fast_poll_interval,
                            **_congestion(policy)},
-            "switches": {s.name: _switch(s) for s in policy.switches}}
+            "switches": {s.name: _switch(s) for s in policy.switches},
+            **({"network": _network(policy.network)} if policy.network else {})}
+
+
+def _network(network: NetworkPolicy) -> dict[str, Any]:
+    doc: dict[str, Any] = {"forwarding": "learn",
+                           "classify": [{"priority": r.priority, "match": {k: _match_value(k, v) for k, v in r.match},
+                                         "class": r.traffic_class} for r in network.classify]}
+    rule = network.ports
+    if rule is not None:
+        doc["ports"] = {"queues": rule.queues, "queue_packets": rule.queue_packets, "discipline": rule.discipline,
+                        "qos_type": rule.qos_type, **({"capacity": rule.capacity_bps} if rule.capacity_bps else {})}
+    return doc
 
 
 def percent(share: float) -> str | float:

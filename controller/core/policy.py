@@ -93,6 +93,34 @@ class PortPolicy:
 
 
 @dataclass(frozen=True)
+class PortRule:
+    """The queues of every port of a switch under `network:` whose capacity is known: this rule's
+    `capacity_bps` when it gives one, else what the port declares (controller/core/site.py)."""
+    queues: str
+    capacity_bps: int | None = None
+    queue_packets: int = DEFAULT_QUEUE_PACKETS
+    discipline: str = "fifo"
+    qos_type: str = "linux-htb"
+
+
+@dataclass(frozen=True)
+class Classify:
+    """Traffic of `match` is of `traffic_class`, wherever it goes (under `network:`)."""
+    priority: int
+    match: Match
+    traffic_class: str
+    source: str = dataclasses.field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    """What every switch the policy does not list gets: the controller's own MAC learning for forwarding,
+    the classes by match, and queues on the ports whose capacity is known."""
+    classify: tuple[Classify, ...]
+    ports: PortRule | None
+
+
+@dataclass(frozen=True)
 class SwitchPolicy:
     name: str
     dp_id: int
@@ -117,6 +145,7 @@ class Policy:
     poll_interval: float
     congestion: CongestionConfig
     fast_poll_interval: float = 0.05   # `auto` ports near their capacity are polled this often (0: never)
+    network: NetworkPolicy | None = None   # for the switches not listed
 
     def switch(self, dp_id: int) -> SwitchPolicy | None:
         return next((s for s in self.switches if s.dp_id == dp_id), None)
@@ -169,6 +198,14 @@ def merge_documents(base: dict[str, Any], override: dict[str, Any]) -> dict[str,
     return merged
 
 
+def for_any_network(document: Any) -> dict[str, Any]:
+    """The document without its switches: what it says for any network, every switch under `network:`."""
+    if not isinstance(document, dict) or document.get("network") is None:
+        raise PolicyError("network: missing; this policy lists its switches only, so it fits only their network; "
+                          "add a network: section (docs/experiments.md)")
+    return {key: value for key, value in document.items() if key != "switches"}
+
+
 def load_policy(path: str | Path) -> Policy:
     return parse_policy(load_document(path))
 
@@ -178,21 +215,71 @@ def parse_policy(document: Any) -> Policy:
     if "base" in doc:
         raise PolicyError("policy.base: bases are resolved only when a policy is loaded from its file; send the "
                           "resolved policy (python3 -m controller.check --json FILE prints it)")
-    _known_keys(doc, "policy", ("name", "description", "classes", "switches", "congestion"))
+    _known_keys(doc, "policy", ("name", "description", "classes", "switches", "network", "congestion"))
     name = _label(doc.get("name"), "name")
     description = _text(doc.get("description", ""), "description")
     classes = _classes(doc.get("classes", {}))
     poll_interval, fast_poll_interval, congestion = _congestion(doc.get("congestion", {}))
+    network = _network(doc["network"], classes) if doc.get("network") is not None else None
     switches_doc = _mapping(doc.get("switches"), "switches")
-    if not switches_doc:
-        raise PolicyError("switches: no switch defined; add at least one switch with dp_id and flows")
+    if not switches_doc and network is None:
+        raise PolicyError("switches: no switch defined; add a network: section for every switch, or a switch "
+                          "with dp_id and flows")
     switches = tuple(_switch(_label(n, f"switches.{_shown(n)}"), s, classes) for n, s in switches_doc.items())
     dp_ids = [s.dp_id for s in switches]
     if len(set(dp_ids)) != len(dp_ids):
         raise PolicyError("switches: two switches share a dp_id; give each switch its own dp_id")
     return Policy(name=name, description=description, classes=classes,
                   switches=switches, poll_interval=poll_interval, congestion=congestion,
-                  fast_poll_interval=fast_poll_interval)
+                  fast_poll_interval=fast_poll_interval, network=network)
+
+
+# Priorities of the flows a `network:` switch gets (controller/core/site.py): classify rules lie between
+# the learned MACs' own entries and the entries that keep a class's mark from an upstream switch.
+LEARNED_PRIORITY, MARKED_PRIORITY = 1000, 60000
+
+
+def _network(doc: Any, classes: tuple[TrafficClass, ...]) -> NetworkPolicy:
+    doc = _mapping(doc, "network")
+    _known_keys(doc, "network", ("forwarding", "classify", "ports"))
+    if doc.get("forwarding", "learn") != "learn":
+        raise PolicyError(f"network.forwarding: {_shown(doc['forwarding'])} is not a forwarding this controller "
+                          "does; write learn (its own MAC learning; loop-free networks only)")
+    rules = []
+    for i, rule in enumerate(_list(doc.get("classify", []), "network.classify")):
+        where = f"network.classify[{i}]"
+        rule = _mapping(rule, where)
+        _known_keys(rule, where, ("priority", "match", "class"))
+        priority = _int(rule.get("priority", 40000), f"{where}.priority", LEARNED_PRIORITY + 1, MARKED_PRIORITY - 1)
+        match = _match(rule.get("match", {}), f"{where}.match")
+        for field in ("in_port", "eth_dst"):
+            if field in dict(match):
+                raise PolicyError(f"{where}.match.{field}: a network-wide class cannot name a port or a destination "
+                                  "MAC (the controller learns them); match on protocols, ports or addresses")
+        name = rule.get("class")
+        if name not in {c.name for c in classes}:
+            raise PolicyError(f"{where}.class: {_shown(name)} is not defined under classes; define it or fix the name")
+        if dict(match).get("eth_type") not in (ETH_TYPE_IPV4, ETH_TYPE_IPV6):
+            raise PolicyError(f"{where}.class: classes steer IP packets only; add ip_proto, an address, or eth_type: "
+                              "ipv4 or ipv6 to the match")
+        rules.append(Classify(priority, match, name, f"{where}.match"))
+    seen: dict[tuple[int, Match], Classify] = {}
+    for rule in rules:
+        first = seen.setdefault((rule.priority, rule.match), rule)
+        if first is not rule:
+            raise PolicyError(f"{rule.source}: the same priority and match as {first.source}; remove one or change "
+                              "its priority")
+    ports = _port_rule(doc["ports"]) if doc.get("ports") is not None else None
+    return NetworkPolicy(tuple(rules), ports)
+
+
+def _port_rule(doc: Any) -> PortRule:
+    where = "network.ports"
+    doc = _mapping(doc, where)
+    _known_keys(doc, where, ("capacity", "queues", "queue_packets", "discipline", "qos_type"))
+    queues, queue_packets, discipline, qos_type = _queueing(doc, where)
+    capacity = parse_rate(doc["capacity"], f"{where}.capacity") if doc.get("capacity") is not None else None
+    return PortRule(queues, capacity, queue_packets, discipline, qos_type)
 
 
 def parse_rate(value: Any, where: str) -> int:
@@ -322,6 +409,13 @@ def _port(port_no: Any, doc: Any, where: str) -> PortPolicy:
     _known_keys(doc, where, ("capacity", "queues", "queue_packets", "discipline", "qos_type"))
     if "capacity" not in doc:
         raise PolicyError(f"{where}.capacity: missing; give the port's rate, e.g. 5Mbit")
+    queues, queue_packets, discipline, qos_type = _queueing(doc, where)
+    return PortPolicy(number, parse_rate(doc["capacity"], f"{where}.capacity"), queues, queue_packets, discipline,
+                      qos_type)
+
+
+def _queueing(doc: dict[Any, Any], where: str) -> tuple[str, int, str, str]:
+    """A port's queues, queue_packets, discipline and qos_type."""
     queues = doc.get("queues", "fifo")
     if queues not in QUEUE_MODES:
         raise PolicyError(f"{where}.queues: {_shown(queues)} is not one of {', '.join(QUEUE_MODES)}")
@@ -332,8 +426,7 @@ def _port(port_no: Any, doc: Any, where: str) -> PortPolicy:
     if qos_type not in QOS_TYPES:
         raise PolicyError(f"{where}.qos_type: {_shown(qos_type)} is not one of {', '.join(QOS_TYPES)}")
     queue_packets = _int(doc.get("queue_packets", DEFAULT_QUEUE_PACKETS), f"{where}.queue_packets", 1, 100_000)
-    return PortPolicy(number, parse_rate(doc["capacity"], f"{where}.capacity"), queues, queue_packets, discipline,
-                      qos_type)
+    return queues, queue_packets, discipline, qos_type
 
 
 def _flow(doc: Any, where: str, classes: tuple[TrafficClass, ...]) -> tuple[FlowRule, ...]:

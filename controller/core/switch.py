@@ -29,6 +29,7 @@ from controller.core.poller import Poller
 from controller.core.portjobs import PortJobs
 from controller.core.queues import OvsdbQos
 from controller.core.role import RoleManager
+from controller.core.site import FLOOD, Learned, addresses, site_switch, unicast
 from controller.core.switch_state import SwitchState
 from controller.core.telemetry import SwitchTelemetry
 from controller.core.view import Mode, SwitchView
@@ -51,6 +52,7 @@ class Switch:
         self.in_sync = False
         self.settled = False                              # nothing in flight: in sync, or failed until the next poll
         self.ovsdb_generation: tuple[int, ...] = ()       # what OVSDB held at the last reconcile
+        self.learned = Learned()                          # under a policy's network: where each MAC is
 
     @property
     def parts(self) -> tuple[SwitchPart, ...]:
@@ -72,8 +74,12 @@ class Switch:
         match event:
             case ev.BridgeDue():
                 self.find_bridge(event.tries, view, now)
+            case ev.PacketIn():
+                self._packet_in(event, view)
             case ev.PortsChanged():
                 self.ports = event.ports
+                if self.learned.forget_ports(set(event.ports)):
+                    self._set_state(view)
                 # OVSDB numbers a new port a moment after the switch reports it: read until it has.
                 self.link.later(BRIDGE_RETRY_SECONDS, ev.BridgeDue(self.conn, BRIDGE_RETRIES))
             case ev.PollDue():
@@ -174,6 +180,8 @@ class Switch:
     def _set_state(self, view: SwitchView) -> None:
         policy = view.policy
         switch_policy = policy.switch(self.dp_id) if policy and self.bridge else None
+        if policy and policy.network and self.bridge and switch_policy is None:
+            switch_policy = site_switch(policy, self.dp_id, self.bridge, self.learned)
         if policy and self.bridge and switch_policy is None:
             LOG.warning("switch %016x is not in policy %s; nothing of ours stays on it", self.dp_id, policy.name)
         previous, self.state = self.state, None
@@ -187,6 +195,22 @@ class Switch:
                     self.telemetry.events.setdefault((port.port_no, action), 0)
 
     # --- what the switch says ------------------------------------------------------------------------
+    def _packet_in(self, packet: ev.PacketIn, view: SwitchView) -> None:
+        """Learn where its sender is; send it on where its receiver is, or flood it. Only as the writer:
+        another controller's switch is not ours to forward for."""
+        macs = addresses(packet.data)
+        policy = view.policy
+        if macs is None or self.state is None or not self.role.writable(view) or policy is None \
+                or policy.network is None or policy.switch(self.dp_id) is not None:
+            return
+        dst, src = macs
+        if unicast(src) and packet.in_port in self.ports and self.learned.learn(src, packet.in_port):
+            self._set_state(view)
+            self.reconcile(view)
+        output = self.learned.ports.get(dst, FLOOD) if unicast(dst) else FLOOD
+        if output != packet.in_port:
+            self.link.send(act.PacketOut(self.link.xid(), packet.in_port, output, packet.data))
+
     def _error(self, reply: ev.ErrorReply) -> None:
         if self.role.refused(reply) or self.flows.error(reply):
             return

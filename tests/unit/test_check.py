@@ -287,8 +287,8 @@ def test_the_checker_reads_ovsdb_only_after_every_file_is_valid(monkeypatch, cap
     monkeypatch.setattr(check, "read_bridges", lambda remote: pytest.fail("OVSDB read for an invalid policy"))
     bad = write_policy(tmp_path, {"name": "p"})
     assert check.main([str(bad), "--ovsdb", "unix:/run/db.sock"]) == 2
-    assert capsys.readouterr().err == f"error: {bad}: switches: no switch defined; add at least one switch with " \
-                                      "dp_id and flows\n"
+    assert capsys.readouterr().err == f"error: {bad}: switches: no switch defined; add a network: section for " \
+                                      "every switch, or a switch with dp_id and flows\n"
 
 
 
@@ -300,5 +300,5 @@ def test_a_base_that_is_not_a_policy_is_refused_without_a_word_of_its_content(tm
     assert check.main([str(policy)]) == 2
     err = capsys.readouterr().err
     assert err == (f"error: {policy}: policy: a key that is not a field name (is this a policy file?); use only "
-                   "name, description, classes, switches, congestion\n")
+                   "name, description, classes, switches, network, congestion\n")
     assert "s3cret" not in err and "root:" not in err

@@ -29,7 +29,7 @@ def server_args(port: int) -> list[str]:
 
 
 def client_args(server_ip: str, port: int, seconds: float, udp_mbps: float | None = None,
-                congestion_control: str | None = None, parallel: int = 1) -> list[str]:
+                congestion_control: str | None = None, parallel: int = 1, tos: int | None = None) -> list[str]:
     if seconds != int(seconds):
         raise ValueError(f"iperf3 runs whole seconds (-t is read with atoi); got {seconds}")
     args = ["iperf3", "-c", server_ip, "-p", str(port), "-t", str(int(seconds)), "-i", str(REPORT_SECONDS), "-J",
@@ -40,6 +40,8 @@ def client_args(server_ip: str, port: int, seconds: float, udp_mbps: float | Non
         args += ["-C", congestion_control]
     if parallel > 1:
         args += ["-P", str(parallel)]
+    if tos is not None:
+        args += ["-S", str(tos)]
     return args
 
 

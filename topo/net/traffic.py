@@ -62,6 +62,7 @@ class Flow:
     congestion_control: str | None = None
     parallel: int = 1                  # TCP streams in the one test (iperf3 -P)
     label: str = ""                    # for the progress bar
+    tos: int | None = None             # the IP TOS byte its packets carry (DSCP << 2)
 
 
 @dataclass(frozen=True)
@@ -335,7 +336,7 @@ def _start(net: Network, item: Item, raw_dir: Path, ports: dict[str, int]):
                          raw_dir / f"{item.name}.txt")
     return net.popen(item.src, iperf.client_args(net.host(item.dst).IP(), ports[item.name], item.seconds,
                                                  udp_mbps=item.udp_mbps, congestion_control=item.congestion_control,
-                                                 parallel=item.parallel),
+                                                 parallel=item.parallel, tos=item.tos),
                      raw_dir / f"{item.name}.json")
 
 

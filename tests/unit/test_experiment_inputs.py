@@ -1,0 +1,156 @@
+"""What a user brings to `topo/run.py --topo FILE:NAME --traffic FILE`: a Mininet custom file and a
+traffic file, each checked before anything starts, every refusal one line naming the file, the field
+and the fix (topo/net/custom.py, topo/net/trafficfile.py); and the lanes a traffic file becomes."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from topo.net import custom, trafficfile
+from topo.net.traffic import Flow, Pause, Probe
+
+ROOT = Path(__file__).resolve().parents[2]
+ISSUE_EXAMPLE = """
+step_seconds: 10
+flows:
+  - {name: bulk, from: h1, to: h5, protocol: tcp, cc: cubic}
+  - {name: flood, from: h3, to: h6, protocol: udp, steps: [0, 4, 8, 12]}
+  - {name: cross, from: h2, to: h4, protocol: udp, rate: 12Mbit, start_step: 2}
+probe: {from: h2, to: h6}
+"""
+
+
+def parsed(text: str):
+    import yaml
+    return trafficfile.parse(yaml.safe_load(text), "t.yaml")
+
+
+def test_the_example_runs_as_written_a_flow_without_steps_for_the_whole_experiment():
+    t = parsed(ISSUE_EXAMPLE)
+    assert (t.step_seconds, t.steps, t.seconds, t.probe) == (10, 4, 40, ("h2", "h6"))
+    bulk, flood, cross = t.flows
+    assert (bulk.start, bulk.end, bulk.cc) == (0, 40, "cubic")
+    assert flood.mbps == (0, 4, 8, 12) and (cross.start, cross.mbps) == (20, (12.0,) * 4)
+    bulk_lane, flood_lane, cross_lane, probe_lane = trafficfile.lanes(t)
+    assert bulk_lane == [Flow("bulk", "h1", "h5", 40, congestion_control="cubic", label="bulk")]
+    assert [type(i) for i in flood_lane] == [Pause, Flow, Flow, Flow]
+    assert [i.udp_mbps for i in flood_lane[1:]] == [4, 8, 12] and [i.name for i in flood_lane[1:]] == \
+        ["flood_1", "flood_2", "flood_3"]
+    assert cross_lane[0] == Pause(20, "cross waits") and [i.seconds for i in cross_lane[1:]] == [10, 10]
+    assert probe_lane == [Probe("probe", "h2", "h6", 40, "probe")]
+
+
+def test_a_flow_with_a_dscp_carries_it_as_its_tos_byte():
+    t = parsed("flows: [{name: v, from: h1, to: h2, protocol: udp, rate: 80kbit, dscp: 46, duration: 4}]")
+    ((flow,),) = trafficfile.lanes(t)     # 4 s of the experiment's 10, then the lane is done
+    assert (flow.tos, flow.udp_mbps, flow.seconds) == (46 << 2, 0.08, 4)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("flows: [{name: a, from: h1, to: h2, protocol: udp, rate: 12}]",
+     "t.yaml: flows[0] (a).rate: 12 has no unit; write e.g. 12Mbit"),
+    ("flows: [{name: a, from: h1, to: h2, protocol: udp, steps: [1, 2]}, "
+     "{name: b, from: h1, to: h2, protocol: udp, steps: [1, 2, 3]}]",
+     "t.yaml: flows[0] (a).steps: 2 steps where the experiment has 3; give every steps list 3 rates"),
+    ("flows: [{name: a, from: h1, to: h2, protocol: tcp, rate: 1Mbit}]",
+     "t.yaml: flows[0] (a).rate: a TCP flow takes what the network gives it"),
+    ("flows: [{name: a, from: h1, to: h2, protocol: udp}]", "t.yaml: flows[0] (a): a UDP flow needs rate"),
+    ("flows: [{name: a, from: h1, to: h1}]", "t.yaml: flows[0] (a).to: the same host as from"),
+    ("flows: [{name: a, from: h1, to: h2, start: 1, start_step: 0}]", "t.yaml: flows[0] (a).start: give start or"),
+    ("flows: [{name: a, from: h1, to: h2, colour: red}]", "t.yaml: flows[0].colour: unknown key"),
+    ("flows: [{name: a, from: h1, to: h2}, {name: a, from: h2, to: h1}]", "t.yaml: flows: two flows are named a"),
+    ("flows: []", "t.yaml: flows: missing or empty"),
+    ("step_seconds: 1\nflows: [{name: a, from: h1, to: h2}]", "t.yaml: step_seconds: 1 is not a whole number"),
+    ("flows: [{name: a, from: h1, to: h2, protocol: sctp}]", "t.yaml: flows[0] (a).protocol: 'sctp' is not tcp or udp"),
+    ("flows: [{name: a, from: h1, to: h2, protocol: udp, steps: [1, '5 furlongs']}]",
+     "t.yaml: flows[0] (a).steps[1]: '5 furlongs' is not a rate"),
+])
+def test_a_bad_traffic_file_is_refused_naming_the_field_and_the_fix(text, message):
+    with pytest.raises(trafficfile.TrafficFileError) as err:
+        parsed(text)
+    assert str(err.value).startswith(message)
+
+
+def test_a_traffic_file_that_is_not_yaml_names_its_line(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("flows: [\n  {name: a\n")
+    with pytest.raises(trafficfile.TrafficFileError, match=r"t.yaml: not YAML at line \d; fix the syntax"):
+        trafficfile.load(path)
+
+
+TOPO = """
+from mininet.topo import Topo
+
+class Line(Topo):
+    def build(self, n=2, bw=5, loop=False):
+        s = [self.addSwitch(f"s{i + 1}") for i in range(n)]
+        for a, b in zip(s, s[1:]):
+            self.addLink(a, b, bw=bw, delay="5ms")
+        if loop:
+            self.addLink(s[-1], s[0])
+        for i, sw in enumerate(s):
+            self.addLink(self.addHost(f"h{i + 1}"), sw)
+
+topos = {"line": Line, "made": lambda: Line(n=3)}
+"""
+
+
+@pytest.fixture
+def topo_file(tmp_path) -> Path:
+    path = tmp_path / "mine.py"
+    path.write_text(textwrap.dedent(TOPO))
+    return path
+
+
+def test_a_custom_file_loads_as_mn_loads_it_its_links_declared_and_plain(topo_file):
+    loaded = custom.load(f"{topo_file}:line", custom.parse_params(["n=3", "bw=2.5"]))
+    assert sorted(loaded.topo.switches()) == ["s1", "s2", "s3"]
+    assert [(link.ends, link.bps) for link in loaded.links] == [((("s1", 1), ("s2", 1)), 2_500_000),
+                                                                ((("s2", 2), ("s3", 1)), 2_500_000)]
+    assert loaded.delays == ["s1-s2 5ms", "s2-s3 5ms"]
+    assert all("bw" not in info and "delay" not in info for *_, info in loaded.topo.links(withInfo=True))
+    assert len(custom.load(f"{topo_file}:made", {}).topo.switches()) == 3     # a callable, as mn takes
+
+
+@pytest.mark.parametrize("spec, params, message", [
+    ("{f}", [], "--topo '{f}': write FILE:NAME"),
+    ("{f}:ring", [], "--topo {f}:ring: no topology 'ring'; the file has line, made"),
+    ("{f}:line", ["loop=1"], "--topo {f}:line: the link s2-s1 closes a loop"),
+    ("{f}:line", ["colour=1"], "--topo {f}:line: building it failed (TypeError"),
+    ("{f}:line", ["bw=fast"], "--topo {f}:line: link s1-s2 bw='fast'; give a rate in Mbit/s"),
+    ("/nonexistent/x.py:line", [], "--topo /nonexistent/x.py:line: no file /nonexistent/x.py"),
+])
+def test_a_bad_topology_is_refused_naming_the_file_and_the_fix(topo_file, spec, params, message):
+    with pytest.raises(custom.TopologyError) as err:
+        custom.load(spec.format(f=topo_file), custom.parse_params(params))
+    assert str(err.value).startswith(message.format(f=topo_file))
+
+
+def test_a_file_that_does_not_load_is_one_line(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text("import nosuchmodule\n")
+    with pytest.raises(custom.TopologyError, match=r"the file does not load \(ModuleNotFoundError"):
+        custom.load(f"{path}:x", {})
+    with pytest.raises(custom.TopologyError, match="write NAME=VALUE"):
+        custom.parse_params(["n"])
+
+
+def test_the_launcher_refuses_bad_input_with_one_line_and_exit_2_before_anything_starts(topo_file, tmp_path):
+    traffic = tmp_path / "t.yaml"
+    traffic.write_text("flows: [{name: a, from: h1, to: h9}]\n")
+    run = subprocess.run([sys.executable, str(ROOT / "topo" / "run.py"), "--topo", f"{topo_file}:line",
+                          "--traffic", str(traffic), "--policy", "auto"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == f"error: {traffic}: host h9 is not in {topo_file}:line (it has h1, h2); fix from/to\n"
+
+
+def test_the_shipped_parking_lot_is_a_mininet_custom_topology():
+    loaded = custom.load(f"{ROOT / 'topo' / 'topos.py'}:parkinglot", {"last_bw": 4})
+    assert [link.bps for link in loaded.links] == [5_000_000, 4_000_000]
+    assert sorted(loaded.topo.hosts()) == [f"h{i}" for i in range(1, 7)]
+    example = trafficfile.load(ROOT / "topo" / "examples" / "parkinglot.yaml")
+    assert example.hosts() <= set(loaded.topo.hosts())

@@ -1,0 +1,119 @@
+"""A topology from a Mininet custom file, loaded as `mn --custom FILE --topo NAME,k=v` loads it.
+
+FILE is Python that defines a `topos` dict of name → a Topo class or a callable that returns a Topo.
+Its switch-to-switch links' `bw=` (Mbit/s) and `delay=` declare the link: the rate is shaped by the
+controller's OVS QoS on both of the link's ports (the launcher declares it on their interfaces,
+external_ids:ovs-qos-capacity), so the link itself is made a plain veth pair, never a TCLink whose HTB
+would fight OVS over the root qdisc; the delay needs netem, which is said once where the kernel lacks it.
+A network with a loop is refused: the controller's learning floods, and nothing here runs STP.
+"""
+from __future__ import annotations
+
+import runpy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class TopologyError(ValueError):
+    """A topology that cannot run; the message names the file, the field and the fix."""
+
+
+@dataclass(frozen=True)
+class DeclaredLink:
+    """A switch-to-switch link with a rate: both its ends queue."""
+    ends: tuple[tuple[str, int], tuple[str, int]]   # (switch, OpenFlow port) each
+    bps: int
+    delay: str | None
+
+
+@dataclass
+class Loaded:
+    topo: Any                      # a mininet.topo.Topo
+    links: list[DeclaredLink]      # ports filled in by Mininet when the network is built (ports())
+    delays: list[str]              # the links' delays, which this launcher applies only where netem exists
+
+
+def parse_params(texts: list[str]) -> dict[str, Any]:
+    """--topo-param k=v ...: numbers as numbers (as mn reads NAME,k=v), anything else as text."""
+    params: dict[str, Any] = {}
+    for text in texts:
+        key, sep, value = text.partition("=")
+        if not sep or not key.isidentifier():
+            raise TopologyError(f"--topo-param {text!r}: write NAME=VALUE, e.g. n=3")
+        params[key] = _value(value)
+    return params
+
+
+def _value(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def load(spec: str, params: dict[str, Any]) -> Loaded:
+    """`spec` is FILE:NAME."""
+    file, sep, name = spec.rpartition(":")
+    if not sep or not file or not name:
+        raise TopologyError(f"--topo {spec!r}: write FILE:NAME, e.g. topo/topos.py:parkinglot")
+    path = Path(file)
+    if not path.is_file():
+        raise TopologyError(f"--topo {spec}: no file {path}; give the path of a Mininet custom file")
+    try:
+        scope = runpy.run_path(str(path))
+    except Exception as err:   # a user's Python: whatever it raises is its own error, said in a line
+        raise TopologyError(f"--topo {path}: the file does not load ({type(err).__name__}: {err}); fix it "
+                            f"(mn --custom {path} shows the same)") from None
+    topos = scope.get("topos")
+    if not isinstance(topos, dict) or not topos:
+        raise TopologyError(f"--topo {path}: no topos dict; define topos = {{'NAME': YourTopo}}, as mn --custom "
+                            "expects")
+    if name not in topos:
+        raise TopologyError(f"--topo {path}:{name}: no topology {name!r}; the file has {', '.join(map(str, topos))}")
+    try:
+        topo = topos[name](**params)
+    except Exception as err:
+        raise TopologyError(f"--topo {path}:{name}: building it failed ({type(err).__name__}: {err}); check "
+                            "--topo-param against its parameters") from None
+    return _plain(topo, f"{path}:{name}")
+
+
+def _plain(topo: Any, where: str) -> Loaded:
+    """Switch-to-switch links stripped of their TCLink (their bw= and delay= recorded), a loop refused."""
+    switches = set(topo.switches())
+    if not switches:
+        raise TopologyError(f"--topo {where}: no switch; add one with addSwitch")
+    links: list[DeclaredLink] = []
+    delays: list[str] = []
+    parent = {s: s for s in switches}
+    for src, dst, info in topo.links(sort=True, withInfo=True):
+        if src in switches and dst in switches:
+            a, b = _root(parent, src), _root(parent, dst)
+            if a == b:
+                raise TopologyError(f"--topo {where}: the link {src}-{dst} closes a loop; this launcher runs no STP, "
+                                    "and a learning switch floods around a loop for ever: remove a link")
+            parent[a] = b
+            bw, delay = info.get("bw"), info.get("delay")
+            for k in ("cls", "bw", "delay", "loss", "jitter", "max_queue_size", "use_htb"):
+                info.pop(k, None)
+            for side in ("params1", "params2"):
+                info.pop(side, None)
+            if delay:
+                delays.append(f"{src}-{dst} {delay}")
+            if bw is not None:
+                if isinstance(bw, bool) or not isinstance(bw, (int, float)) or bw <= 0:
+                    raise TopologyError(f"--topo {where}: link {src}-{dst} bw={bw!r}; give a rate in Mbit/s, e.g. bw=5")
+                links.append(DeclaredLink(((info["node1"], info["port1"]), (info["node2"], info["port2"])),
+                                          int(bw * 1e6), delay))
+        elif src not in switches and dst not in switches:
+            raise TopologyError(f"--topo {where}: link {src}-{dst} joins two hosts; put a switch between them")
+    return Loaded(topo, links, delays)
+
+
+def _root(parent: dict[str, str], node: str) -> str:
+    while parent[node] != node:
+        node = parent[node]
+    return node

@@ -1,0 +1,233 @@
+"""A traffic file: the flows of an experiment, by name, checked before anything starts.
+
+    step_seconds: 10
+    flows:
+      - {name: bulk, from: h1, to: h5, protocol: tcp, cc: cubic}
+      - {name: flood, from: h3, to: h6, protocol: udp, steps: [0, 4, 8, 12]}
+      - {name: cross, from: h2, to: h4, protocol: udp, rate: 12Mbit, start_step: 2}
+    probe: {from: h2, to: h6}
+
+The experiment has as many steps as the longest `steps` list (every such list must have that length),
+or one. A flow runs from its start (`start_step`, or `start` in seconds) for `duration` seconds or to
+the end. A UDP flow sends `rate` (a rate with its unit) or, step by step, the Mbit/s of `steps` (0: it
+rests that step). TCP takes `cc` (the kernel's congestion control) and `streams`. `dscp` marks the
+flow's packets. Every problem is one TrafficFileError naming the file, the field and the fix.
+
+Pure: a document in, a Traffic out; turning it into the traffic runner's lanes is lanes().
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from topo.net.traffic import Flow, Item, Pause, Probe
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(bit|kbit|mbit|gbit)\s*$", re.IGNORECASE)
+_UNITS = {"bit": 1e-6, "kbit": 1e-3, "mbit": 1.0, "gbit": 1e3}
+MAX_SECONDS = 24 * 3600
+
+
+class TrafficFileError(ValueError):
+    """A traffic file that cannot run; the message names the file, the field and the fix."""
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    name: str
+    src: str
+    dst: str
+    protocol: str                        # tcp | udp
+    start: int                           # seconds from the experiment's start
+    end: int                             # seconds from the experiment's start
+    cc: str | None = None
+    streams: int = 1
+    mbps: tuple[float, ...] = ()         # UDP: the rate of each step (a constant rate: the same in every step)
+    dscp: int | None = None
+
+    @property
+    def udp(self) -> bool:
+        return self.protocol == "udp"
+
+
+@dataclass(frozen=True)
+class Traffic:
+    step_seconds: int
+    steps: int
+    flows: tuple[FlowSpec, ...]
+    probe: tuple[str, str] | None
+
+    @property
+    def seconds(self) -> int:
+        return self.step_seconds * self.steps
+
+    def hosts(self) -> set[str]:
+        return {h for f in self.flows for h in (f.src, f.dst)} | set(self.probe or ())
+
+
+def load(path: Path) -> Traffic:
+    where = str(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise TrafficFileError(f"{where}: cannot read it ({err.strerror}); check the path") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise TrafficFileError(f"{where}: not YAML{at}; fix the syntax") from None
+    return parse(doc, where)
+
+
+def parse(doc: Any, where: str = "traffic") -> Traffic:
+    doc = _mapping(doc, where)
+    _keys(doc, where, ("step_seconds", "flows", "probe"))
+    step_seconds = _whole(doc.get("step_seconds", 10), f"{where}: step_seconds", 2, MAX_SECONDS)
+    flows_doc = doc.get("flows")
+    if not isinstance(flows_doc, list) or not flows_doc:
+        raise TrafficFileError(f"{where}: flows: missing or empty; list the flows, e.g. "
+                               "- {name: bulk, from: h1, to: h4, protocol: tcp}")
+    lengths = {i: len(f["steps"]) for i, f in enumerate(flows_doc) if isinstance(f, dict)
+               and isinstance(f.get("steps"), list)}
+    steps = max(lengths.values(), default=1)
+    flows = tuple(_flow(f, f"{where}: flows[{i}]", step_seconds, steps) for i, f in enumerate(flows_doc))
+    names = [f.name for f in flows]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice:
+        raise TrafficFileError(f"{where}: flows: two flows are named {twice}; give each flow its own name")
+    probe = None
+    if doc.get("probe") is not None:
+        p = _mapping(doc["probe"], f"{where}: probe")
+        _keys(p, f"{where}: probe", ("from", "to"))
+        probe = (_host(p.get("from"), f"{where}: probe.from"), _host(p.get("to"), f"{where}: probe.to"))
+    return Traffic(step_seconds, steps, flows, probe)
+
+
+def _flow(doc: Any, where: str, step_seconds: int, steps: int) -> FlowSpec:
+    doc = _mapping(doc, where)
+    _keys(doc, where, ("name", "from", "to", "protocol", "cc", "streams", "rate", "steps", "dscp",
+                              "start_step", "start", "duration"))
+    name = doc.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise TrafficFileError(f"{where}.name: {name!r} is not a name; use a letter then letters, digits, - or _")
+    where = f"{where} ({name})"
+    src, dst = _host(doc.get("from"), f"{where}.from"), _host(doc.get("to"), f"{where}.to")
+    if src == dst:
+        raise TrafficFileError(f"{where}.to: the same host as from; send to another host")
+    protocol = doc.get("protocol", "tcp")
+    if protocol not in ("tcp", "udp"):
+        raise TrafficFileError(f"{where}.protocol: {protocol!r} is not tcp or udp")
+    total = step_seconds * steps
+    if "start" in doc and "start_step" in doc:
+        raise TrafficFileError(f"{where}.start: give start or start_step, not both")
+    start = _whole(doc["start"], f"{where}.start", 0, total - 2) if "start" in doc else \
+        _whole(doc.get("start_step", 0), f"{where}.start_step", 0, steps - 1) * step_seconds
+    end = start + _whole(doc["duration"], f"{where}.duration", 2, total - start) if "duration" in doc else total
+    dscp = _whole(doc["dscp"], f"{where}.dscp", 0, 63) if "dscp" in doc else None
+    if protocol == "tcp":
+        for key in ("rate", "steps"):
+            if key in doc:
+                raise TrafficFileError(f"{where}.{key}: a TCP flow takes what the network gives it; remove {key} "
+                                       "or make the flow protocol: udp")
+        cc = doc.get("cc")
+        if cc is not None and (not isinstance(cc, str) or not _NAME.match(cc)):
+            raise TrafficFileError(f"{where}.cc: {cc!r} is not a congestion control's name; e.g. cubic, reno, bbr")
+        streams = _whole(doc.get("streams", 1), f"{where}.streams", 1, 128)
+        return FlowSpec(name, src, dst, "tcp", start, end, cc, streams, dscp=dscp)
+    for key in ("cc", "streams"):
+        if key in doc:
+            raise TrafficFileError(f"{where}.{key}: only TCP flows have {key}; remove it or make the flow tcp")
+    if ("rate" in doc) == ("steps" in doc):
+        raise TrafficFileError(f"{where}: a UDP flow needs rate (e.g. rate: 12Mbit) or steps (Mbit/s per step), "
+                               "one of them")
+    if "rate" in doc:
+        mbps: tuple[float, ...] = (_rate(doc["rate"], f"{where}.rate"),) * steps
+    else:
+        values = doc["steps"]
+        if not isinstance(values, list) or len(values) != steps:
+            have = len(values) if isinstance(values, list) else "not a list"
+            raise TrafficFileError(f"{where}.steps: {have} steps where the experiment has {steps}; give every steps "
+                                   f"list {steps} rates")
+        mbps = tuple(_step(v, f"{where}.steps[{i}]") for i, v in enumerate(values))
+    return FlowSpec(name, src, dst, "udp", start, end, mbps=mbps, dscp=dscp)
+
+
+def lanes(traffic: Traffic) -> list[list[Item]]:
+    """The runner's lanes: one a flow (a UDP flow's steps one after the other), and the probe's."""
+    out: list[list[Item]] = []
+    size = traffic.step_seconds
+    for f in traffic.flows:
+        lane: list[Item] = [Pause(f.start, f"{f.name} waits")] if f.start else []
+        if not f.udp:
+            lane.append(Flow(f.name, f.src, f.dst, f.end - f.start, congestion_control=f.cc, parallel=f.streams,
+                             label=f.name, tos=_tos(f.dscp)))
+        else:
+            # A part of the flow in each step it covers, from its start to its end.
+            for k in range(traffic.steps):
+                a, b = max(f.start, k * size), min(f.end, (k + 1) * size)
+                if b - a < 1:
+                    continue
+                if f.mbps[k] > 0 and b - a >= 2:
+                    lane.append(Flow(f"{f.name}_{k}", f.src, f.dst, b - a, udp_mbps=f.mbps[k], label=f.name,
+                                     tos=_tos(f.dscp)))
+                else:
+                    lane.append(Pause(b - a, f.name))
+        out.append(lane)
+    if traffic.probe:
+        out.append([Probe("probe", *traffic.probe, traffic.seconds, "probe")])
+    return out
+
+
+def _tos(dscp: int | None) -> int | None:
+    return None if dscp is None else dscp << 2
+
+
+def _rate(value: Any, where: str) -> float:
+    """A rate with its unit → Mbit/s."""
+    if isinstance(value, bool) or isinstance(value, (int, float)):
+        raise TrafficFileError(f"{where}: {value!r} has no unit; write e.g. {value}Mbit")
+    m = _RATE.match(str(value))
+    if m is None:
+        raise TrafficFileError(f"{where}: {value!r} is not a rate; write e.g. 12Mbit or 500kbit")
+    mbps = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if not 0 < mbps <= 10_000:
+        raise TrafficFileError(f"{where}: {value!r} is not from 1bit to 10Gbit")
+    return mbps
+
+
+def _step(value: Any, where: str) -> float:
+    """A step's rate: Mbit/s as a bare number, or a rate with its unit; 0 rests."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not 0 <= value <= 10_000:
+            raise TrafficFileError(f"{where}: {value!r} is not from 0 to 10000 Mbit/s")
+        return float(value)
+    return _rate(value, where)
+
+
+def _host(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise TrafficFileError(f"{where}: {value!r} is not a host's name; name a host of the topology, e.g. h1")
+    return value
+
+
+def _whole(value: Any, where: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise TrafficFileError(f"{where}: {value!r} is not a whole number from {low} to {high}")
+    return value
+
+
+def _mapping(value: Any, where: str) -> dict[Any, Any]:
+    if not isinstance(value, dict):
+        raise TrafficFileError(f"{where}: expected a mapping (key: value), got {type(value).__name__}")
+    return value
+
+
+def _keys(doc: dict[Any, Any], where: str, allowed: tuple[str, ...]) -> None:
+    for key in doc:
+        if key not in allowed:
+            raise TrafficFileError(f"{where}.{key}: unknown key; use {', '.join(allowed)}")
