@@ -41,7 +41,7 @@ def normalised_document(policy: Policy) -> dict[str, Any]:
             "classes": {c.name: _class(c) for c in policy.classes},
             "congestion": {"poll_interval": policy.poll_interval, "fast_poll_interval": policy.fast_poll_interval,
                            **_congestion(policy)},
-            "switches": {s.name: _switch(s) for s in policy.switches},
+            **({"switches": {s.name: _switch(s) for s in policy.switches}} if policy.switches else {}),
             **({"network": _network(policy.network)} if policy.network else {})}
 
 

@@ -144,6 +144,7 @@ def test_reserve_honours_max_shares_and_keeps_one_percent_for_the_default_queue(
     doc["classes"] = {"tcp": {"queue": 1, "min": "60%", "max": "70%", "dscp": 10},
                       "udp": {"queue": 2, "min": "40%", "max": "50%", "dscp": 46}}
     del doc["switches"]["s1"]["flows"][6]          # the voice flow: no voice class here
+    del doc["network"]["classify"][2]
     policy = parse_policy(doc)
     spec = reserve_qos(policy, policy.switch(1).port(1), userspace=False)
     assert [(q.queue_id, q.min_bps, q.max_bps) for q in spec.queues] == [
