@@ -14,6 +14,7 @@ network namespace, as topo/net/ovs_instance.py's are).
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -193,5 +194,13 @@ class RemoteView:
 
 
 def on_this_host(remote: str) -> bool:
-    """Whether the remote's ports are devices of the controller's own network namespace (so tc reaches them)."""
-    return remote.startswith("unix:")
+    """Whether the remote's ports are devices of the controller's own network namespace (so tc reaches them):
+    a unix socket's, or a TCP or SSL remote's on a loopback address (a namespace's loopback reaches only a
+    server in that namespace)."""
+    if remote.startswith("unix:"):
+        return True
+    host = remote.split(":", 1)[1].rpartition(":")[0].strip("[]") if ":" in remote else ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from tests.integration.conftest import NOTHING_LEFT, leftovers, requires_ovs
@@ -36,6 +37,7 @@ step_seconds: 6
 flows:
   - {name: upload, from: web, to: sink, protocol: tcp}
   - {name: video, from: cam, to: sink, protocol: udp, steps: [0, 12]}
+probe: {from: cam, to: web}
 """
 
 
@@ -49,6 +51,7 @@ def test_a_users_topology_and_traffic_run_under_auto_which_answers_the_flood_whe
                           cwd=REPO, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
+    jsonschema.validate(summary, json.loads((REPO / "docs" / "schema" / "experiment-summary.json").read_text()))
     assert summary["scenario"]["links"] == [{"ends": ["b2:2", "c3:1"], "bps": 4_000_000}]
     calm, flood = summary["policies"]["auto"]["steps"]
     # Alone, TCP fills the 4 Mbit/s link; against 12 Mbit/s of UDP it keeps most of its 80 % (3.2 Mbit/s).
@@ -63,5 +66,7 @@ def test_a_users_topology_and_traffic_run_under_auto_which_answers_the_flood_whe
     assert (decision["dp_id"], decision["port"], decision["action"]) == ("0000000000000002", 2, "program")
     assert 6 <= decision["at_s"] <= 9
     assert "0000000000000001:1" not in flood["ports"]
+    # The probe (cam -> web) crosses no queued port: nothing of the flood delays it.
+    assert flood["probe"]["probe_rtt_ms"]["median"] < 5 and flood["probe"]["probe_loss_percent"] == 0
     assert "upload" in (out / "table.md").read_text() and (out / "throughput.png").stat().st_size > 0
     assert leftovers() == NOTHING_LEFT

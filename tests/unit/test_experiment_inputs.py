@@ -154,3 +154,18 @@ def test_the_shipped_parking_lot_is_a_mininet_custom_topology():
     assert sorted(loaded.topo.hosts()) == [f"h{i}" for i in range(1, 7)]
     example = trafficfile.load(ROOT / "topo" / "examples" / "parkinglot.yaml")
     assert example.hosts() <= set(loaded.topo.hosts())
+
+
+def test_the_summary_schema_is_a_schema_and_refuses_a_summary_missing_its_steps():
+    import json
+
+    import jsonschema
+    schema = json.loads((ROOT / "docs" / "schema" / "experiment-summary.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    broken = {"scenario": {"topo": "f.py:x", "topo_params": {}, "step_seconds": 10, "steps": 1, "settle_seconds": 1,
+                           "flows": [], "links": []}, "environment": {}, "complete": True,
+              "policies": {"auto": {"decisions": []}}}
+    with pytest.raises(jsonschema.ValidationError, match="'steps' is a required property"):
+        jsonschema.validate(broken, schema)
+    broken["policies"]["auto"]["steps"] = []
+    jsonschema.validate(broken, schema)

@@ -71,7 +71,11 @@ def test_a_remote_that_is_not_connected_refuses_changes_at_once():
     assert db.applied == [{"p1": None}]
 
 
-@pytest.mark.parametrize("remote, local", [("unix:/var/run/openvswitch/db.sock", True), ("tcp:127.0.0.2:6640", False),
-                                           ("ssl:[::1]:6640", False), ("tcp:192.0.2.7:6640", False)])
-def test_tc_reaches_only_the_ports_of_this_machine(remote, local):
+@pytest.mark.parametrize("remote, local", [
+    ("unix:/var/run/openvswitch/db.sock", True),
+    ("tcp:127.0.0.1:6640", True), ("ssl:127.0.0.53:6640", True), ("tcp:[::1]:6640", True),
+    ("tcp:169.254.72.2:6640", False), ("ssl:[2001:db8::1]:6640", False), ("tcp:ovs.example:6640", False),
+])
+def test_tc_is_written_for_a_unix_or_loopback_remote_only(remote, local):
+    """A loopback address reaches a server in the controller's own namespace, whose devices tc sees."""
     assert on_this_host(remote) is local

@@ -189,6 +189,9 @@ def test_a_scenario_file_that_is_not_a_regular_file_within_1_mib_is_refused_in_o
     (["--cooldown-seconds", "2.5"], "--cooldown-seconds: 2.5 is not a whole number of seconds >= 0"),
     (["--step-seconds", "0"], "--step-seconds: 0.0 is not a whole number of seconds >= 1"),
     (["--out", "{file}/run"], "--out {file}/run: {file} is not a folder; choose a folder's path"),
+    # /proc says root may write to it, but no folder can be made there: once a traceback at mkdir.
+    (["--out", "/proc/x/y"], "--out /proc/x/y: no folder can be made in /proc (read-only, not yours, or not a real "
+                             "folder); choose another folder"),
 ])
 def test_a_bad_launcher_flag_is_one_line_naming_it_before_anything_starts(tmp_path, argv, message):
     file = tmp_path / "file"

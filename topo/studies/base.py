@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
@@ -150,9 +151,11 @@ def check_out(out: Path | None) -> None:
     folder = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
     if not folder.is_dir():
         raise UsageError(f"--out {out}: {folder} is not a folder; choose a folder's path")
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"--out {out}: {folder} cannot be written here (read-only, or not yours); choose another "
-                         "folder")
+    try:   # a folder made and removed: access() says yes to root in /proc and /sys, where nothing can be made
+        os.rmdir(tempfile.mkdtemp(dir=folder))
+    except OSError:
+        raise UsageError(f"--out {out}: no folder can be made in {folder} (read-only, not yours, or not a real "
+                         "folder); choose another folder") from None
 
 
 def _run_trials(study: Study, plan: Any, host: Host, args: argparse.Namespace, done: dict[str, dict]) -> dict:

@@ -26,9 +26,9 @@ from controller.core.policy import Policy, for_any_network, load_document, parse
 from topo.harness import fidelity
 from topo.harness.launch import Host, note
 from topo.harness.report import Panel, bar_figure, jain_index, markdown_table
-from topo.net import custom, iperf, traffic, trafficfile
+from topo.net import custom, iperf, probe, traffic, trafficfile
 from topo.net.network import Network, network
-from topo.net.traffic import Flow, Ran
+from topo.net.traffic import Flow, Probe, Ran
 from topo.studies.base import (
     REPO,
     SETTLE_SECONDS,
@@ -173,6 +173,8 @@ def result(spec: trafficfile.Traffic, ran: list[Ran], ports: list[tuple[str, int
         if isinstance(r.item, Flow):
             r.require()
     t0 = min(min(r.launched or r.started, r.started) for r in ran)
+    probed = next((r for r in ran if isinstance(r.item, Probe)), None)
+    trips = probe.round_trips(probed.doc) if probed is not None and probed.doc else []
     size = spec.step_seconds
     steps = []
     for k in range(spec.steps):
@@ -184,7 +186,8 @@ def result(spec: trafficfile.Traffic, ran: list[Ran], ports: list[tuple[str, int
         pressure = [p["cpu_pressure"] for p in queued.values() if p["cpu_pressure"] is not None]
         steps.append({"step": k, "window_s": [round(lo - t0, 3), round(hi - t0, 3)], "flows": flows,
                       "jain_tcp": round(jain_index(tcp), 3) if len(tcp) >= 2 and any(tcp) else None,
-                      "ports": queued, "starved": bool(pressure) and max(pressure) > STARVED_PRESSURE})
+                      "ports": queued, "starved": bool(pressure) and max(pressure) > STARVED_PRESSURE,
+                      **({"probe": probe.summary(trips, lo, hi)} if spec.probe else {})})
     decisions = [{**d, "at_s": round(d["time"] - t0, 3)} for d in status.get("decisions", [])
                  if t0 <= d["time"] <= t0 + spec.seconds + 30]
     return {"steps": steps, "decisions": decisions}
@@ -240,11 +243,23 @@ def table(summary: dict[str, Any]) -> str:
     if any(s["starved"] for res in policies.values() for s in res["steps"]):
         lines.append(f"† the host's CPU was short (pressure above {STARVED_PRESSURE:.0%}): the emulator, not the "
                      "policy, may have decided that step.\n")
+    if any("probe" in s for res in policies.values() for s in res["steps"]):
+        cells = [[k] + [_rtt(res["steps"][k].get("probe")) for res in policies.values()]
+                 for k in range(summary["scenario"]["steps"])]
+        lines += ["The probe's round-trip time, median / p95 (ms), and its packets lost:", "",
+                  markdown_table(["step", *policies], cells)]
     for p, res in policies.items():
         for d in res["decisions"]:
             lines.append(f"- {p}: switch {d['dp_id']} port {d['port']} {d['action']} at {d['at_s']:.2f} s "
                          f"({d['reason']})")
     return "\n".join(lines) + "\n"
+
+
+def _rtt(step: dict[str, Any] | None) -> str:
+    if not step or step["probe_rtt_ms"]["median"] is None:
+        return "–"
+    rtt = step["probe_rtt_ms"]
+    return f"{rtt['median']:.1f} / {rtt['p95']:.1f}, {step['probe_loss_percent']:g} %"
 
 
 def figure(summary: dict[str, Any], path: Path) -> None:
