@@ -17,6 +17,7 @@ poll for --seconds, deletes the policy, and removes everything, Ctrl-C included.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import urllib.request
@@ -46,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=60, help="steady polling window")
     p.add_argument("--running", action="store_true", help="use the controller already on 127.0.0.1:8080")
     p.add_argument("--log", type=Path, help="keep the controller's log here (default: a temporary file)")
+    p.add_argument("--network", action="store_true",
+                   help="one network: section for every switch (the controller's own forwarding, every port "
+                        "queued) instead of a flow and a port entry per port")
     args = p.parse_args(argv)
     return bench_main("scale", args, run, "bridges, controller and queues removed")
 
@@ -58,9 +62,15 @@ def run(args, tmp: Path, record) -> int:
         pid = controller_pid()
         print(f"controller pid {pid}", flush=True)
         client.wait(lambda s: len(s["switches"]) == len(bridges), 120, "every bridge connected")
-        doc = {"name": "scale", "classes": {"tcp": {"queue": 1, "min": "80%", "max": "100%"},
-                                            "udp": {"queue": 2, "min": "10%", "max": "100%", "priority": 1}},
-               "switches": policy_switches(bridges, "100Mbit")}
+        doc: dict = {"name": "scale", "classes": {"tcp": {"queue": 1, "min": "80%", "max": "100%"},
+                                                  "udp": {"queue": 2, "min": "10%", "max": "100%", "priority": 1}}}
+        if args.network:   # one section for every switch: nothing per switch or port
+            doc["network"] = {"classify": [{"match": {"ip_proto": "tcp"}, "class": "tcp"},
+                                           {"match": {"ip_proto": "udp"}, "class": "udp"}],
+                              "ports": {"capacity": "100Mbit", "queues": "auto"}}
+        else:
+            doc["switches"] = policy_switches(bridges, "100Mbit")
+        print(f"policy_bytes           {len(json.dumps(doc))}", flush=True)
         started = time.monotonic()
         answer = client.put_policy(doc)
         apply_seconds = time.monotonic() - started

@@ -46,6 +46,7 @@ class Waiting:
     deadline: float
     named: frozenset[int]     # the switches the old or the new policy names
     revision: int             # in a cluster: the policy's revision in etcd, which its owners must say they hold
+    everywhere: bool = False  # the old or the new policy has a network: section: every switch is concerned
 
 
 class PolicyKeeper:
@@ -102,7 +103,8 @@ class PolicyKeeper:
     def _confirm(self, token: Any, result: dict[str, Any], previous: Policy | None, now: float,
                  revision: int) -> list[act.Action]:
         named = frozenset(s.dp_id for p in (previous, self.policy) if p for s in p.switches)
-        self.waiting.append(Waiting(token, result, now + CONFIRM_SECONDS, named, revision))
+        everywhere = any(p is not None and p.network is not None for p in (previous, self.policy))
+        self.waiting.append(Waiting(token, result, now + CONFIRM_SECONDS, named, revision, everywhere))
         return [act.Later(CONFIRM_SECONDS, ev.ConfirmDue())]   # answered then even if nothing else happens
 
     def answer(self, switches: Sequence[Settling], now: float, cluster: Shared | None = None) -> list[act.Action]:
@@ -114,7 +116,8 @@ class PolicyKeeper:
         answers: list[act.Action] = []
         waiting = []
         for change in self.waiting:
-            theirs = {dp: cluster.held(dp, change.revision) for dp in change.named & others.keys()} if cluster else {}
+            concerned = others.keys() if change.everywhere else change.named & others.keys()
+            theirs = {dp: cluster.held(dp, change.revision) for dp in concerned} if cluster else {}
             done = settled and all(entry is not None and entry["settled"] for entry in theirs.values())
             if not (done or now > change.deadline):
                 waiting.append(change)

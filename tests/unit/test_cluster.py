@@ -195,6 +195,20 @@ def test_a_change_is_answered_for_every_switch_once_its_owner_says_it_holds_it(m
     assert schema_errors(answer.result, "Applied") == []                   # as the API's document says
 
 
+def test_a_change_for_any_network_waits_for_every_switch_another_member_owns(member):
+    """A policy's network: section concerns every switch, named or not: the answer waits for their owners."""
+    from controller.core.policy import for_any_network, load_document
+    document = for_any_network(load_document("policies/reserve.yaml"))      # names no switch at all
+    member.handle(report(["a", "b"], {7: "b"}, refreshed_at=1.0), 1.0)
+    member.handle(ev.SetPolicy("put", document), 1.0)
+    assert not [a for a in member.handle(ev.PolicySaved(None, 50), 1.0) if isinstance(a, act.Answer)]
+    said = ev.ClusterChanged(("a", "b"), {7: "b"}, 51, (50, document), 2.0, {},
+                             {"b": ev.MemberSync(50, {7: held(True)})})
+    (answer,) = [a for a in member.handle(said, 2.0) if isinstance(a, act.Answer)]
+    assert answer.result["switches"] == {"0000000000000007": {"owner": "b", "in_sync": True}}
+    assert answer.result["in_sync"] is True
+
+
 def test_a_change_whose_owner_never_says_is_answered_at_the_deadline_naming_it(member):
     from controller.core.policy import load_document
     document = load_document("policies/reserve.yaml")
