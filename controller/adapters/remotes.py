@@ -14,7 +14,6 @@ network namespace, as topo/net/ovs_instance.py's are).
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -195,12 +194,7 @@ class RemoteView:
 
 def on_this_host(remote: str) -> bool:
     """Whether the remote's ports are devices of the controller's own network namespace (so tc reaches them):
-    a unix socket's, or a TCP or SSL remote's on a loopback address (a namespace's loopback reaches only a
-    server in that namespace)."""
-    if remote.startswith("unix:"):
-        return True
-    host = remote.split(":", 1)[1].rpartition(":")[0].strip("[]") if ":" in remote else ""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    only a unix socket's. A TCP or SSL remote, loopback ones included, may serve a vswitchd whose devices
+    are in another namespace (ovsdb-server on 127.0.0.2 beside a vswitchd in its own netns is how the
+    launcher's second OVS runs), where tc would find no device or, worse, another of the same name."""
+    return remote.startswith("unix:")

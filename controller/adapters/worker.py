@@ -175,9 +175,9 @@ class Worker:
         assert job.spec is not None   # only jobs that put queues on a port are checked
         if self._tc is None:
             if job.userspace and job.spec.marks:   # its classes would get nothing: all would land in queue 0
-                result.error = (f"{job.iface}: a userspace-datapath bridge on another host steers classes by tc "
-                                "filters, which the controller sets only on its own host; run it on the kernel "
-                                "datapath")
+                result.error = (f"{job.iface}: a userspace-datapath bridge steers classes by tc filters, which "
+                                "the controller sets only for a unix: OVSDB remote (its own host and namespace); "
+                                "name the OVS's unix socket, or run the bridge on the kernel datapath")
             return   # set_queue steers on the kernel datapath; the queues keep OVS's default leaf
         # Only a QoS change waits for OVS to build its classes; a check finds them there or not. After a
         # change, the leaves are written without being read first (they are OVS's new defaults, or ours

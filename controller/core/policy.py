@@ -257,7 +257,7 @@ def _network(doc: Any, classes: tuple[TrafficClass, ...]) -> NetworkPolicy:
                 raise PolicyError(f"{where}.match.{field}: a network-wide class cannot name a port or a destination "
                                   "MAC (the controller learns them); match on protocols, ports or addresses")
         name = rule.get("class")
-        if name not in {c.name for c in classes}:
+        if not isinstance(name, str) or name not in {c.name for c in classes}:
             raise PolicyError(f"{where}.class: {_shown(name)} is not defined under classes; define it or fix the name")
         if dict(match).get("eth_type") not in (ETH_TYPE_IPV4, ETH_TYPE_IPV6):
             raise PolicyError(f"{where}.class: classes steer IP packets only; add ip_proto, an address, or eth_type: "

@@ -19,6 +19,7 @@ from controller.core.policy import (
     ETH_TYPE_IPV4,
     LEARNED_PRIORITY,
     MARKED_PRIORITY,
+    MAX_PORT,
     SPECIAL_OUTPUTS,
     FlowRule,
     Policy,
@@ -82,7 +83,7 @@ def site_switch(policy: Policy, dp_id: int, bridge: BridgeInfo, learned: Learned
                   for rule in network.classify]
     rule = network.ports
     ports = []
-    for port_no in sorted(bridge.ports) if rule else ():
+    for port_no in sorted(p for p in bridge.ports if p <= MAX_PORT) if rule else ():   # not the bridge's LOCAL port
         assert rule is not None
         capacity = rule.capacity_bps or bridge.declared.get(port_no)
         if capacity:

@@ -91,7 +91,7 @@ def test_every_shipped_policy_fits_the_policy_schema(name):
 @pytest.mark.parametrize("document, where", [
     ({"name": "x", "switches": {"s": {"dp_id": 1}}, "colour": "red"}, ""),
     ({"name": "", "switches": {"s": {"dp_id": 1}}}, "name"),
-    ({"name": "x", "switches": {}}, "switches"),
+    ({"name": "x", "switches": {}}, ""),          # neither a switch nor a network: section
     ({"name": "x", "switches": {"s": {"dp_id": 1, "ports": {"1": {"capacity": "5Mbit", "queues": "lifo"}}}}},
      "switches/s/ports/1/queues"),
     ({"name": "x", "switches": {"s": {"dp_id": 1, "flows": [{"match": {"tcp_dst": 0}}]}}},

@@ -149,6 +149,10 @@ def test_a_runt_or_a_multicast_source_is_not_learned(replica):
      "network.classify[0].match.in_port: a network-wide class cannot name a port"),
     ({"classify": [{"match": {"ip_proto": "tcp"}, "class": "bulk"}]},
      "network.classify[0].class: 'bulk' is not defined under classes"),
+    ({"classify": [{"match": {"ip_proto": "tcp"}, "class": {}}]},     # once a TypeError out of the REST handler
+     "network.classify[0].class: {} is not defined under classes"),
+    ({"classify": {"tcp": 1}}, "network.classify: expected a list, got dict"),
+    ({"classify": [[]]}, "network.classify[0]: expected a mapping"),
     ({"classify": [{"match": {"eth_type": "arp"}, "class": "tcp"}]},
      "network.classify[0].class: classes steer IP packets only"),
     ({"classify": [{"priority": 60000, "match": {"ip_proto": "tcp"}, "class": "tcp"}]},
