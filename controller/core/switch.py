@@ -225,8 +225,14 @@ class Switch:
             return
         retry = self.jobs.poll(now) or self.flows.failed
         self.flows.failed = False
+        moved = self.ovsdb_generation != view.ovsdb.generation
+        if moved and self.bridge is not None:   # a capacity declared since (network:): the bridge read again
+            bridge = view.ovsdb.bridge(self.dp_id, self.bridge.remote)
+            if bridge is not None and bridge != self.bridge:
+                self.bridge = bridge
+                self._set_state(view)
         # Else nothing can differ; and while the worker changes its ports, their end reconciles the switch.
-        if (retry or self.ovsdb_generation != view.ovsdb.generation) and not self.jobs.busy:
+        if (retry or moved) and not self.jobs.busy:
             self.reconcile(view)
 
     def _decide(self, round_: PollRound | None, view: SwitchView, now: float) -> None:

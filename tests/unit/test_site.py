@@ -13,6 +13,7 @@ from controller.core import events as ev
 from controller.core.bridges import BridgeInfo
 from controller.core.errors import PolicyError
 from controller.core.flows import rule_index
+from controller.core.jobs import JobResult
 from controller.core.policy import for_any_network, load_document, parse_policy
 from controller.core.site import CONTROLLER, FLOOD
 from controller.core.switch import Switch
@@ -32,9 +33,10 @@ class Replica:
         self.names = (REMOTE,)
         self.qos: dict[str, Any] = {}
         self.generation = (1,)
+        self.declared = {1: 5_000_000}
 
     def bridge(self, dp_id: int, pinned: str | None = None) -> BridgeInfo | None:
-        return BridgeInfo("s1", "netdev", dict(PORTS), REMOTE, declared={1: 5_000_000}) if dp_id == 1 else None
+        return BridgeInfo("s1", "netdev", dict(PORTS), REMOTE, declared=dict(self.declared)) if dp_id == 1 else None
 
     def port_qos(self, remote: str, iface: str) -> Any:
         return self.qos.get(iface)
@@ -76,6 +78,20 @@ def test_an_unlisted_switch_starts_with_its_misses_sent_here_and_its_declared_li
     assert [(j.port_no, j.qos) for j in submit.jobs] == [(1, True)]          # port 1 declared its rate; 2, 3 did not
     assert sw.state is not None and [(p.port_no, p.capacity_bps, p.queues) for p in sw.state.switch.ports] == \
         [(1, 5_000_000, "auto")]
+
+
+def test_a_capacity_declared_later_queues_its_port_at_the_next_poll(replica):
+    """`ovs-vsctl set interface IFACE external_ids:ovs-qos-capacity=4Mbit` beside a running controller (mn's way)."""
+    sw, out = mastered(replica)
+    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    for job in submit.jobs:
+        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
+    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica))
+    replica.declared[2] = 4_000_000
+    replica.generation = (2,)
+    out = sw.handle(ev.PollDue(7, sw.poller.next_due or 101.0), 101.0, view(replica))
+    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    assert [(j.port_no, j.qos, j.spec.ovsdb.max_bps if j.spec else None) for j in submit.jobs] == [(2, True, 4_000_000)]
 
 
 def test_a_packet_from_a_new_host_is_flooded_and_its_mac_gets_entries_to_its_port(replica):
