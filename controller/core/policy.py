@@ -16,6 +16,7 @@ import math
 import os
 import re
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -263,12 +264,7 @@ def _network(doc: Any, classes: tuple[TrafficClass, ...]) -> NetworkPolicy:
             raise PolicyError(f"{where}.class: classes steer IP packets only; add ip_proto, an address, or eth_type: "
                               "ipv4 or ipv6 to the match")
         rules.append(Classify(priority, match, name, f"{where}.match"))
-    seen: dict[tuple[int, Match], Classify] = {}
-    for rule in rules:
-        first = seen.setdefault((rule.priority, rule.match), rule)
-        if first is not rule:
-            raise PolicyError(f"{rule.source}: the same priority and match as {first.source}; remove one or change "
-                              "its priority")
+    _distinct(rules)
     ports = _port_rule(doc["ports"]) if doc.get("ports") is not None else None
     return NetworkPolicy(tuple(rules), ports)
 
@@ -471,10 +467,10 @@ def _check_classified(name: Any, matches: list[tuple[Match, str]], outputs: tupl
                               f"eth_type: ipv4 or ipv6 to {target}")
 
 
-def _distinct(flows: tuple[FlowRule, ...]) -> None:
+def _distinct(rules: Sequence[FlowRule | Classify]) -> None:
     """A switch keeps one flow per priority and match: a second would silently replace the first."""
-    seen: dict[tuple[int, Match], FlowRule] = {}
-    for rule in flows:
+    seen: dict[tuple[int, Match], FlowRule | Classify] = {}
+    for rule in rules:
         first = seen.setdefault((rule.priority, rule.match), rule)
         if first is not rule:
             raise PolicyError(f"{rule.source}: the same priority and match as {first.source}; a switch keeps only "

@@ -69,3 +69,16 @@ def test_a_figures_spread_says_how_many_onsets_were_not_measured():
     from bench.reaction import _spread
     assert _spread([0.3, None, 0.1, 0.2]) == "median 0.200  p95 0.300  max 0.300, 1 not measured"
     assert _spread([None]) == "none measured"
+
+
+def test_the_bottleneck_bench_times_each_port_from_its_own_flood_and_counts_false_programs():
+    from bench.bottlenecks import reactions
+    steps = [{"flows": {}}, {"flows": {"second": {"started_s": 8.12}}}, {"flows": {"first": {"started_s": 16.05}}}]
+    summary = {"steps": steps, "decisions": [
+        {"dp_id": "0000000000000002", "port": 2, "action": "program", "at_s": 8.31},
+        {"dp_id": "0000000000000002", "port": 1, "action": "program", "at_s": 9.0},     # not a bottleneck: false
+        {"dp_id": "0000000000000001", "port": 1, "action": "program", "at_s": 15.0},    # before its flood: false
+        {"dp_id": "0000000000000001", "port": 1, "action": "rollback", "at_s": 15.5},
+        {"dp_id": "0000000000000001", "port": 1, "action": "program", "at_s": 16.2}]}
+    found, wrong = reactions(summary)
+    assert found == {"s2-s3 (4 Mbit/s)": 0.19, "s1-s2 (5 Mbit/s)": 0.15} and wrong == 2

@@ -179,7 +179,7 @@ def result(spec: trafficfile.Traffic, ran: list[Ran], ports: list[tuple[str, int
     steps = []
     for k in range(spec.steps):
         lo, hi = t0 + k * size + SETTLE_SECONDS, t0 + (k + 1) * size
-        flows = {f.name: _flow_step(f, k, ran, lo, hi) for f in spec.flows}
+        flows = {f.name: _flow_step(f, k, ran, lo, hi, t0) for f in spec.flows}
         tcp = [v["mbps"] for f, v in zip(spec.flows, flows.values()) if not f.udp and v["mbps"] is not None]
         queued = {f"{dp}:{port}": _port_step(monitors[iface].samples, lo, hi, bps, names)
                   for dp, port, iface, bps in ports}
@@ -193,7 +193,7 @@ def result(spec: trafficfile.Traffic, ran: list[Ran], ports: list[tuple[str, int
     return {"steps": steps, "decisions": decisions}
 
 
-def _flow_step(f: trafficfile.FlowSpec, k: int, ran: list[Ran], lo: float, hi: float) -> dict[str, Any]:
+def _flow_step(f: trafficfile.FlowSpec, k: int, ran: list[Ran], lo: float, hi: float, t0: float) -> dict[str, Any]:
     name = f.name if not f.udp else f"{f.name}_{k}"
     r = next((r for r in ran if isinstance(r.item, Flow) and r.item.name == name), None)
     if r is None:
@@ -201,6 +201,8 @@ def _flow_step(f: trafficfile.FlowSpec, k: int, ran: list[Ran], lo: float, hi: f
     doc = r.require()
     mean = iperf.window_mean_bps(iperf.received(doc), r.started, lo, hi)
     out: dict[str, Any] = {"mbps": None if mean is None else round(mean / 1e6, 3)}
+    if lo - SETTLE_SECONDS <= r.started < hi:   # its test began in this step: when its server took the data
+        out["started_s"] = round(r.started - t0, 3)
     if f.udp:
         out |= {"offered_mbps": f.mbps[k], "lost_percent": doc["end"]["sum"].get("lost_percent")}
     else:
