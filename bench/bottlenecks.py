@@ -21,6 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TRAFFIC = """
 step_seconds: 8
+steps: 3
 flows:
   - {name: bulk, from: h1, to: h5, protocol: tcp, cc: cubic}
   - {name: second, from: h3, to: h6, protocol: udp, rate: 12Mbit, start_step: 1}

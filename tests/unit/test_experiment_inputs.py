@@ -44,6 +44,15 @@ def test_the_example_runs_as_written_a_flow_without_steps_for_the_whole_experime
     assert probe_lane == [Probe("probe", "h2", "h6", 40, "probe")]
 
 
+def test_steps_may_be_counted_without_a_steps_list():
+    t = parsed("step_seconds: 5\nsteps: 3\nflows: [{name: a, from: h1, to: h2, protocol: udp, rate: 1Mbit, "
+               "start_step: 2}]")
+    assert (t.steps, t.seconds, t.flows[0].start) == (3, 15, 10)
+    with pytest.raises(trafficfile.TrafficFileError, match=r"flows\[0\] \(a\).start_step: 3 is not a whole number "
+                                                          "from 0 to 2"):
+        parsed("steps: 3\nflows: [{name: a, from: h1, to: h2, start_step: 3}]")
+
+
 def test_a_flow_with_a_dscp_carries_it_as_its_tos_byte():
     t = parsed("flows: [{name: v, from: h1, to: h2, protocol: udp, rate: 80kbit, dscp: 46, duration: 4}]")
     ((flow,),) = trafficfile.lanes(t)     # 4 s of the experiment's 10, then the lane is done

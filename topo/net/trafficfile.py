@@ -7,8 +7,8 @@
       - {name: cross, from: h2, to: h4, protocol: udp, rate: 12Mbit, start_step: 2}
     probe: {from: h2, to: h6}
 
-The experiment has as many steps as the longest `steps` list (every such list must have that length),
-or one. A flow runs from its start (`start_step`, or `start` in seconds) for `duration` seconds or to
+The experiment has `steps` steps, or as many as the longest `steps` list (every such list must have
+that length), or one. A flow runs from its start (`start_step`, or `start` in seconds) for `duration` seconds or to
 the end. A UDP flow sends `rate` (a rate with its unit) or, step by step, the Mbit/s of `steps` (0: it
 rests that step). TCP takes `cc` (the kernel's congestion control) and `streams`. `dscp` marks the
 flow's packets. Every problem is one TrafficFileError naming the file, the field and the fix.
@@ -86,15 +86,14 @@ def load(path: Path) -> Traffic:
 
 def parse(doc: Any, where: str = "traffic") -> Traffic:
     doc = _mapping(doc, where)
-    _keys(doc, where, ("step_seconds", "flows", "probe"))
+    _keys(doc, where, ("step_seconds", "steps", "flows", "probe"))
     step_seconds = _whole(doc.get("step_seconds", 10), f"{where}: step_seconds", 2, MAX_SECONDS)
     flows_doc = doc.get("flows")
     if not isinstance(flows_doc, list) or not flows_doc:
         raise TrafficFileError(f"{where}: flows: missing or empty; list the flows, e.g. "
                                "- {name: bulk, from: h1, to: h4, protocol: tcp}")
-    lengths = {i: len(f["steps"]) for i, f in enumerate(flows_doc) if isinstance(f, dict)
-               and isinstance(f.get("steps"), list)}
-    steps = max(lengths.values(), default=1)
+    lengths = [len(f["steps"]) for f in flows_doc if isinstance(f, dict) and isinstance(f.get("steps"), list)]
+    steps = _whole(doc["steps"], f"{where}: steps", 1, 1000) if "steps" in doc else max(lengths, default=1)
     flows = tuple(_flow(f, f"{where}: flows[{i}]", step_seconds, steps) for i, f in enumerate(flows_doc))
     names = [f.name for f in flows]
     twice = next((n for n in names if names.count(n) > 1), None)
