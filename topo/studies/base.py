@@ -197,16 +197,21 @@ def _run_trials(study: Study, plan: Any, host: Host, args: argparse.Namespace, d
 
 # --- what trials share ------------------------------------------------------------------------
 
+def policy_path(name: str) -> Path:
+    """--policy NAME: policies/NAME.yaml, or a path to a YAML file."""
+    path = Path(name) if name.endswith((".yaml", ".yml")) else REPO / "policies" / f"{name}.yaml"
+    if not path.is_file():
+        raise PolicyError(f"--policy {name}: no file {path}; choose one of "
+                          f"{', '.join(p.stem for p in sorted((REPO / 'policies').glob('*.yaml')))}")
+    return path
+
+
 def policy_document(name: str, capacity_bps: int, queue_packets: int, discipline: str = "fifo",
                     police_bps: int | None = None) -> dict:
     """policies/<name>.yaml (or a path), validated, every port with the study's rate and queue, and every
     policed class held to `police_bps`, or by default to its min share of the study's rate (with the
     default burst, 100 ms at that rate)."""
-    path = Path(name) if name.endswith((".yaml", ".yml")) else REPO / "policies" / f"{name}.yaml"
-    if not path.is_file():
-        raise PolicyError(f"--policy {name}: no file {path}; choose one of "
-                          f"{', '.join(p.stem for p in sorted((REPO / 'policies').glob('*.yaml')))}")
-    doc = load_document(path)   # its base merged in
+    doc = load_document(policy_path(name))   # its base merged in
     policy = parse_policy(doc)   # named errors before anything is overridden
     for switch in doc["switches"].values():
         for port in (switch or {}).get("ports", {}).values():

@@ -30,13 +30,13 @@ from topo.net import custom, iperf, probe, traffic, trafficfile
 from topo.net.network import Network, network
 from topo.net.traffic import Flow, Probe, Ran
 from topo.studies.base import (
-    REPO,
     SETTLE_SECONDS,
     Study,
     Trial,
     TrialContext,
     UsageError,
     check_path,
+    policy_path,
 )
 
 POLICIES = ("none", "reserve", "auto")
@@ -108,11 +108,7 @@ class ExperimentStudy(Study):
 
 def policy_for_any_network(name: str) -> dict:
     """policies/<name>.yaml (or a path) as it is for any network, validated."""
-    path = Path(name) if name.endswith((".yaml", ".yml")) else REPO / "policies" / f"{name}.yaml"
-    if not path.is_file():
-        raise UsageError(f"--policy {name}: no file {path}; choose one of "
-                         f"{', '.join(p.stem for p in sorted((REPO / 'policies').glob('*.yaml')))}")
-    document = for_any_network(load_document(path))
+    document = for_any_network(load_document(policy_path(name)))
     parse_policy(document)
     return document
 
