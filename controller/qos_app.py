@@ -21,19 +21,18 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from types import FrameType
-from typing import Any, NoReturn
+from typing import Any
 
 # The manager loads this file by path; make the `controller` package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import eventlet.hubs  # noqa: E402
-import greenlet  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 
 from controller.adapters import config, openflow  # noqa: E402
 from controller.adapters.coordination import Coordination  # noqa: E402
 from controller.adapters.heap import Heap  # noqa: E402
+from controller.adapters.hostlock import SwitchLocks  # noqa: E402
 from controller.adapters.listeners import (  # noqa: E402
     PortInUse,
     check_free,
@@ -44,6 +43,7 @@ from controller.adapters.listeners import (  # noqa: E402
 )
 from controller.adapters.metrics import CachedExposition, ControllerCollector  # noqa: E402
 from controller.adapters.ovsdb import LockHeld, Ovsdb  # noqa: E402
+from controller.adapters.process import EXIT_FAILED, fail, stop, throw  # noqa: E402
 from controller.adapters.remotes import Remotes, on_this_host  # noqa: E402
 from controller.adapters.rest import Busy, MakeRequest, make_app  # noqa: E402
 from controller.adapters.statefile import StateFile, load, save  # noqa: E402
@@ -77,8 +77,6 @@ config.register(CONF)
 
 REQUEST_TIMEOUT = 30.0
 FIRST_REMOTE_WAIT = 5.0     # at start, how long the first remote (the lock's) may take before the API opens
-STOP_SECONDS = 10           # a stop that has not finished by then ends the process
-_MAIN = greenlet.getcurrent()   # the manager's greenlet: a stop is raised there, whatever else is running
 REPLIES = [ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPAggregateStatsReply,
            ofp_event.EventOFPMeterConfigStatsReply, ofp_event.EventOFPMeterStatsReply,
            ofp_event.EventOFPMeterFeaturesStatsReply, ofp_event.EventOFPQueueStatsReply,
@@ -118,12 +116,12 @@ class QosController(App):
             check_free(self.settings.openflow)
             self._api_sock, self._metrics_sock = listen(self.settings.api), listen(self.settings.metrics)
         except (config.ConfigError, PortInUse, OSError) as err:
-            _fail(err, 2 if isinstance(err, config.ConfigError) else 1)
+            fail(err, 2 if isinstance(err, config.ConfigError) else 1)
         raise_file_limit()
         guard_openflow()      # before os-ken starts listening
         settings, co = self.settings, self.settings.coordination
         # A cluster's members share the owner: etcd, not the OVSDB lock, says who writes what.
-        self.coordination = Coordination(co.url, settings.owner, co.member, co.lease) if co else None
+        self.coordination = Coordination(co.url, settings.owner, co.member, co.lease, settings.ovsdb[0]) if co else None
         self.ovsdb = Remotes(settings.ovsdb, lambda name: Ovsdb(name, owner=settings.owner, timeout=10.0,
                                                               ssl=settings.ovsdb_ssl, standby=settings.standby,
                                                               lock=co is None), settings.standby)
@@ -134,7 +132,7 @@ class QosController(App):
         while not self._first_tried and time.monotonic() < deadline:
             hub.sleep(0.01)      # the first remote decides active or standby; one that hangs is waited for no more
         if self._held is not None:
-            _fail(self._held, 1)
+            fail(self._held, 1)
         # Where the policy in force is kept: the state file, or a cluster's in etcd.
         if self.coordination:
             self._load, self._keep = self.coordination.policy_loaded, self.coordination.policy_saved
@@ -147,7 +145,7 @@ class QosController(App):
                                    active=self.ovsdb.locked, standby=settings.standby,
                                    cluster=Cluster(co.member, co.lease) if co else None, wall=time.time)
         except PolicyError as err:
-            _fail(err, 2)
+            fail(err, 2)
         self.registry = CollectorRegistry()
         self.registry.register(ControllerCollector(lambda: self.core.snapshot(time.monotonic())))
         self.datapaths: dict[int, Any] = {}    # connection → os-ken Datapath
@@ -160,7 +158,7 @@ class QosController(App):
     def start(self) -> Any:   # the framework's start()'s value, passed on
         thread = super().start()
         for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, _stop)
+            signal.signal(signum, stop)
         signal.signal(signal.SIGHUP, lambda *_: eventlet.hubs.get_hub().schedule_call_global(0, hub.spawn,
                                                                                               self._reload))
         for signum in (signal.SIGUSR1, signal.SIGUSR2):
@@ -171,7 +169,8 @@ class QosController(App):
         coordinated = self.coordination.confirmed if self.coordination else lambda now: False
         may_write = lambda: self.core.authority.confirmed(time.monotonic()) or coordinated(time.monotonic())  # noqa: E731
         self.workers = {name: Worker(self.ovsdb.view(name), self.tc if on_this_host(name) else None, done, may_write,
-                                     LEASE_UNCONFIRMED if self.coordination else LOCK_UNCONFIRMED)
+                                     LEASE_UNCONFIRMED if self.coordination else LOCK_UNCONFIRMED,
+                                     SwitchLocks.beside(name, hub.sleep) if on_this_host(name) else None)
                         for name in self.ovsdb.names}
         self._threads += [*(hub.spawn(w.run) for w in self.workers.values()), hub.spawn(self._watch_tc),
                           hub.spawn(self._watch_remotes), hub.spawn(Heap().run, hub.sleep),
@@ -262,7 +261,18 @@ class QosController(App):
         self._handle(wrapped.event)
 
     def _handle(self, event: ev.Event) -> None:
-        self._execute(self.core.handle(event, time.monotonic()))
+        """A handler that raises ends the process (as Faucet's do), non-zero, so that its service starts it
+        afresh: never half-alive, its switches held but no longer served. Flows and queues stay for the next."""
+        try:
+            self._execute(self.core.handle(event, time.monotonic()))
+        except Exception:   # noqa: BLE001
+            LOG.exception("handling %s failed; exiting (flows and queues stay in place)", type(event).__name__)
+            print(f"error: the controller failed handling {type(event).__name__} (its log has the traceback); "
+                  "exiting", file=sys.stderr, flush=True)
+            throw(SystemExit(EXIT_FAILED))
+            return
+        if self.coordination:
+            self.coordination.turned()   # the core handled an event: the keepalive may refresh our leases
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def _state_change(self, event: Any) -> None:
@@ -270,7 +280,7 @@ class QosController(App):
         if event.state == MAIN_DISPATCHER:
             dp.qos_conn = next(self._conns)
             self.datapaths[dp.qos_conn] = dp
-            self._handle(ev.SwitchUp(dp.qos_conn, dp.id, _ports(dp)))
+            self._handle(ev.SwitchUp(dp.qos_conn, dp.id, openflow.ports(dp)))
         elif getattr(dp, "qos_conn", None) in self.datapaths:
             del self.datapaths[dp.qos_conn]
             self.parts.forget(dp.qos_conn)
@@ -282,7 +292,7 @@ class QosController(App):
     def _port_status(self, event: Any) -> None:
         dp = event.datapath
         if getattr(dp, "qos_conn", None) in self.datapaths:
-            self._handle(ev.PortsChanged(dp.qos_conn, _ports(dp)))
+            self._handle(ev.PortsChanged(dp.qos_conn, openflow.ports(dp)))
 
     @set_ev_cls(REPLIES, MAIN_DISPATCHER)
     def _reply(self, event: Any) -> None:
@@ -355,7 +365,7 @@ class QosController(App):
                     self.ovsdb.steal_lock()
                 case act.Exit():
                     print(f"error: {action.reason}", file=sys.stderr, flush=True)
-                    _throw(SystemExit(action.code))
+                    throw(SystemExit(action.code))
 
     # --- REST: requests answered in the event loop --------------------------------------------------------
     def call(self, make: MakeRequest) -> Any:
@@ -374,27 +384,3 @@ class QosController(App):
     @set_ev_cls(EventRequest)
     def _request(self, req: EventRequest) -> None:
         self._handle(req.make(req))
-
-
-def _ports(dp: Any) -> frozenset[int]:
-    return frozenset(p for p in dp.ports if p != dp.ofproto.OFPP_LOCAL)
-
-
-def _fail(err: Exception, code: int) -> NoReturn:
-    print(f"error: {err}", file=sys.stderr, flush=True)
-    raise SystemExit(code)
-
-
-def _stop(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM or SIGINT: stop now, whatever greenthread runs. The stop is raised in the manager's own
-    greenlet, which then closes every app; raised anywhere else it would end only that greenthread.
-    If closing has not ended the process within STOP_SECONDS, SIGALRM's default action ends it."""
-    signal.alarm(STOP_SECONDS)
-    if greenlet.getcurrent() is _MAIN:
-        raise KeyboardInterrupt
-    _throw(KeyboardInterrupt())
-
-
-def _throw(exc: BaseException) -> None:
-    """Raise `exc` in the manager's greenlet, from the event hub (as eventlet kills a greenthread)."""
-    eventlet.hubs.get_hub().schedule_call_global(0, _MAIN.throw, exc)

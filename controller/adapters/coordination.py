@@ -7,16 +7,18 @@ member's lease (so it goes when the member does); unreachable/<member> lists the
 that member cannot reach, on its lease too, and sync/<member> what its switches hold of the policy (the
 policy's revision it has in force, and per switch whether it is in sync); policy holds the policy in
 force for the whole cluster, as the state file holds it for one controller ({"policy": <document or
-null>}). Every call is a short HTTP request to etcd (green under os-ken's eventlet); a failure raises
-CoordinationError.
+null>}); lease/<member> the ids of that member's two leases, which a peer revokes when it hears the member's
+OVSDB session close (controller/adapters/peers.py). Every call is a short HTTP request to etcd (green under
+os-ken's eventlet); a failure raises CoordinationError.
 
 The two leases (tooz's for our membership, ours for our keys) are refreshed by an OS thread of their own
 (Keepalive), not by a greenthread: eventlet runs one greenthread at a time, and a large member's event
 loop can be busy for seconds without a yield (parsing a 1000-port OVSDB transaction takes 1-2 s, a PUT
 of 10,000 ports is checked and planned in one handler), which let a 4 s lease run out in the middle of
 an apply. The loop still reads the cluster every second and takes the thread's last confirmed refresh
-as its own; the thread stops refreshing when the loop has not turned for WEDGED_SECONDS, so a member
-whose loop hangs gives its switches up. SIGSTOP stops the thread too: a paused member's lease runs out.
+as its own; the thread stops refreshing when the core has handled no event for WEDGED_SECONDS (the app says
+so after each one: `turned`), so a member whose loop hangs, or whose core no longer runs, gives its
+switches up. SIGSTOP stops the thread too: a paused member's lease runs out.
 """
 from __future__ import annotations
 
@@ -27,11 +29,13 @@ import json
 import logging
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from eventlet import patcher
 
+from controller.adapters.peers import PeerWatch
 from controller.compat import hub
 from controller.core import actions as act
 from controller.core import events as ev
@@ -42,7 +46,7 @@ LOG = logging.getLogger(__name__)
 REFRESH_SECONDS = 1.0      # how often a member refreshes its lease (and reads the cluster, if no watch woke it)
 CONNECTIONS = 256          # kept open to etcd: a take-over claims each switch at once, on a greenthread of its own
 COALESCE_SECONDS = 0.05    # after a watch wakes the loop: changes arriving this soon are read with it
-WEDGED_SECONDS = 30.0      # the keepalive thread lets the leases run out once the loop has not turned this long
+WEDGED_SECONDS = 10.0      # the keepalive thread lets the leases run out once the core has handled nothing this long
 _threading = patcher.original("threading")   # an OS thread (os-ken's eventlet patches `threading` green)
 _time = patcher.original("time")
 
@@ -66,7 +70,7 @@ def _range_end(prefix: str) -> str:
 
 class Keepalive:
     """Refreshes the leases `leases()` names (their ids, read anew each time) every REFRESH_SECONDS from an OS
-    thread, while the event loop last turned (`turned`, set by the loop) within WEDGED_SECONDS. `confirmed`:
+    thread, while the core last handled an event (`turned`, set by the loop) within WEDGED_SECONDS. `confirmed`:
     when the last refresh that etcd answered for every lease was sent (monotonic), and the last lease's id (the
     one our keys are on); `expired`: etcd said a lease is gone (the loop makes new ones). Plain attributes, each
     written by one side and replaced whole: safe across the threads."""
@@ -105,8 +109,9 @@ class Keepalive:
 
 
 class Coordination:
-    def __init__(self, url: str, owner: str, member: str, lease: int):
-        """`lease`: seconds a member's keys outlive its last refresh (tooz's membership_timeout)."""
+    def __init__(self, url: str, owner: str, member: str, lease: int, ovsdb: str | None = None):
+        """`lease`: seconds a member's keys outlive its last refresh (tooz's membership_timeout); `ovsdb`: the
+        remote on which the members watch each other's sessions (controller/adapters/peers.py)."""
         query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
         self.url = url if "membership_timeout" in query else \
             f"{url}{'&' if '?' in url else '?'}membership_timeout={lease}&timeout={max(1, lease // 3)}"
@@ -124,6 +129,20 @@ class Coordination:
         self._sync_told: ev.MemberSync | None = None           # ... and what etcd holds of it
         self._wake = hub.Event()                               # the loop reads (and tells) at once
         self._policy: tuple[int, Any] | None = None            # the policy as last fetched: (revision, document)
+        self._ovsdb = ovsdb
+        self._peers: PeerWatch | None = None
+        self._leases_told: list[int] | None = None             # our leases' ids as etcd holds them, for the peers
+        self._outside = False                                  # out of the group until the first OVSDB hears us
+        # etcd's revisions, as the core sees them, are etcd's plus `_base`: after etcd lost its data (its
+        # revisions start again from 1) the base lifts them above every one seen before, so that ownership
+        # epochs, generation ids and policy revisions keep growing (the switches refuse older ones). The base
+        # key ("BASE TOKEN") is also the mark that etcd still holds the cluster's data: made with a new token
+        # by whoever finds it gone.
+        self._base, self._token = 0, ''                       # as the base key last said ('': not seen yet)
+        self._seen = 0                                         # the highest revision (base included) seen
+        self._highest = 0                                      # etcd's own highest revision seen
+        self._lost: str | None = None                          # etcd's revision went back: a loss, or a restore
+        self._restored: str | None = None                      # ... recovered: said with the next read
 
     def connect(self) -> None:
         """Join the owner's group (made if it is not there yet)."""
@@ -139,10 +158,7 @@ class Coordination:
             for scheme in ("http://", "https://"):
                 coord.client.session.mount(scheme, requests.adapters.HTTPAdapter(pool_maxsize=CONNECTIONS))
             coord.start(start_heart=False)
-            try:
-                coord.create_group(self.group).get()
-            except coordination.GroupAlreadyExist:
-                pass
+            self._create_group(coord)
             self._join(coord)
             self._lease = coord.client.lease(self.lease_seconds)
         except Exception as err:   # noqa: BLE001 - tooz and etcd3gw raise many kinds; all mean "not reached"
@@ -150,6 +166,27 @@ class Coordination:
         self._coord = coord
         self._keepalive = Keepalive(self._thread_post(coord), lambda: [coord._membership_lease.id, self._lease.id])
         self._keepalive.start()
+        if self._ovsdb is not None and self._peers is None:
+            self._peers = PeerWatch(self._ovsdb, self.owner, self.member, self._revoker(self._thread_post(coord)))
+            self._peers.start()
+
+    def _revoker(self, post: Callable[[str, dict[str, Any]], dict[str, Any]]) -> Callable[[str], None]:
+        """For the peer watch's thread: revoke the leases a member that is gone published, so that its keys go
+        now (its switches are claimed by the ring's next owners at once) rather than when they run out."""
+        def gone(peer: str) -> None:
+            try:
+                kvs = post("/kv/range", {"key": _b64(f"{self.prefix}lease/{peer}")}).get("kvs", [])
+                leases = json.loads(_text(kvs[0]["value"])) if kvs else []
+                for lease in leases:
+                    with contextlib.suppress(CoordinationError):   # gone already: it left, or ran out
+                        post("/kv/lease/revoke", {"ID": lease})
+            except CoordinationError as err:
+                LOG.warning("etcd: member %s's OVSDB session closed, but its leases were not revoked (%s); its "
+                            "switches move when its lease runs out", peer, err)
+                return
+            if leases:
+                LOG.warning("member %s's OVSDB session closed: its leases revoked, its switches move now", peer)
+        return gone
 
     def _thread_post(self, coord: Any) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
         """A POST to etcd for the keepalive thread, on a session of its own (requests' are not thread-safe)."""
@@ -169,6 +206,11 @@ class Coordination:
             return result
         return post
 
+    def _create_group(self, coord: Any) -> None:
+        from tooz import coordination
+        with contextlib.suppress(coordination.GroupAlreadyExist):
+            coord.create_group(self.group).get()
+
     def _join(self, coord: Any) -> None:
         from tooz import coordination
         try:
@@ -186,7 +228,6 @@ class Coordination:
         a lease had run out (our keys are gone: new leases are taken, and the switches must be claimed anew)."""
         keepalive = self._keepalive
         assert keepalive is not None, "refresh before connect"
-        keepalive.turned = time.monotonic()
         if not keepalive.expired:
             at, self._reported_lease = keepalive.confirmed
             return at
@@ -198,6 +239,11 @@ class Coordination:
             raise CoordinationError(_why(err)) from None
         keepalive.expired = False
         return None
+
+    def turned(self) -> None:
+        """The core handled an event (the app says so after each): the keepalive may go on refreshing."""
+        if self._keepalive is not None:
+            self._keepalive.turned = time.monotonic()
 
     def confirmed(self, now: float) -> bool:
         """Whether this member may write now, as the core judges it (cluster.py, SAFE_SHARE of the lease) but from
@@ -219,6 +265,12 @@ class Coordination:
         self._wake.set()
 
     def _tell(self) -> None:
+        leases = [self._coord._membership_lease.id, self._lease.id]
+        # What a peer revokes when our OVSDB session closes: said only while we hold our lock (peers.py).
+        if self._peers is not None and self._peers.own_held and self._leases_told != leases:
+            self._post("/kv/put", {"key": _b64(f"{self.prefix}lease/{self.member}"), "value": _b64(json.dumps(leases)),
+                                   "lease": self._lease.id})
+            self._leases_told = leases
         if self._told != self._unreachable:
             key = _b64(f"{self.prefix}unreachable/{self.member}")
             if self._unreachable:
@@ -239,19 +291,18 @@ class Coordination:
         switches each member cannot reach and what each says its switches hold (refreshed_at: unknown here).
         Every key is read in one transaction, the policy's without its value: it is fetched only when its
         revision moved (a policy of 10,000 ports is a megabyte, and this runs every second)."""
-        policy_key = self._policy_key
-        try:
-            members = tuple(sorted(m.decode() for m in self._coord.get_members(self.group).get()))
-            answer = self._post("/kv/txn", {"success": [
-                {"request_range": {"key": _b64(self.prefix), "range_end": _b64(policy_key)}},
-                {"request_range": {"key": _b64(policy_key), "keys_only": True}},
-                {"request_range": {"key": _b64(policy_key + "\0"), "range_end": _b64(_range_end(self.prefix))}}]})
-        except CoordinationError:
-            raise
-        except Exception as err:   # noqa: BLE001
-            raise CoordinationError(_why(err)) from None
+        members, answer = self._read_all()
+        before = answer["responses"][0]["response_range"].get("kvs", [])
+        marker = next((_text(kv["value"]).split() for kv in before if kv["key"] == self._base_key), None)
+        if self._lost is None and marker is None and self._token:
+            self._lost = "the cluster's keys are gone"
+        elif self._lost is None and marker is not None and self._token and marker[1] != self._token:
+            self._lost = "another member found the cluster's keys gone"
+        if self._lost is not None or marker is None or marker[1] != self._token or int(marker[0]) > self._base:
+            self._settle_base()        # made, raised above what we saw after a loss, or adopted
+            members, answer = self._read_all()
         before, stored, after = (r["response_range"].get("kvs", []) for r in answer["responses"])
-        policy = self._fetch_policy(int(stored[0]["mod_revision"])) if stored else None
+        policy = self._fetch_policy(self._base + int(stored[0]["mod_revision"])) if stored else None
         owners: dict[int, str] = {}
         unreachable: dict[str, frozenset[int]] = {}
         sync: dict[str, ev.MemberSync] = {}
@@ -265,18 +316,77 @@ class Coordination:
                 said = json.loads(value)
                 sync[key[len("sync/"):]] = ev.MemberSync(said["revision"], {
                     int(dp, 16): held for dp, held in said["switches"].items()})
-        return ev.ClusterChanged(members, owners, int(answer["header"]["revision"]), policy, None, unreachable, sync)
+        return ev.ClusterChanged(members, owners, self._base + int(answer["header"]["revision"]), policy, None,
+                                 unreachable, sync)
+
+    def _read_all(self) -> tuple[tuple[str, ...], dict[str, Any]]:
+        """The group's members, and every key in one transaction (the policy's without its value)."""
+        policy_key = self._policy_key
+        from tooz import coordination
+        try:
+            try:
+                members = tuple(sorted(m.decode() for m in self._coord.get_members(self.group).get()))
+            except coordination.GroupNotCreated:    # etcd lost its data: the group is made again, and we join
+                self._create_group(self._coord)
+                self._join(self._coord)
+                members = tuple(sorted(m.decode() for m in self._coord.get_members(self.group).get()))
+            answer = self._post("/kv/txn", {"success": [
+                {"request_range": {"key": _b64(self.prefix), "range_end": _b64(policy_key)}},
+                {"request_range": {"key": _b64(policy_key), "keys_only": True}},
+                {"request_range": {"key": _b64(policy_key + "\0"), "range_end": _b64(_range_end(self.prefix))}}]})
+        except CoordinationError:
+            raise
+        except Exception as err:   # noqa: BLE001
+            raise CoordinationError(_why(err)) from None
+        return members, answer
 
     @property
     def _policy_key(self) -> str:
         return f"{self.prefix}policy"
 
+    @property
+    def _base_key(self) -> str:
+        return _b64(f"{self.prefix}base")
+
+    def _settle_base(self) -> None:
+        """The base key made (a new cluster), adopted (another member's), or, after etcd lost its data (emptied, or
+        restored from an older snapshot), raised above every revision we saw and the policy we had in force put
+        back where there is none: never nothing in its place. The group, our membership and our leases are made
+        again by the pass that follows, as after a lease ran out."""
+        reason = self._lost
+        want = self._seen if reason else 0
+        while True:
+            kvs = self._post("/kv/range", {"key": self._base_key}).get("kvs", [])
+            said = _text(kvs[0]["value"]).split() if kvs else ["0", uuid.uuid4().hex]
+            base, token = int(said[0]), said[1]
+            if kvs and base >= want:
+                break
+            compare = {"key": self._base_key, "result": "EQUAL", **(
+                {"target": "MOD", "mod_revision": kvs[0]["mod_revision"]} if kvs else
+                {"target": "CREATE", "create_revision": 0})}
+            if self._post("/kv/txn", {"compare": [compare], "success": [
+                    {"request_put": {"key": self._base_key, "value": _b64(f"{want} {token}")}}]}).get("succeeded"):
+                base = want
+                break
+        self._base, self._token, self._lost = max(self._base, base), token, None
+        if reason is None:
+            return
+        if self._policy is not None:
+            key = _b64(self._policy_key)
+            absent = {"key": key, "result": "EQUAL", "target": "CREATE", "create_revision": 0}
+            self._post("/kv/txn", {"compare": [absent], "success": [{"request_put": {
+                "key": key, "value": _b64(json.dumps({"policy": self._policy[1]}))}}]})
+        self._restored = f"{reason}; revisions now count from {self._base}" + \
+            (", the policy in force put back where none was" if self._policy is not None else "")
+        LOG.error("etcd lost its data (%s): recovered, %s", reason, self._restored.split("; ", 1)[1])
+        self._told = self._sync_told = self._leases_told = None
+
     def _fetch_policy(self, revision: int) -> tuple[int, Any] | None:
         """The policy (revision, document) at `revision` or later: the one fetched last if it is that one."""
         if self._policy is None or self._policy[0] != revision:
             kvs = self._post("/kv/range", {"key": _b64(self._policy_key)}).get("kvs", [])
-            self._policy = (int(kvs[0]["mod_revision"]), json.loads(_text(kvs[0]["value"])).get("policy")) \
-                if kvs else None
+            self._policy = (self._base + int(kvs[0]["mod_revision"]),
+                            json.loads(_text(kvs[0]["value"])).get("policy")) if kvs else None
         return self._policy
 
     def _rejoin(self) -> None:
@@ -293,7 +403,7 @@ class Coordination:
             if renew else {"key": key, "result": "EQUAL", "target": "CREATE", "create_revision": 0}
         answer = self._post("/kv/txn", {"compare": [compare], "success": [
             {"request_put": {"key": key, "value": _b64(self.member), "lease": self._lease.id}}]})
-        return int(answer["header"]["revision"]) if answer.get("succeeded") else None
+        return self._base + int(answer["header"]["revision"]) if answer.get("succeeded") else None
 
     def release(self, dp_id: int) -> None:
         """Delete the switch's key if it is ours (if etcd does not answer, it goes with our lease)."""
@@ -307,7 +417,7 @@ class Coordination:
         """The cluster's policy (None: cleared); the revision it was written at."""
         answer = self._post("/kv/put", {"key": _b64(self._policy_key),
                                         "value": _b64(json.dumps({"policy": document}))})
-        return int(answer["header"]["revision"])
+        return self._base + int(answer["header"]["revision"])
 
     # --- as the app uses it: outcomes as the core's events ---------------------------------------------------
     def run(self, post: Callable[[ev.Event], None]) -> None:
@@ -343,16 +453,26 @@ class Coordination:
                               for prefix in (self.prefix, self._coord._prefix_group(self.group).decode())]
             refreshed = self.refresh()
             if refreshed is None:
-                self._told = self._sync_told = None      # our keys went with the lease
+                self._told = self._sync_told = self._leases_told = None      # our keys went with the lease
             self._tell()
             cluster = self.read()
             assert cluster.members is not None
-            if self.member not in cluster.members:
+            if self._peers is not None:
+                self._peers.peers = frozenset(cluster.members)
+            if self.member not in cluster.members and self._peers is not None and not self._peers.own_held:
+                # The others take us for dead when our session with the first OVSDB closed (peers.py): we
+                # join again once it is back, rather than claim switches only to give them up again.
+                if not self._outside:
+                    LOG.warning("etcd: member %s is out of the group and %s does not hear it; joining again once "
+                                "it does", self.member, self._ovsdb)
+                self._outside = True
+            elif self.member not in cluster.members:
                 # Our membership's lease ran out (a pause, a cut): tooz takes a new lease but joins no
                 # group again, and the others' ring would pass over us for good.
                 LOG.warning("etcd: member %s had left the group (its lease ran out); joining again", self.member)
                 self._rejoin()
-            post(dataclasses.replace(cluster, refreshed_at=refreshed))
+                self._outside = False
+            post(dataclasses.replace(cluster, refreshed_at=refreshed, restored=self._restored))
             if failing is not None:
                 LOG.info("etcd answers again; member %s", self.member)
             return None
@@ -412,6 +532,8 @@ class Coordination:
             return
         if self._keepalive is not None:
             self._keepalive.stop()
+        if self._peers is not None:
+            self._peers.stop()
         try:
             self._lease.revoke()
             self._coord.leave_group(self.group).get()
@@ -424,10 +546,17 @@ class Coordination:
         if self._coord is None:
             raise CoordinationError("not connected to etcd")
         client = self._coord.client
+        floor = self._highest    # answered before this was sent: etcd serves this at that revision or later
         try:
             answer: dict[str, Any] = client.post(client.get_url(path), json=body)
         except Exception as err:   # noqa: BLE001
             raise CoordinationError(_why(err)) from None
+        revision = int(answer.get("header", {}).get("revision", 0))
+        if 0 < revision < floor and self._lost is None:   # etcd's revisions never go back but by a loss
+            self._lost = f"its revision went back from {floor} to {revision}"
+            self._highest = revision
+        self._highest = max(self._highest, revision)
+        self._seen = max(self._seen, self._base + revision)
         return answer
 
 

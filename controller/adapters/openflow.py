@@ -31,6 +31,11 @@ _CODE_PREFIX = {"OFPET_BAD_REQUEST": "OFPBRC_", "OFPET_BAD_ACTION": "OFPBAC_", "
 
 # --- the core's messages, built -------------------------------------------------------------------------
 
+def ports(dp: Datapath) -> frozenset[int]:
+    """The switch's ports as the framework knows them, without the bridge's own (LOCAL), which never queues."""
+    return frozenset(p for p in dp.ports if p != dp.ofproto.OFPP_LOCAL)
+
+
 def message(dp: Datapath, m: act.Message) -> OFPMessage:
     """The os-ken message for one of the core's, with the core's xid."""
     ofp, parser = dp.ofproto, dp.ofproto_parser

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar, TypeVarTuple, overload
 
+from controller.adapters.hostlock import SwitchLocks
 from controller.adapters.ovsdb import OvsdbError, Unconfirmed
 from controller.adapters.tc import Tc
 from controller.compat import hub
@@ -60,11 +62,13 @@ class Worker:
     """One OVSDB remote's work; `tc` None when its ports are devices of another machine."""
 
     def __init__(self, ovsdb: OvsdbWriter, tc: Tc | None, done: Callable[[list[JobResult]], None],
-                 may_write: Callable[[], bool] = lambda: True, unconfirmed: str = LOCK_UNCONFIRMED) -> None:
+                 may_write: Callable[[], bool] = lambda: True, unconfirmed: str = LOCK_UNCONFIRMED,
+                 locks: SwitchLocks | None = None) -> None:
         """`may_write`: whether this controller holds its owner's lock (a cluster's member: its lease) now, and
         `unconfirmed` what a job is answered while it does not. OVSDB fences our transactions by the lock or
-        the epoch itself; tc has no such guard, so a controller that lost either while it hung writes none."""
-        self._ovsdb, self._tc, self._done, self._may_write = ovsdb, tc, done, may_write
+        the epoch itself; tc has no such guard, so a controller that lost either while it hung writes none,
+        and a cluster member's tc writes are fenced by `locks`, the switches' host locks."""
+        self._ovsdb, self._tc, self._done, self._may_write, self._locks = ovsdb, tc, done, may_write, locks
         self._unconfirmed = unconfirmed
         self._queue = hub.Queue()
 
@@ -99,7 +103,28 @@ class Worker:
         if not self._may_write():
             return [JobResult(job, self._unconfirmed) for job in jobs]
         results = {id(job): JobResult(job) for job in jobs}
-        jobs = self._fenced(jobs, results, raised)
+        epochs = raised | {job.dp_id: job.epoch for job in jobs if job.epoch}
+        # A member verifies (or raises) its epochs and writes tc under the switches' host locks, so that
+        # no tc write of a deposed member comes after a newer epoch (controller/adapters/hostlock.py).
+        with self._switch_locks(epochs) as busy:
+            for dp_id in raised.keys() & busy.keys():
+                LOG.warning("switch %016x: epoch %d not raised: %s", dp_id, raised[dp_id], busy[dp_id])
+            for job in jobs:
+                if job.dp_id in busy:
+                    results[id(job)].error = busy[job.dp_id]
+            jobs = [job for job in jobs if job.dp_id not in busy]
+            self._held(self._fenced(jobs, results, {dp: e for dp, e in raised.items() if dp not in busy}),
+                       results, sweep)
+        return list(results.values())
+
+    def _switch_locks(self, dp_ids: Iterable[int]) -> AbstractContextManager[dict[int, str]]:
+        """Only a writer of tc needs them: OVSDB fences its transactions itself."""
+        if self._locks and self._tc:
+            return self._locks.held(dp_ids)
+        return nullcontext({})
+
+    def _held(self, jobs: list[Job], results: dict[int, JobResult], sweep: bool) -> None:
+        """The batch's work, under the switches' locks: tc filters off, OVSDB, unused rows, then tc."""
         changes = [job for job in jobs if job.qos]
         took = [time.monotonic()]   # where a batch's time goes, said of each batch that changes QoS
         for job in changes:
@@ -131,7 +156,6 @@ class Worker:
             LOG.info("%d ports' QoS changed and %d checked in %.2f s: filters off %.2f s, OVSDB and vswitchd %.2f s, "
                      "unused rows %.2f s, classes, leaves and filters %.2f s", len(changes), len(jobs) - len(changes),
                      took[-1] - took[0], *(b - a for a, b in zip(took, took[1:])))
-        return list(results.values())
 
     def _fenced(self, jobs: list[Job], results: dict[int, JobResult], raised: dict[int, int]) -> list[Job]:
         """A cluster member's jobs: the epochs of their switches (and those `raised`) raised to ours first, and

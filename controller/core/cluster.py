@@ -78,6 +78,7 @@ class Cluster:
         self.cut: frozenset[int] = frozenset()        # those we told the others of
         self.sync: dict[str, ev.MemberSync] = {}      # member → what it says it holds, as etcd said
         self.published: ev.MemberSync | None = None   # what we last told the others we hold
+        self.restored: str | None = None              # the last time etcd lost its data, as this member recovered
 
     def confirmed(self, now: float) -> bool:
         return within_safe_share(self.confirmed_at, self.lease, now)
@@ -93,6 +94,7 @@ class Cluster:
             self.confirmed_at = max(self.confirmed_at or report.refreshed_at, report.refreshed_at)
         if report.members is None:     # etcd did not answer: nothing is known anew
             return [], set()
+        self.restored = report.restored or self.restored
         # Members there at our first look are established; only those that join later are held down.
         first = not self.seen
         self.seen = {m: self.seen.get(m, now - HOLD_DOWN_SECONDS if first else now) for m in report.members}
@@ -160,4 +162,5 @@ class Cluster:
         return [act.PublishSync(sync)]
 
     def status(self) -> dict[str, object]:
-        return {"member": self.me, "members": sorted(self.seen), "ring": self.ring.members}
+        return {"member": self.me, "members": sorted(self.seen), "ring": self.ring.members,
+                **({"etcd_restored": self.restored} if self.restored else {})}

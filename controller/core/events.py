@@ -234,6 +234,7 @@ class ClusterChanged:
     refreshed_at: float | None              # when the lease refresh etcd answered was sent; None: it failed
     unreachable: dict[str, frozenset[int]] = field(default_factory=dict)   # member → switches it cannot reach
     sync: dict[str, MemberSync] = field(default_factory=dict)              # member → what it says it holds
+    restored: str | None = None             # etcd lost its data, and this member recovered from it: how
 
 
 @dataclass(frozen=True)

@@ -251,3 +251,13 @@ def test_a_switch_that_comes_in_sync_on_its_own_reply_is_published_with_it(membe
     out = member.handle(ev.BarrierReply(7, barrier.xid), HOLD_DOWN_SECONDS)   # its flows confirmed: in sync
     assert [a.sync.switches for a in out if isinstance(a, act.PublishSync)] == [{1: held(True)}]
     assert not [a for a in member.handle(ev.PollDue(7, 1e9), HOLD_DOWN_SECONDS) if isinstance(a, act.PublishSync)]
+
+
+def test_a_recovery_from_etcd_losing_its_data_stays_in_the_status_until_the_next_one():
+    cluster = Cluster("a", 6)
+    cluster.report(report(["a"]), 0.0, [])
+    assert "etcd_restored" not in cluster.status()
+    restored = ev.ClusterChanged(("a",), {}, 30, None, 0.5, restored="its revision went back from 20 to 2")
+    cluster.report(restored, 1.0, [])
+    cluster.report(report(["a"], revision=31), 2.0, [])
+    assert cluster.status()["etcd_restored"] == "its revision went back from 20 to 2"

@@ -1,0 +1,142 @@
+"""tc fenced by the switches' host locks, against the real ovsdb-server, ovs-vswitchd and tc: a cluster
+member stopped in the middle of writing a switch's tc, and the member that owns the switch after it."""
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from controller.adapters.hostlock import SwitchLocks
+from controller.adapters.ovsdb import Ovsdb
+from controller.adapters.tc import Tc
+from controller.adapters.worker import Worker
+from controller.compat import hub
+from controller.core.jobs import Job
+from controller.core.policy import load_policy
+from controller.core.queues import reserve_qos
+from tests.integration.conftest import requires_ovs
+
+pytestmark = requires_ovs
+REPO = Path(__file__).resolve().parents[2]
+POLICY = load_policy(REPO / "policies/reserve.yaml")
+PORTS = 8
+OWNER = "fence-test"
+DP_ID = 0xFE4CE
+OLD, NEW = 40, 25          # the leaves' packet limits of the deposed member's policy and of the new owner's
+STOP_AT = 6                # the deposed member stops itself before its sixth leaf: the second port's
+
+# The deposed member, as a process of its own: the real worker with the real adapters, under epoch 10, which
+# stops (SIGSTOP, as a hung VM or a debugger would) just before one of its tc writes.
+MEMBER = """
+import dataclasses, json, os, signal, sys
+from controller.adapters.hostlock import SwitchLocks
+from controller.adapters.ovsdb import Ovsdb
+from controller.adapters.tc import Tc
+from controller.adapters.worker import Worker
+from controller.compat import hub
+from controller.core.jobs import Job
+from controller.core.policy import load_policy
+from controller.core.queues import reserve_qos
+
+class Stops(Tc):
+    leaves = 0
+    def replace_leaf(self, *args):
+        Stops.leaves += 1
+        if Stops.leaves == int(sys.argv[4]):
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return super().replace_leaf(*args)
+
+policy = load_policy("policies/reserve.yaml")
+spec = dataclasses.replace(reserve_qos(policy, policy.switch(1).port(1), True), leaf=("pfifo", "limit", sys.argv[3]))
+db = Ovsdb(owner=sys.argv[2], lock=False)
+jobs = [Job(int(sys.argv[1]), 1, k + 1, iface, True, spec, True, epoch=10) for k, iface in enumerate(sys.argv[6:])]
+worker = Worker(db, Stops(), lambda results: None, locks=SwitchLocks(__import__("pathlib").Path(sys.argv[5]), hub.sleep))
+print(json.dumps([r.error for r in worker.execute(jobs)]))
+db.close()
+"""
+
+
+def sh(*args):
+    return subprocess.run(args, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def bridge():
+    """A userspace bridge of PORTS veth ports, datapath id DP_ID; removed afterwards whatever happens."""
+    tag = uuid.uuid4().hex[:5]
+    name, ifaces = f"tf{tag}", [f"tf{tag}{k}" for k in range(PORTS)]
+    try:
+        for iface in ifaces:
+            sh("ip", "link", "add", iface, "type", "veth", "peer", "name", f"{iface}p")
+            sh("ip", "link", "set", iface, "up")
+        sh("ovs-vsctl", "add-br", name, "--", "set", "bridge", name, "datapath_type=netdev",
+           f"other_config:datapath-id={DP_ID:016x}", *[a for iface in ifaces for a in ("--", "add-port", name, iface)])
+        yield name, ifaces
+    finally:
+        sh("ovs-vsctl", "--if-exists", "del-br", name)
+        for iface in ifaces:
+            subprocess.run(["ip", "link", "del", iface], capture_output=True)
+        db = Ovsdb(owner=OWNER, lock=False)
+        db.remove_all()
+        db.close()
+
+
+def epoch(name):
+    done = subprocess.run(["ovs-vsctl", "get", "bridge", name, f"external_ids:ovs-qos-epoch-{OWNER}"],
+                          capture_output=True, text=True)
+    return int(done.stdout.strip().strip('"')) if done.returncode == 0 else None
+
+
+def limits(tc, ifaces):
+    """Each port's leaf limits, the parent class left out."""
+    return {iface: {leaf.limit for leaf in tc.leaves(iface).values()} for iface in ifaces}
+
+
+def stopped(pid):
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "T"
+
+
+def test_a_member_stopped_mid_write_never_writes_tc_after_the_new_owners_epoch(bridge, tmp_path):
+    name, ifaces = bridge
+    assert epoch(name) is None and sh("ovs-vsctl", "get", "port", ifaces[0], "qos").strip() == "[]"
+    member = subprocess.Popen([sys.executable, "-c", MEMBER, str(DP_ID), OWNER, str(OLD), str(STOP_AT), str(tmp_path),
+                               *ifaces], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    tc, db = Tc(), Ovsdb(owner=OWNER, lock=False)
+    try:
+        deadline = time.monotonic() + 60
+        while not stopped(member.pid):
+            assert member.poll() is None and time.monotonic() < deadline, "the member never reached its tc writes"
+            time.sleep(0.02)
+        assert epoch(name) == 10
+        # The new owner, past the member's lease: epoch 20, the same classes with other leaves.
+        new = dataclasses.replace(reserve_qos(POLICY, POLICY.switch(1).port(1), True), leaf=("pfifo", "limit", str(NEW)))
+        jobs = [Job(DP_ID, 2, k + 1, iface, True, new, True, epoch=20) for k, iface in enumerate(ifaces)]
+        worker = Worker(db, tc, lambda results: None, locks=SwitchLocks(tmp_path, hub.sleep))
+        first = worker.execute(jobs)
+        os.kill(member.pid, signal.SIGCONT)
+        out, _ = member.communicate(timeout=60)
+        assert member.returncode == 0 and json.loads(out) == [None] * PORTS
+        # Whoever's epoch OVSDB holds now, tc holds its leaves on every port: the woken member wrote nothing
+        # after the newer epoch existed. (Unfenced, it finished its old leaves over the new owner's.)
+        held = epoch(name)
+        assert all(found == {OLD if held == 10 else NEW} for found in limits(tc, ifaces).values()), \
+            (held, limits(tc, ifaces))
+        # How: the stopped member held the switch's lock, so the new owner raised no epoch and wrote nothing.
+        assert held == 10
+        assert all("another controller on this host is writing its tc" in (r.error or "") for r in first)
+        done = worker.execute(jobs)
+        assert [r.error for r in done] == [None] * PORTS
+        assert epoch(name) == 20 and all(found == {NEW} for found in limits(tc, ifaces).values())
+    finally:
+        if member.poll() is None:
+            member.kill()
+            os.kill(member.pid, signal.SIGCONT)
+            member.wait()
+        db.close()
+        tc.close()
