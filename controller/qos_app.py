@@ -45,7 +45,7 @@ from controller.adapters.metrics import CachedExposition, ControllerCollector  #
 from controller.adapters.ovsdb import LockHeld, Ovsdb  # noqa: E402
 from controller.adapters.process import EXIT_FAILED, fail, stop, throw  # noqa: E402
 from controller.adapters.remotes import Remotes, on_this_host  # noqa: E402
-from controller.adapters.rest import Busy, MakeRequest, make_app  # noqa: E402
+from controller.adapters.rest import MakeRequest, Ticket, make_app  # noqa: E402
 from controller.adapters.statefile import StateFile, load, save  # noqa: E402
 from controller.adapters.tc import Tc, TcEvents  # noqa: E402
 from controller.adapters.worker import LEASE_UNCONFIRMED, LOCK_UNCONFIRMED, Worker  # noqa: E402
@@ -87,7 +87,7 @@ REPLIES = [ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPAggregateStatsRep
 class EventRequest(EventRequestBase):
     def __init__(self, make: MakeRequest):
         super().__init__()
-        self.make = make
+        self.make, self.ticket = make, Ticket()
 
 
 class EventReply(EventReplyBase):
@@ -376,11 +376,14 @@ class QosController(App):
         try:
             reply = req.reply_q.get(timeout=REQUEST_TIMEOUT)
         except hub.QueueEmpty:
-            raise Busy(f"the controller did not answer within {REQUEST_TIMEOUT:g} s; try again") from None
+            raise req.ticket.expire(REQUEST_TIMEOUT) from None
         if reply.error is not None:
             raise reply.error
         return reply.result
 
     @set_ev_cls(EventRequest)
     def _request(self, req: EventRequest) -> None:
-        self._handle(req.make(req))
+        if req.ticket.take():
+            self._handle(req.make(req))
+        else:
+            LOG.warning("a request answered 503 (not taken up within %g s) was dropped unhandled", REQUEST_TIMEOUT)

@@ -46,7 +46,33 @@ class BodyError(ValueError):
 
 
 class Busy(RuntimeError):
-    """The controller did not answer in time."""
+    """The controller did not take the request up in time: nothing changed."""
+
+
+class Indeterminate(RuntimeError):
+    """The controller took a request up but did not answer in time: a change may or may not be in force."""
+
+
+class Ticket:
+    """A request's fate, between the REST greenthread that waits for its answer and the event loop that takes it
+    up (greenthreads: each side's check and mark run without a switch between them). A request not taken up in
+    time is cancelled, so that what the client is told did not happen never happens later."""
+
+    def __init__(self) -> None:
+        self.taken = self.cancelled = False
+
+    def take(self) -> bool:
+        """The event loop's: whether to handle the request (False: its client has been answered already)."""
+        self.taken = not self.cancelled
+        return self.taken
+
+    def expire(self, seconds: float) -> Exception:
+        """The waiter's, once `seconds` passed without an answer: what to tell the client."""
+        if self.taken:
+            return Indeterminate(f"the controller took the request up but did not answer within {seconds:g} s: a "
+                                 "change may be in force or not; GET /qos/v1/policy and /qos/v1/status say which")
+        self.cancelled = True
+        return Busy(f"the controller did not take the request up within {seconds:g} s; nothing changed; try again")
 
 
 # A request for the core (controller/core/events.py), made once the app has the token its answer goes to.
@@ -94,6 +120,8 @@ def make_app(controller: Controller, token: str = "") -> Callable[..., Any]:
                 code, body = 400, {"error": str(err)}
             except (Busy, Standby) as err:
                 code, body = 503, {"error": str(err)}
+            except Indeterminate as err:
+                code, body = 504, {"error": str(err)}
             except StorageError as err:
                 LOG.error("%s %s: %s", req.method, req.path, err)
                 code, body = 500, {"error": str(err)}

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from webob import Request
 
-from controller.adapters.rest import MakeRequest, make_app
+from controller.adapters.rest import MakeRequest, Ticket, make_app
 from controller.adapters.statefile import StateFile
 from tests.unit.fakes import shipped, study_net, up
 
@@ -261,3 +261,39 @@ def test_with_a_token_reading_needs_none(holder):
     app = make_app(holder, TOKEN)
     assert call(app, "GET", "/qos/v1/status")[0] == 200
     assert call(app, "GET", "/qos/v1/policy")[0] == 200
+
+
+class Late:
+    """The app's call() when no answer comes within its wait: the event loop takes the request up before the wait
+    ends (`taken`) or only after it, when the client has its answer already."""
+
+    def __init__(self, core: CoreClient, taken: bool):
+        self.core, self.taken, self.queued = core, taken, []
+
+    def call(self, make: MakeRequest) -> Any:
+        ticket = Ticket()
+        if self.taken:
+            ticket.take()
+        self.queued.append((ticket, make))
+        raise ticket.expire(30)
+
+    def run_late(self) -> None:
+        for ticket, make in self.queued:
+            if self.taken or ticket.take():
+                self.core.call(make)
+
+
+def test_a_change_not_taken_up_in_time_is_503_and_never_happens_later(holder):
+    late = Late(holder, taken=False)
+    code, _, body = put_json(make_app(late), shipped("reserve"))
+    assert code == 503 and "nothing changed" in body["error"]
+    late.run_late()
+    assert holder.policy.name == "none"
+
+
+def test_a_change_taken_up_but_not_answered_in_time_is_504_saying_it_may_be_in_force(holder):
+    late = Late(holder, taken=True)
+    code, _, body = put_json(make_app(late), shipped("reserve"))
+    assert code == 504 and "may be in force or not" in body["error"] and "GET /qos/v1/policy" in body["error"]
+    late.run_late()
+    assert holder.policy.name == "reserve"
