@@ -116,8 +116,8 @@ class PeerWatch:
                 self.own_held = msg.method == "locked"
                 if not self.own_held:
                     LOG.error("another session stole this member's OVSDB lock: is %s running twice?", self.member)
-            elif named is not None and msg.method == "stolen":   # the peer is back and took its lock: wait in line
-                self._send(session, "lock", named)
+            elif named is not None and msg.method == "stolen":   # the peer is back and took its lock from us:
+                self._queued = self._queued | {named}             # ovsdb-server keeps us first in line behind it
             elif named is not None and named in self._queued:     # its holder's session closed
                 self._queued = self._queued - {named}
                 self._gone(named)

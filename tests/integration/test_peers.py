@@ -76,6 +76,12 @@ def test_a_member_killed_is_heard_at_once_by_the_first_in_line_and_a_stranger_ne
         print(f"kill -9 of a member: heard {first - killed:.3f} s later")
         time.sleep(1.5)
         assert {peer for _, peer, _ in heard} == {"c"}
+        # c back: it takes its lock from whoever kept it, and its death is heard again.
+        member = subprocess.Popen([sys.executable, "-c", MEMBER, ovsdb], cwd=REPO, stdout=subprocess.PIPE, text=True)
+        assert member.stdout.readline() == "held\n"
+        wait_for(lambda: all("c" in w.watching for w in watches.values()), "both in line for c's lock again")
+        os.kill(member.pid, signal.SIGKILL)
+        wait_for(lambda: sum(peer == "c" for _, peer, _ in heard) == 2, "c's second death heard")
         # The one who heard gave the lock back; a member alive is still watched by each other member.
         assert watches["a"].watching >= {"b"} and watches["b"].watching >= {"a"}
         watches["b"].stop()             # b's session closes with its thread: a hears it

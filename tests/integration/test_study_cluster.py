@@ -102,3 +102,31 @@ def test_controllers_beside_a_running_controller_exit_1_in_one_line_and_start_no
     assert done.stderr.startswith("error: --controllers 3: 127.0.0.1:6653 is in use") and \
         done.stderr.count("\n") == 1, done.stderr
     assert list((tmp_path / "r").iterdir()) == [] and leftovers() == NOTHING_LEFT
+
+
+def test_the_study_survives_the_death_of_the_bottlenecks_owner_and_says_what_tcp_got_through_it(tmp_path):
+    out = tmp_path / "study"
+    done = study("--policy", "auto", *FLOOD_ONLY, "--prometheus", "none", "--controllers", "2", "--fault", "7",
+                 out=out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    auto = summary["policies"]["auto"]
+    (run,) = auto["repetitions"]
+    fault, owners = run["fault"], summary["controllers"]["owners"]["auto"]
+    assert fault["member"] == owners["s1"] and fault["dp_id"] == S1 and 6.5 <= fault["killed_s"] <= 8.5, fault
+    # Mastered again as its socket closed, not when its lease ran out.
+    assert fault["mastered_by"] not in (None, fault["member"]) and fault["remaster_seconds"] < 4, fault
+    for step in [s for s in auto["steps"] if s["udp_mbps_offered"] in (10, 12)]:   # the flood the kill fell in
+        assert step["faithful"], f"the claim rests on an unfaithful step: {step['fidelity_notes']}"
+        assert step["tcp_mbps"] >= 0.9 * auto["tcp_reservation_mbps"], step
+    assert f"- auto: {fault['member']}, the owner of switch {S1}, killed (kill -9)" in (out / "table.md").read_text()
+    log = (out / f"controller-{fault['member']}.log").read_text()
+    assert log.count("under os-ken; REST on") == 2       # started again once the traffic was over
+    assert leftovers() == NOTHING_LEFT
+
+
+def test_a_fault_without_a_cluster_is_refused_in_one_line(tmp_path):
+    done = study("--policy", "auto", *FLOOD_ONLY, "--fault", "7", out=tmp_path / "r", timeout=60)
+    assert (done.returncode, done.stderr) == \
+        (2, "error: --fault: it kills a member of a cluster; give --controllers 2 or more with it\n")
+    assert not (tmp_path / "r").exists()

@@ -8,7 +8,7 @@ from controller.core.policy import load_policy
 from topo.harness.fidelity import Sample
 from topo.harness.report import write_json
 from topo.net.traffic import Flow, Pause, Ran
-from topo.studies.main.report import UNFAITHFUL, aggregate, figure, latency_figure, summarise_run, table
+from topo.studies.main.report import UNFAITHFUL, aggregate, faults_line, figure, latency_figure, summarise_run, table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 RESERVE = load_policy("policies/reserve.yaml")
@@ -248,3 +248,15 @@ def test_the_latency_figure_is_a_png(tmp_path):
     path = tmp_path / "latency.png"
     assert latency_figure(latency_summary(), path) is True
     assert path.read_bytes().startswith(PNG_MAGIC) and path.stat().st_size > 5000
+
+
+def test_a_fault_is_said_under_the_tables_with_who_mastered_the_switch_and_when():
+    fault = {"member": "c2", "dp_id": "0000000000000001", "killed_s": 7.04, "mastered_by": "c1",
+             "remaster_seconds": 0.183}
+    summary = {"policies": {"none": {"repetitions": [{}]},
+                            "auto": {"repetitions": [{"fault": fault}, {"fault": {**fault, "mastered_by": None}}]}}}
+    assert faults_line(summary) == (
+        "\nFault:\n\n- auto: c2, the owner of switch 0000000000000001, killed (kill -9) 7.0 s into TCP; mastered by "
+        "c1 0.18 s later\n- auto: c2, the owner of switch 0000000000000001, killed (kill -9) 7.0 s into TCP; not "
+        "mastered again within 30 s\n")
+    assert faults_line({"policies": {"none": {"repetitions": [{}]}}}) == ""

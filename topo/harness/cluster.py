@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,14 +78,30 @@ def check_host(count: int) -> None:
 
 
 class ClusterClient(ControllerClient):
-    def __init__(self, clients: dict[str, ControllerClient], openflow_ports: tuple[int, ...]):
+    def __init__(self, clients: dict[str, ControllerClient], openflow_ports: tuple[int, ...],
+                 procs: dict[str, subprocess.Popen], restart: Callable[[str], subprocess.Popen]):
         first = next(iter(clients.values()))
         super().__init__(first.api, first.token)
-        self.clients = clients
-        self.openflow_ports = openflow_ports
+        self.clients, self.openflow_ports, self._procs, self._restart = clients, openflow_ports, procs, restart
+        self.down: set[str] = set()      # members killed (--fault), not asked until started again
 
     def status(self) -> dict:
-        return merged({name: client.status() for name, client in self.clients.items()})
+        return merged({name: client.status() for name, client in self.clients.items() if name not in self.down})
+
+    def kill(self, name: str) -> None:
+        """kill -9 of a member, as a crash: its sessions close with it, and its lease is left to run out."""
+        self.down.add(name)
+        self._procs[name].kill()
+        self._procs[name].wait()
+
+    def revive(self) -> None:
+        """Every killed member started again, and back in every member's ring."""
+        for name in sorted(self.down):
+            self._procs[name] = self._restart(name)
+        self.down.clear()
+        names = sorted(self.clients)
+        self.wait(lambda s: all(m["ring"] == names for m in s["members"].values()), RING_SECONDS,
+                  "every member back in every member's ring")
 
 
 def merged(statuses: dict[str, dict]) -> dict[str, Any]:
@@ -111,21 +127,33 @@ def cluster(out: Path, count: int, record: RunRecord, ovsdb: tuple[str, ...] = (
             url = stack.enter_context(etcd(ETCD_PORT, out / "etcd.log", record))
         except EtcdError as err:
             raise ControllerError(f"--controllers {count}: {err}") from None
-        procs: list[subprocess.Popen] = []
+        procs: dict[str, subprocess.Popen] = {}
 
         # Before etcd stops: a member leaves the group as it stops, in about a second, so all at once.
-        stack.callback(end_all, procs, 20)
+        stack.callback(lambda: end_all(list(procs.values()), 20))
 
         record.rows(STUDY_OWNER, tuple(ovsdb) or (LOCAL_OVSDB,))
-        for member in crew:
-            proc = start(_config(out, member, url, ovsdb, openflow_host), out / f"controller-{member.name}.log")
-            procs.append(proc)
-            record.process(proc.pid, "controller")
         clients = {m.name: ControllerClient(f"http://127.0.0.1:{m.api}/qos/v1") for m in crew}
-        for member, proc in zip(crew, procs):
-            wait_started(proc, clients[member.name], (openflow_host or "127.0.0.1", member.openflow),
+
+        def launch(member: Member) -> subprocess.Popen:
+            log = out / f"controller-{member.name}.log"
+            proc = start(_config(out, member, url, ovsdb, openflow_host), log, append=member.name in procs)
+            procs[member.name] = proc
+            record.process(proc.pid, "controller")
+            return proc
+        for member in crew:
+            launch(member)
+        for member in crew:
+            wait_started(procs[member.name], clients[member.name], (openflow_host or "127.0.0.1", member.openflow),
                          out / f"controller-{member.name}.log")
-        client = ClusterClient(clients, tuple(m.openflow for m in crew))
+
+        def restart(name: str) -> subprocess.Popen:
+            member = next(m for m in crew if m.name == name)
+            proc = launch(member)
+            wait_started(proc, clients[name], (openflow_host or "127.0.0.1", member.openflow),
+                         out / f"controller-{name}.log")
+            return proc
+        client = ClusterClient(clients, tuple(m.openflow for m in crew), procs, restart)
         names = sorted(clients)
         client.wait(lambda s: all(m["ring"] == names for m in s["members"].values()), RING_SECONDS,
                     "every member in every member's ring")

@@ -115,10 +115,12 @@ def controller(log_path: Path, record: RunRecord | None = None, config: Path = R
         end(proc, 20)
 
 
-def start(run_config: Path, log_path: Path, config: Path = REPO / "controller" / "qos.conf") -> subprocess.Popen:
-    """The QoS app under osken-manager, `run_config` over the shipped `config`, its output to `log_path`."""
+def start(run_config: Path, log_path: Path, config: Path = REPO / "controller" / "qos.conf",
+          append: bool = False) -> subprocess.Popen:
+    """The QoS app under osken-manager, `run_config` over the shipped `config`, its output to `log_path` (after
+    what is there, with `append`: a restarted member's)."""
     manager = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin" / "osken-manager"
-    with open(log_path, "w") as log:
+    with open(log_path, "a" if append else "w") as log:
         return subprocess.Popen([str(manager), "--config-file", str(config), "--config-file", str(run_config),
                                  str(REPO / "controller" / "qos_app.py")],
                                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)

@@ -20,6 +20,7 @@ from typing import Any
 from controller.adapters.tc import Tc
 from controller.core.policy import PolicyError, parse_policy, parse_rate
 from topo.harness import cluster
+from topo.harness.fault import Fault
 from topo.harness.fidelity import Monitor
 from topo.harness.launch import Host, note
 from topo.harness.onsets import UdpOnsets
@@ -34,6 +35,7 @@ from topo.studies.main.scenario import Scenario, ScenarioError, load_scenario, p
 from topo.topos import BOTTLENECK, StudyTopo
 
 UDP_INGRESS = "s1-eth3"      # s1's port to h1: where the UDP flood enters the switch
+BOTTLENECK_DP_ID = f"{1:016x}"   # s1's (StudyTopo), whose owner --fault kills
 SLACK_PER_STEP = 1           # TCP outlasts the steps: a UDP test's control exchange may start late
 IDLE_PORTS_PER_BRIDGE = 20   # --idle-ports: as bench/scale.py lays them out
 IDLE_CAPACITY = "100Mbit"
@@ -51,6 +53,7 @@ class Plan:
     ovs_instances: int = 1              # 2: s2 on a second OVS
     probe: bool = True                  # the latency probe h2 → h3
     controllers: int = 1                # members of a cluster sharing the switches through etcd
+    fault: float | None = None          # seconds into the traffic: kill -9 of s1's owner (topo/harness/fault.py)
 
 
 class MainStudy(Study):
@@ -88,6 +91,9 @@ class MainStudy(Study):
                        help="N active controllers sharing the switches through a private etcd (members c1..cN on "
                             "OpenFlow 6653.., REST 8080.., metrics 9101, 9111..); the study PUTs through c1 "
                             "(default 1: one controller, no etcd)")
+        p.add_argument("--fault", type=float, metavar="SECONDS",
+                       help="with --controllers N: kill -9 the member that owns s1 this long after the traffic "
+                            "starts, in each run (started again after it), to see what TCP gets through the failover")
         p.add_argument("--idle-ports", type=int, help="also put N idle auto ports (on bridges of 20) under the "
                                                       "controller, to see the study with a loaded controller")
         p.add_argument("--prometheus", choices=("auto", "none"), default="auto",
@@ -111,7 +117,13 @@ class MainStudy(Study):
         for name in args.policy:
             doc = policy_document(name, scenario.bottleneck_bps, scenario.queue_packets, police_bps=police_bps)
             documents[doc["name"]] = doc
-        return Plan(scenario, documents, args.ovs_instances, args.probe == "irtt", _controllers(args))
+        controllers = _controllers(args)
+        if args.fault is not None and controllers < 2:
+            raise UsageError("--fault: it kills a member of a cluster; give --controllers 2 or more with it")
+        if args.fault is not None and not 0 < args.fault < scenario.tcp_seconds:
+            raise UsageError(f"--fault {args.fault:g}: give a time in seconds within the traffic, above 0 and below "
+                             f"{scenario.tcp_seconds:g}")
+        return Plan(scenario, documents, args.ovs_instances, args.probe == "irtt", controllers, args.fault)
 
     def trials(self, plan: Plan, host: Host) -> list[Trial]:
         scenario, env = plan.scenario, host.environment
@@ -124,7 +136,7 @@ class MainStudy(Study):
         repeat = scenario.repeat
         seconds = (UNLOADED_SECONDS if plan.probe else 0) + traffic.planned_seconds(lanes(scenario, plan.probe))
         return [Trial(label=name if repeat == 1 else f"{name} {r}/{repeat}", raw=f"{name}/{r}", seconds=seconds,
-                      run=partial(_run_policy, name, doc, scenario, delay, plan.probe))
+                      run=partial(_run_policy, name, doc, scenario, delay, plan.probe, plan.fault))
                 for name, doc in plan.documents.items() for r in range(1, repeat + 1)]
 
     def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
@@ -152,7 +164,7 @@ class MainStudy(Study):
         return summary
 
     def table(self, summary: dict[str, Any]) -> str:
-        return report.table(summary) + report.owners_line(summary)
+        return report.table(summary) + report.owners_line(summary) + report.faults_line(summary)
 
     def figure(self, summary: dict[str, Any], path: Path) -> None:
         report.figure(summary, path)
@@ -217,7 +229,7 @@ def lanes(scenario: Scenario, probe: bool = False) -> list[list[traffic.Item]]:
     return ran
 
 
-def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None, probe: bool,
+def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None, probe: bool, after: float | None,
                 ctx: TrialContext) -> dict:
     policy = parse_policy(document)
 
@@ -242,7 +254,10 @@ def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None
         planned = lanes(scenario, probe)
         auto = any(p.queues == "auto" for sw in policy.switches for p in sw.ports)
         udp = UdpOnsets(UDP_INGRESS)
-        with Monitor(BOTTLENECK, fine=auto) as monitor, udp if auto else contextlib.nullcontext():
+        fault = Fault(ctx.client, BOTTLENECK_DP_ID, after, name) \
+            if after is not None and isinstance(ctx.client, cluster.ClusterClient) else None
+        with Monitor(BOTTLENECK, fine=auto) as monitor, udp if auto else contextlib.nullcontext(), \
+                fault or contextlib.nullcontext():
             ran = traffic.run(net, planned, ctx.raw_dir, wait, lambda label, t: ctx.tick(label, before + t), on_start)
         tc = Tc()
         try:
@@ -258,6 +273,8 @@ def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None
     probed = next((by_item[id(lane[0])] for lane in planned[2:] if isinstance(lane[0], Probe)), None)
     result = report.summarise_run(scenario.bottleneck_bps, scenario.settle_seconds, scenario.udp_steps_mbps, policy,
                                   tcp, steps, monitor.samples, classes, leaves, decisions, alone, probed, unloaded)
+    if fault is not None and (happened := fault.result(tcp.started)):
+        result["fault"] = happened
     reservation = report.reservation_mbps(policy, scenario.bottleneck_bps)
     if reservation is not None and decisions:
         arrivals = [(round(t - tcp.started, 3), counts) for t, counts in monitor.arrivals]

@@ -189,6 +189,19 @@ def owners_line(summary: dict[str, Any]) -> str:
            f"etcd; {runs}.\n"
 
 
+def faults_line(summary: dict[str, Any]) -> str:
+    """Under a --fault run's tables: whom it killed, when, and how soon another member mastered the switch."""
+    said = []
+    for name, result in summary["policies"].items():
+        for run in result["repetitions"]:
+            if (fault := run.get("fault")) is not None:
+                after = f"mastered by {fault['mastered_by']} {fault['remaster_seconds']:.2f} s later" \
+                    if fault["mastered_by"] else "not mastered again within 30 s"
+                said.append(f"- {name}: {fault['member']}, the owner of switch {fault['dp_id']}, killed (kill -9) "
+                            f"{fault['killed_s']:.1f} s into TCP; {after}")
+    return "\nFault:\n\n" + "\n".join(said) + "\n" if said else ""
+
+
 def table(summary: dict[str, Any]) -> str:
     """TCP throughput (and UDP delivered) per offered UDP rate, one column pair per policy; with
     repeats the median and its range; † marks a step the emulator, not the policy, decided."""
