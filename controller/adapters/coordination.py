@@ -406,12 +406,21 @@ class Coordination:
         return self._base + int(answer["header"]["revision"]) if answer.get("succeeded") else None
 
     def release(self, dp_id: int) -> None:
-        """Delete the switch's key if it is ours (if etcd does not answer, it goes with our lease)."""
+        """Delete the switch's key if it is ours; tried again each second until etcd confirms it, or until our lease
+        ran out (the key went with it): the member the ring names cannot claim the switch while our key holds it."""
         key = _b64(f"{self.prefix}switch/{dp_id:016x}")
-        with contextlib.suppress(CoordinationError):
-            self._post("/kv/txn", {"compare": [{"key": key, "result": "EQUAL", "target": "VALUE",
-                                                "value": _b64(self.member)}],
-                                   "success": [{"request_delete_range": {"key": key}}]})
+        said = False
+        while self._keepalive is not None and not self._keepalive.expired:
+            try:
+                self._post("/kv/txn", {"compare": [{"key": key, "result": "EQUAL", "target": "VALUE",
+                                                    "value": _b64(self.member)}],
+                                       "success": [{"request_delete_range": {"key": key}}]})
+                return
+            except CoordinationError as err:
+                if not said:
+                    LOG.warning("etcd: switch %016x not released yet (%s); tried again every second", dp_id, err)
+                said = True
+            hub.sleep(REFRESH_SECONDS)
 
     def save_policy(self, document: Any) -> int:
         """The cluster's policy (None: cleared); the revision it was written at."""

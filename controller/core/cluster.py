@@ -78,6 +78,7 @@ class Cluster:
         self.cut: frozenset[int] = frozenset()        # those we told the others of
         self.sync: dict[str, ev.MemberSync] = {}      # member → what it says it holds, as etcd said
         self.published: ev.MemberSync | None = None   # what we last told the others we hold
+        self.gone_since: dict[int, float] = {}        # switches we own, not connected → since when
         self.restored: str | None = None              # the last time etcd lost its data, as this member recovered
 
     def confirmed(self, now: float) -> bool:
@@ -108,15 +109,25 @@ class Cluster:
         for dp in lost:
             del self.mine[dp]
         actions: list[act.Action] = []
+        switches = set(switches)
+        # A switch we own but have not reached over OpenFlow for a lease: given up, so that a member that
+        # reaches it can take it (our key would otherwise keep it ours for as long as we live).
+        self.gone_since = {dp: self.gone_since.get(dp, now) for dp in self.mine if dp not in switches}
+        for dp in [dp for dp, since in self.gone_since.items() if now - since >= self.lease]:
+            actions.append(act.ReleaseSwitch(dp))
+            del self.mine[dp], self.gone_since[dp]
+            lost.add(dp)
         for dp in switches:
             intended = self.intended(dp)
             if dp in self.mine and intended != self.me:
                 actions.append(act.ReleaseSwitch(dp))       # handed to the member the ring names
                 del self.mine[dp]
                 lost.add(dp)
-            elif intended == self.me and dp not in self.owners and dp not in self.claiming | self.mine.keys():
+            elif dp not in self.claiming | self.mine.keys() and intended == self.me and \
+                    self.owners.get(dp) in (None, self.me):
+                # A key of ours we do not know of is a claim whose answer was lost: put it again, for its revision.
                 self.claiming.add(dp)
-                actions.append(act.ClaimSwitch(dp, renew=False))
+                actions.append(act.ClaimSwitch(dp, renew=dp in self.owners))
         return actions, lost
 
     def intended(self, dp_id: int) -> str | None:

@@ -1,11 +1,16 @@
 """The etcd adapter against a real etcd (started here, on loopback, with its own data): each read gives the
 policy in force with its revision, a new one as soon as it is stored, and the switches' owners beside it."""
+import os
+import signal
+import subprocess
+
 from eventlet import patcher
 
 from controller.adapters.coordination import REFRESH_SECONDS, WEDGED_SECONDS, Coordination
 from topo.harness.etcd import etcd
 
 _time = patcher.original("time")   # a sleep that yields to nothing, even under eventlet
+threading = patcher.original("threading")
 
 
 def test_each_read_gives_the_policy_in_force_and_a_stored_one_at_once(tmp_path):
@@ -59,5 +64,27 @@ def test_the_leases_outlive_a_loop_busy_for_longer_than_they_last_but_not_a_wedg
             member.refresh()
             assert member.confirmed(_time.monotonic())
             assert member.claim(0xC1, renew=False) is not None
+        finally:
+            member.leave()
+
+
+def test_a_release_etcd_does_not_answer_is_tried_again_until_it_does(tmp_path):
+    with etcd(23792, tmp_path / "etcd.log") as url:
+        pid = int(subprocess.run(["pgrep", "-f", "--newest", "etcd --name ovsqos"], capture_output=True,
+                                 text=True).stdout.split()[0])
+        member = Coordination(url, "adapter", "m1", 9)
+        member.connect()
+        try:
+            assert member.claim(0xC1, renew=False) is not None and member.read().owners == {0xC1: "m1"}
+            os.kill(pid, signal.SIGSTOP)                             # etcd silent: the first attempt times out
+            try:
+                releasing = threading.Thread(target=member.release, args=(0xC1,))
+                releasing.start()
+                _time.sleep(4 * REFRESH_SECONDS)
+                assert releasing.is_alive()                          # not given up: still trying
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            releasing.join(timeout=20)
+            assert not releasing.is_alive() and member.read().owners == {}
         finally:
             member.leave()

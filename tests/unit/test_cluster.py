@@ -261,3 +261,25 @@ def test_a_recovery_from_etcd_losing_its_data_stays_in_the_status_until_the_next
     cluster.report(restored, 1.0, [])
     cluster.report(report(["a"], revision=31), 2.0, [])
     assert cluster.status()["etcd_restored"] == "its revision went back from 20 to 2"
+
+
+def test_a_claim_whose_answer_was_lost_is_resolved_by_putting_our_key_again():
+    cluster = Cluster("a", 6)
+    (claim,), _ = cluster.report(report(["a"]), 0.0, [5])
+    assert claim == act.ClaimSwitch(5, renew=False)
+    assert not cluster.claimed(ev.SwitchClaimed(5, None))       # etcd committed it, but the answer was lost
+    actions, _ = cluster.report(report(["a"], {5: "a"}, revision=30), 2.0, [5])
+    assert actions == [act.ClaimSwitch(5, renew=True)]            # ours in etcd, unknown here: put again
+    assert cluster.claimed(ev.SwitchClaimed(5, 31)) and cluster.owns(5)
+    assert cluster.report(report(["a"], {5: "a"}, revision=32), 3.0, [5])[0] == []
+
+
+def test_a_switch_we_own_but_no_longer_reach_over_openflow_is_released_after_a_lease():
+    cluster = Cluster("a", 6)
+    cluster.report(report(["a"]), 0.0, [5])
+    assert cluster.claimed(ev.SwitchClaimed(5, 20))
+    assert cluster.report(report(["a"], {5: "a"}, revision=21), 1.0, []) == ([], set())     # gone: the clock starts
+    assert cluster.report(report(["a"], {5: "a"}, revision=22), 6.5, [5]) == ([], set())    # back before a lease
+    assert cluster.report(report(["a"], {5: "a"}, revision=23), 7.0, []) == ([], set())
+    actions, lost = cluster.report(report(["a"], {5: "a"}, revision=24), 13.0, [])
+    assert actions == [act.ReleaseSwitch(5)] and lost == {5} and not cluster.owns(5)
