@@ -74,11 +74,11 @@ class Cluster:
         self.confirmed_at: float | None = None        # when the last refresh etcd answered was sent
         self.policy_revision = 0                      # the cluster's policy this member has in force
         self.unreachable: dict[str, frozenset[int]] = {}   # member → switches it cannot reach, as etcd said
-        self.cut_since: dict[int, float] = {}         # switches whose OVSDB we cannot reach → since when
+        # Since when we cannot reach a switch: ("ovsdb", dp) its OVSDB, ("openflow", dp) one we own over OpenFlow.
+        self.since: dict[tuple[str, int], float] = {}
         self.cut: frozenset[int] = frozenset()        # those we told the others of
         self.sync: dict[str, ev.MemberSync] = {}      # member → what it says it holds, as etcd said
         self.published: ev.MemberSync | None = None   # what we last told the others we hold
-        self.gone_since: dict[int, float] = {}        # switches we own, not connected → since when
         self.restored: str | None = None              # the last time etcd lost its data, as this member recovered
 
     def confirmed(self, now: float) -> bool:
@@ -112,10 +112,10 @@ class Cluster:
         switches = set(switches)
         # A switch we own but have not reached over OpenFlow for a lease: given up, so that a member that
         # reaches it can take it (our key would otherwise keep it ours for as long as we live).
-        self.gone_since = {dp: self.gone_since.get(dp, now) for dp in self.mine if dp not in switches}
-        for dp in [dp for dp, since in self.gone_since.items() if now - since >= self.lease]:
+        self._since("openflow", (dp for dp in self.mine if dp not in switches), now)
+        for dp in self._given_up("openflow", now):
             actions.append(act.ReleaseSwitch(dp))
-            del self.mine[dp], self.gone_since[dp]
+            del self.mine[dp], self.since[("openflow", dp)]
             lost.add(dp)
         for dp in switches:
             intended = self.intended(dp)
@@ -136,13 +136,20 @@ class Cluster:
     def reach(self, cut: Iterable[int], now: float) -> list[act.Action]:
         """`cut`: the switches whose OVSDB this member cannot reach now. Those cut for a lease time are told to
         the others (a moment's reconnection moves nothing); one reached again, at once."""
-        cut = set(cut)
-        self.cut_since = {dp: self.cut_since.get(dp, now) for dp in cut}
-        given_up = frozenset(dp for dp, since in self.cut_since.items() if now - since >= self.lease)
+        self._since("ovsdb", cut, now)
+        given_up = self._given_up("ovsdb", now)
         if given_up == self.cut:
             return []
         self.cut = given_up
         return [act.Unreachable(given_up)]
+
+    def _since(self, what: str, switches: Iterable[int], now: float) -> None:
+        self.since = {key: t for key, t in self.since.items() if key[0] != what} | \
+            {(what, dp): self.since.get((what, dp), now) for dp in switches}
+
+    def _given_up(self, what: str, now: float) -> frozenset[int]:
+        """Those unreached for a lease time: a moment's reconnection moves nothing."""
+        return frozenset(dp for (kind, dp), t in self.since.items() if kind == what and now - t >= self.lease)
 
     def claimed(self, claim: ev.SwitchClaimed) -> bool:
         """A claim's outcome; whether this member owns the switch now."""

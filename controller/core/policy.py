@@ -37,6 +37,7 @@ MATCH_FIELDS = ("in_port", "eth_type", "eth_src", "eth_dst", "ipv4_src", "ipv4_d
 # OpenFlow 1.3's reserved ports a flow may output to, by the name a policy uses.
 SPECIAL_OUTPUTS = {"normal": 0xFFFFFFFA, "flood": 0xFFFFFFFB, "in_port": 0xFFFFFFF8, "controller": 0xFFFFFFFD}
 MAX_PORT = 0xFEFF
+MIN_CAPACITY_BPS = 1000
 _RATE_UNITS = {"": 1, "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 # OVS's linux-htb hands the kernel each rate as 32-bit bytes per second: above that it wraps.
 MAX_RATE_BPS = (2**32 - 1) * 8
@@ -274,7 +275,7 @@ def _port_rule(doc: Any) -> PortRule:
     doc = _mapping(doc, where)
     _known_keys(doc, where, ("capacity", "queues", "queue_packets", "discipline", "qos_type"))
     queues, queue_packets, discipline, qos_type = _queueing(doc, where)
-    capacity = parse_rate(doc["capacity"], f"{where}.capacity") if doc.get("capacity") is not None else None
+    capacity = _capacity(doc["capacity"], f"{where}.capacity") if doc.get("capacity") is not None else None
     return PortRule(queues, capacity, queue_packets, discipline, qos_type)
 
 
@@ -297,6 +298,16 @@ def parse_rate(value: Any, where: str) -> int:
     if int(bps) <= 0:
         raise PolicyError(f"{where}: {_shown(value)} is not a positive rate of at least 1 bit/s; write e.g. 5Mbit")
     return int(bps)
+
+
+def _capacity(value: Any, where: str) -> int:
+    """A port's rate: at least 1kbit, or its classes' shares of it round to nothing (a bare number is bit/s, so
+    `capacity: 100` is 100 bit/s, not 100 Mbit/s)."""
+    bps = parse_rate(value, where)
+    if bps < MIN_CAPACITY_BPS:
+        raise PolicyError(f"{where}: {_shown(value)} is {bps} bit/s, below the 1kbit a port's queues need (a number "
+                          "without a unit is bit/s); write the port's rate with its unit, e.g. 100Mbit")
+    return bps
 
 
 def parse_share(value: Any, where: str) -> float:
@@ -406,7 +417,7 @@ def _port(port_no: Any, doc: Any, where: str) -> PortPolicy:
     if "capacity" not in doc:
         raise PolicyError(f"{where}.capacity: missing; give the port's rate, e.g. 5Mbit")
     queues, queue_packets, discipline, qos_type = _queueing(doc, where)
-    return PortPolicy(number, parse_rate(doc["capacity"], f"{where}.capacity"), queues, queue_packets, discipline,
+    return PortPolicy(number, _capacity(doc["capacity"], f"{where}.capacity"), queues, queue_packets, discipline,
                       qos_type)
 
 

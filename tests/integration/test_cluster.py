@@ -213,7 +213,10 @@ def test_a_paused_member_writes_nothing_when_it_resumes_and_etcd_down_changes_no
         try:
             for name in ("m1", "m2"):
                 procs[name] = start_member(tmp_path, url, name)
-            wait(lambda: all(len(t) == 1 for t in masters(bridges).values()), 30, "one master per bridge")
+            targets = {f"tcp:127.0.0.1:{MEMBERS[name][0]}": name for name in procs}
+            # m2 must own bridges before it is paused, or its pause proves nothing (m1 alone masters all at first).
+            wait(lambda: {targets[t[0]] for t in masters(bridges).values() if len(t) == 1} == {"m1", "m2"}, 30,
+                 "the bridges shared by m1 and m2")
             api(8080, "PUT", "/policy", cluster_policy("first", "10Mbit"))
             wait(lambda: all(q != "[]" for q in qos_rows(bridges).values()), 20, "queues on every bridge")
             state = {b: (qos_rows([b])[b], flows(b)) for b in bridges}
@@ -243,7 +246,6 @@ def test_a_paused_member_writes_nothing_when_it_resumes_and_etcd_down_changes_no
             wait(lambda: api(8080)["role"] == "member" and all(len(t) == 1 for t in masters(bridges).values()),
                  LEASE + 15, "the members carry on once etcd is back")
             # m2's membership ran out while it was stopped; it joins again and masters its share once more.
-            targets = {f"tcp:127.0.0.1:{MEMBERS[name][0]}": name for name in procs}
             wait(lambda: {targets[t[0]] for t in masters(bridges).values() if t} == {"m1", "m2"}, LEASE + 15,
                  "m2 back in the group, mastering its share")
             for proc in procs.values():

@@ -8,7 +8,7 @@ import pytest
 
 from controller.adapters.tc import ClassCounters, Leaf
 from controller.core import events as ev
-from controller.core.authority import LEASE_SECONDS
+from controller.core.authority import LEASE_SECONDS, TAKEOVER_SECONDS
 from controller.core.congestion import PROGRAM, CongestionConfig, PortCongestion, PortSample
 from controller.core.meters import COUNTING, METER_BASE, is_ours
 from controller.core.portjobs import TC_SWEEP_SECONDS
@@ -287,3 +287,14 @@ def test_a_standby_leaves_the_lock_to_an_active_one_that_keeps_beating(net):
         standby.remotes_changed()          # the standby's: it sees it move
         assert standby.authority.role == "standby" and net.app.authority.role == "active"
         assert net.ovsdb.holder is net.app.session
+    # The other way: the active one hangs with its session open (its heartbeat stands still). The standby
+    # waits out TAKEOVER_SECONDS, not a second less, then steals the lock and is active.
+    hung = standby.clock
+    while standby.clock - hung < TAKEOVER_SECONDS - 1:
+        standby.clock += 1.0
+        standby.remotes_changed()
+        assert standby.authority.role == "standby" and net.ovsdb.holder is net.app.session
+    standby.clock = hung + TAKEOVER_SECONDS + 1
+    standby.remotes_changed()
+    standby.remotes_changed()              # the lock's new holder, reported as the app reports it each second
+    assert net.ovsdb.holder is standby.session and standby.authority.role == "active"

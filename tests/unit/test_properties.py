@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from controller.adapters.statefile import StateFile
 from controller.core.document import load_json, load_yaml
 from controller.core.errors import PolicyError
-from controller.core.policy import Policy, parse_policy
+from controller.core.normalised import normalised_document
+from controller.core.policy import DISCIPLINES, MAX_PORT, QOS_TYPES, QUEUE_MODES, Policy, parse_policy
 from tests.unit.test_policy import shipped
 
 BOUNDED = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -48,7 +49,35 @@ def outcome(read) -> Any:
 def policy_or_error(document_of) -> None:
     document = outcome(document_of)
     if not isinstance(document, PolicyError):
-        assert isinstance(outcome(lambda: parse_policy(document)), (Policy, PolicyError))
+        policy = outcome(lambda: parse_policy(document))
+        assert isinstance(policy, (Policy, PolicyError))
+        if isinstance(policy, Policy):
+            sound(policy)
+
+
+def sound(policy: Policy) -> None:
+    """What the controller relies on of every policy the check accepts (a check that let any of these through
+    would pass the properties above by returning a Policy for anything); and what it prints reads back the same."""
+    queues = [c.queue for c in policy.classes]
+    assert len(set(queues)) == len(queues) and all(1 <= q <= 7 for q in queues) and policy.name
+    reserved = 0.0
+    for c in policy.classes:
+        assert 0 <= c.min_share <= c.max_share <= 1 and c.max_share > 0 and 0 <= c.dscp <= 63, c
+        reserved += c.min_share
+    assert reserved <= 1 + 1e-9
+    config = policy.congestion
+    assert config.samples >= 1 and 0 < config.clear_utilisation <= config.utilisation <= 1 and config.hold_seconds >= 0
+    assert 0.05 <= policy.poll_interval <= 60 and (policy.fast_poll_interval == 0 or
+                                                    0.01 <= policy.fast_poll_interval <= policy.poll_interval)
+    rules = [p for sw in policy.switches for p in sw.ports] + \
+        ([policy.network.ports] if policy.network and policy.network.ports else [])
+    for rule in rules:
+        assert rule.queues in QUEUE_MODES and rule.discipline in DISCIPLINES and rule.qos_type in QOS_TYPES, rule
+        assert rule.capacity_bps is None or rule.capacity_bps >= 1000, rule
+        assert 1 <= rule.queue_packets <= 100_000, rule
+    for sw in policy.switches:
+        assert 1 <= sw.dp_id < 2**64 and all(1 <= p.port_no <= MAX_PORT for p in sw.ports)
+    assert parse_policy(json.loads(json.dumps(normalised_document(policy)))) == policy
 
 
 @BOUNDED
@@ -88,3 +117,27 @@ def test_any_state_file_gives_a_saved_state_or_one_policy_error(tmp_path, data):
     path = tmp_path / "state.json"
     path.write_bytes(data)
     assert isinstance(outcome(StateFile(path).read), (tuple, PolicyError))
+
+
+def _leaves(node: Any, path: tuple = ()) -> list[tuple]:
+    if isinstance(node, dict):
+        return [leaf for key, value in node.items() for leaf in _leaves(value, (*path, key))]
+    if isinstance(node, list):
+        return [leaf for k, value in enumerate(node) for leaf in _leaves(value, (*path, k))]
+    return [path]
+
+
+EDGES = [0, -1, 1, 0.0, 1e-9, 0.5, 1.5, 2**64, 10**9, "0%", "101%", "-5%", "0bit", "1bit", "0Mbit", "", None, True]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(["none", "reserve", "auto"]), st.data())
+def test_a_shipped_policy_with_an_edge_value_at_any_leaf_is_refused_or_sound(name, data):
+    """Bounds: each leaf (a share, a rate, a count, a port) given a value at or past an edge."""
+    document = copy.deepcopy(_shipped(name))
+    path = data.draw(st.sampled_from(_leaves(document)))
+    node = document
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = data.draw(st.sampled_from(EDGES))
+    policy_or_error(lambda: document)

@@ -174,7 +174,9 @@ def test_a_runt_or_a_multicast_source_is_not_learned(replica):
     ({"classify": [{"priority": 60000, "match": {"ip_proto": "tcp"}, "class": "tcp"}]},
      "network.classify[0].priority: 60000 is not a whole number from 1001 to 59999"),
     ({"ports": {"queues": "fast"}}, "network.ports.queues: 'fast' is not one of fifo, reserve, auto"),
-    ({"ports": {"queues": "auto", "capacity": 5}}, None),
+    ({"ports": {"queues": "auto", "capacity": "5Mbit"}}, None),
+    ({"ports": {"queues": "auto", "capacity": 5}},
+     "network.ports.capacity: 5 is 5 bit/s, below the 1kbit a port's queues need (a number without a unit is bit/s)"),
     ({"colour": 1}, "network.colour: unknown key"),
 ])
 def test_a_network_section_is_checked_field_by_field(network, message):
