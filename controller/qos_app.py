@@ -124,7 +124,8 @@ class QosController(App):
         self.coordination = Coordination(co.url, settings.owner, co.member, co.lease, settings.ovsdb[0]) if co else None
         self.ovsdb = Remotes(settings.ovsdb, lambda name: Ovsdb(name, owner=settings.owner, timeout=10.0,
                                                               ssl=settings.ovsdb_ssl, standby=settings.standby,
-                                                              lock=co is None), settings.standby)
+                                                              lock=co is None, probe=co.lease / 3 if co else None),
+                                 settings.standby)
         self._first_tried: bool = False
         self._held: LockHeld | None = None
         self._threads = [hub.spawn(self._connect_remote, name) for name in settings.ovsdb]

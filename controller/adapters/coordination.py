@@ -167,7 +167,8 @@ class Coordination:
         self._keepalive = Keepalive(self._thread_post(coord), lambda: [coord._membership_lease.id, self._lease.id])
         self._keepalive.start()
         if self._ovsdb is not None and self._peers is None:
-            self._peers = PeerWatch(self._ovsdb, self.owner, self.member, self._revoker(self._thread_post(coord)))
+            self._peers = PeerWatch(self._ovsdb, self.owner, self.member, self._revoker(self._thread_post(coord)),
+                                    probe=self.lease_seconds / 3)
             self._peers.start()
 
     def _revoker(self, post: Callable[[str, dict[str, Any]], dict[str, Any]]) -> Callable[[str], None]:

@@ -108,10 +108,12 @@ class Fenced(OvsdbError):
 class Ovsdb:
     def __init__(self, remote: str = DEFAULT_DB, owner: str = "default", timeout: float = 30.0,
                  lock_wait: float = 10.0, ssl: tuple[Path, Path, Path] | None = None, standby: bool = False,
-                 lock: bool = True, late: float = LATE_SECONDS):
+                 lock: bool = True, late: float = LATE_SECONDS, probe: float | None = None):
         """`standby`: another controller of this owner holding the lock is waited for, not an error. `lock`
         False: the members of a cluster share the owner (etcd decides who writes what), so none locks. `late`:
-        how long apply() waits, past `timeout`, for a transaction still queued to end."""
+        how long apply() waits, past `timeout`, for a transaction still queued to end. `probe`: seconds of silence
+        after which a TCP or SSL session is probed, and as many again after which it is closed (python-ovs's
+        default is 5): a path that drops everything is found as a close is."""
         self.owner, self.standby, self._late = owner, standby, late
         if ssl:   # python-ovs keeps one key, certificate and CA for all its SSL streams
             key, certificate, ca_cert = map(str, ssl)
@@ -129,6 +131,8 @@ class Ovsdb:
             self._idl.set_lock(lock_name(owner))    # before the connection starts (python-ovs asks that)
         # A server back is used within 2 s (python-ovs backs off to 8 s); its session is private, no other way.
         self._idl._session.reconnect.set_backoff(1000, 2000)
+        if probe and not remote.startswith("unix:"):    # ovsdb-server is never probed over a unix socket
+            self._idl._session.reconnect.set_probe_interval(int(probe * 1000))
         # ovsdbapp keeps one connection per API class: a class of our own per instance keeps them apart.
         api_class = type("QosOvsdbIdl", (impl_idl.OvsdbIdl,), {"_ovsdb_connection": None})
         self._api = api_class(connection.Connection(idl=self._idl, timeout=timeout))
@@ -147,8 +151,10 @@ class Ovsdb:
 
     @property
     def connected(self) -> bool:
+        """Connected and answering: the server has sent what we monitor since this connection was made. A TCP
+        connect alone says nothing (a proxy, or a path that drops everything, accepts one and answers nothing)."""
         up: bool = self._idl._session.is_connected()   # python-ovs keeps its session private; no other way to ask
-        return up
+        return up and self._idl.state == self._idl.IDL_S_MONITORING
 
     @property
     def has_lock(self) -> bool:

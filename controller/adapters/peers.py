@@ -41,14 +41,17 @@ def member_lock(owner: str, member: str) -> str:
 class PeerWatch:
     """`gone(peer)` is called, in this thread, when a peer's OVSDB session closed while we waited for its lock."""
 
-    def __init__(self, remote: str, owner: str, member: str, gone: Callable[[str], None]) -> None:
-        self.remote, self.owner, self.member, self._gone = remote, owner, member, gone
+    def __init__(self, remote: str, owner: str, member: str, gone: Callable[[str], None],
+                 probe: float | None = None) -> None:
+        """`probe`: as Ovsdb's, seconds of silence before a TCP session is probed (and closed as many after)."""
+        self.remote, self.owner, self.member, self._gone, self._probe = remote, owner, member, gone, probe
         self.peers: frozenset[str] = frozenset()      # set by the coordination loop, replaced whole
         self.own_held = False                         # read by the coordination loop: publish our leases only then
         self._names: dict[str, str] = {}              # lock name → peer ('' for our own)
         self._queued: frozenset[str] = frozenset()    # peers whose lock we wait in line for (replaced whole)
         self._asked: set[str] = set()                 # peers whose lock we asked for on this session
         self._requests: dict[Any, str] = {}           # lock request id → peer
+        self._steal_at = float("inf")                 # when to take our own lock back
         self._stop = _threading.Event()
         self._thread = _threading.Thread(target=self._run, name="ovsdb-peer-watch", daemon=True)
 
@@ -65,7 +68,7 @@ class PeerWatch:
         self._stop.set()
 
     def _run(self) -> None:
-        session = jsonrpc.Session.open(self.remote)
+        session = jsonrpc.Session.open(self.remote, int(self._probe * 1000) if self._probe else None)
         state: tuple[int, bool] | None = None
         try:
             while not self._stop.is_set():
@@ -78,6 +81,10 @@ class PeerWatch:
                     self._requests.clear()
                     if session.is_connected():
                         self._send(session, "steal", "")
+                if session.is_connected() and not self.own_held and _time.monotonic() >= self._steal_at:
+                    self._steal_at = float("inf")    # our request still waits in line: withdrawn, then a steal
+                    session.send(jsonrpc.Message.create_request("unlock", [member_lock(self.owner, self.member)]))
+                    self._send(session, "steal", "")
                 if session.is_connected():
                     for peer in sorted(self.peers - self._asked - {self.member}):
                         self._asked.add(peer)
@@ -114,8 +121,10 @@ class PeerWatch:
             named = self._names.get(msg.params[0])
             if named == "":
                 self.own_held = msg.method == "locked"
-                if not self.own_held:
-                    LOG.error("another session stole this member's OVSDB lock: is %s running twice?", self.member)
+                if not self.own_held:    # a stale session of ours (a connection a partition held back), or a twin
+                    LOG.warning("another session took this member's OVSDB lock (an old connection of %s, or %s "
+                                "running twice); taken back in %g s", self.member, self.member, RETRY_SECONDS)
+                    self._steal_at = _time.monotonic() + RETRY_SECONDS
             elif named is not None and msg.method == "stolen":   # the peer is back and took its lock from us:
                 self._queued = self._queued | {named}             # ovsdb-server keeps us first in line behind it
             elif named is not None and named in self._queued:     # its holder's session closed

@@ -11,7 +11,9 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -389,3 +391,102 @@ def test_etcd_restarted_empty_is_recovered_from_by_the_members_without_touching_
             for proc in procs.values():
                 if proc.poll() is None:
                     stop_controller(proc, clear=False)
+
+
+class Proxy:
+    """A TCP forwarder from 127.0.0.1:`port` to `target` that can drop everything silently (a partition: nothing
+    closed, nothing answered, a new connection accepted and left unanswered) and heal."""
+
+    def __init__(self, port: int, target: tuple[str, int]):
+        self.target, self.open = target, threading.Event()
+        self.open.set()
+        self.listener = socket.create_server(("127.0.0.1", port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        self.open.wait()
+        upstream = socket.create_connection(self.target)
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        try:
+            while True:
+                self.open.wait()
+                data = a.recv(65536)
+                self.open.wait()
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.open.set()
+        self.listener.close()
+
+
+def test_a_silent_partition_from_ovsdb_is_found_by_a_probe_and_handled_as_a_cut(tmp_path, bridges):
+    remote, proxied = "ptcp:6649:127.0.0.1", "tcp:127.0.0.1:6648"
+    sh("ovs-appctl", "-t", "ovsdb-server", "ovsdb-server/add-remote", remote)
+    proxy = Proxy(6648, ("127.0.0.1", 6649))
+    procs = {}
+    try:
+        with etcd(23791, tmp_path / "etcd.log") as url:
+            try:
+                procs["m1"] = start_member(tmp_path, url, "m1", ovsdb=proxied)
+                procs["m2"] = start_member(tmp_path, url, "m2")
+                targets = {f"tcp:127.0.0.1:{MEMBERS[name][0]}": name for name in procs}
+
+                def holders() -> set[str]:
+                    return {targets[t[0]] for t in masters(bridges).values() if len(t) == 1}
+                wait(lambda: holders() == {"m1", "m2"}, 30, "the bridges shared by m1 and m2")
+                api(8080, "PUT", "/policy", cluster_policy("first", "10Mbit"))
+                wait(lambda: all(max_rate(q) == "10000000" for q in qos_rows(bridges).values()), 20, "queues on every bridge")
+                assert api(8080)["ovsdb"][proxied]["connected"] is True
+                proxy.open.clear()                                           # everything dropped, nothing closed
+                cut = time.monotonic()
+                wait(lambda: api(8080)["ovsdb"][proxied]["connected"] is False, LEASE + 2, "m1 finding the partition")
+                print(f"silent partition: found by m1 {time.monotonic() - cut:.2f} s later, lease {LEASE} s")
+                # Its reconnections get a TCP connection from the proxy, and no answer: still not connected.
+                for _ in range(20):
+                    assert api(8080)["ovsdb"][proxied]["connected"] is False
+                    time.sleep(0.3)
+                wait(lambda: holders() == {"m2"} and all(len(t) == 1 for t in masters(bridges).values()), 3 * LEASE + 10,
+                     "every bridge mastered by m2")
+                print(f"silent partition: m1's bridges mastered by m2 {time.monotonic() - cut:.2f} s after it began")
+                api(8081, "PUT", "/policy", cluster_policy("second", "20Mbit"))
+                wait(lambda: all(max_rate(q) == "20000000" for q in qos_rows(bridges).values()), 20,
+                     "m2's PUT on every bridge")
+                rows = {b: (q, max_rate(q)) for b, q in qos_rows(bridges).items()}
+                proxy.open.set()                                             # healed
+                samples = []
+                deadline = time.monotonic() + 3 * LEASE + 15
+                while holders() != {"m1", "m2"}:
+                    assert time.monotonic() < deadline, "m1 never mastered its share again after the heal"
+                    samples.append({b: (q, max_rate(q)) for b, q in qos_rows(bridges).items()})
+                    time.sleep(0.25)
+                for _ in range(8):                                           # and a while after it took them
+                    samples.append({b: (q, max_rate(q)) for b, q in qos_rows(bridges).items()})
+                    time.sleep(0.25)
+                # No old policy written back and no row rebuilt: the rows are the ones m2's PUT left.
+                assert all(sample == rows for sample in samples), [s for s in samples if s != rows][:1]
+                assert "Traceback" not in (tmp_path / "m1.log").read_text()
+                api(8081, "DELETE", "/policy")
+            finally:
+                for proc in procs.values():
+                    stop_controller(proc, clear=False)
+    finally:
+        proxy.close()
+        subprocess.run(["ovs-appctl", "-t", "ovsdb-server", "ovsdb-server/remove-remote", remote], capture_output=True)
