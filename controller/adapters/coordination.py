@@ -35,6 +35,7 @@ from typing import Any
 
 from eventlet import patcher
 
+from controller.adapters import private
 from controller.adapters.peers import PeerWatch
 from controller.compat import hub
 from controller.core import actions as act
@@ -164,7 +165,8 @@ class Coordination:
         except Exception as err:   # noqa: BLE001 - tooz and etcd3gw raise many kinds; all mean "not reached"
             raise CoordinationError(_why(err)) from None
         self._coord = coord
-        self._keepalive = Keepalive(self._thread_post(coord), lambda: [coord._membership_lease.id, self._lease.id])
+        self._keepalive = Keepalive(self._thread_post(coord),
+                                    lambda: [private.membership_lease_id(coord), self._lease.id])
         self._keepalive.start()
         if self._ovsdb is not None and self._peers is None:
             self._peers = PeerWatch(self._ovsdb, self.owner, self.member, self._revoker(self._thread_post(coord)),
@@ -266,7 +268,7 @@ class Coordination:
         self._wake.set()
 
     def _tell(self) -> None:
-        leases = [self._coord._membership_lease.id, self._lease.id]
+        leases = [private.membership_lease_id(self._coord), self._lease.id]
         # What a peer revokes when our OVSDB session closes: said only while we hold our lock (peers.py).
         if self._peers is not None and self._peers.own_held and self._leases_told != leases:
             self._post("/kv/put", {"key": _b64(f"{self.prefix}lease/{self.member}"), "value": _b64(json.dumps(leases)),
@@ -460,7 +462,7 @@ class Coordination:
                 for watch in watches:
                     hub.kill(watch)
                 watches[:] = [hub.spawn(self._watch, prefix)
-                              for prefix in (self.prefix, self._coord._prefix_group(self.group).decode())]
+                              for prefix in (self.prefix, private.group_prefix(self._coord, self.group))]
             refreshed = self.refresh()
             if refreshed is None:
                 self._told = self._sync_told = self._leases_told = None      # our keys went with the lease

@@ -41,6 +41,7 @@ from ovsdbapp import exceptions
 from ovsdbapp.backend.ovs_idl import command, connection, idlutils, transaction
 from ovsdbapp.schema.open_vswitch import impl_idl
 
+from controller.adapters import private
 from controller.core.bridges import CAPACITY_KEY, BridgeInfo
 from controller.core.plan import ABSENT, FOREIGN
 from controller.core.policy import LOCAL_OVSDB, PolicyError, parse_rate
@@ -130,9 +131,9 @@ class Ovsdb:
         if lock:
             self._idl.set_lock(lock_name(owner))    # before the connection starts (python-ovs asks that)
         # A server back is used within 2 s (python-ovs backs off to 8 s); its session is private, no other way.
-        self._idl._session.reconnect.set_backoff(1000, 2000)
+        private.session(self._idl).reconnect.set_backoff(1000, 2000)
         if probe and not remote.startswith("unix:"):    # ovsdb-server is never probed over a unix socket
-            self._idl._session.reconnect.set_probe_interval(int(probe * 1000))
+            private.session(self._idl).reconnect.set_probe_interval(int(probe * 1000))
         # ovsdbapp keeps one connection per API class: a class of our own per instance keeps them apart.
         api_class = type("QosOvsdbIdl", (impl_idl.OvsdbIdl,), {"_ovsdb_connection": None})
         self._api = api_class(connection.Connection(idl=self._idl, timeout=timeout))
@@ -153,7 +154,7 @@ class Ovsdb:
     def connected(self) -> bool:
         """Connected and answering: the server has sent what we monitor since this connection was made. A TCP
         connect alone says nothing (a proxy, or a path that drops everything, accepts one and answers nothing)."""
-        up: bool = self._idl._session.is_connected()   # python-ovs keeps its session private; no other way to ask
+        up: bool = private.session(self._idl).is_connected()
         return up and self._idl.state == self._idl.IDL_S_MONITORING
 
     @property
@@ -185,7 +186,7 @@ class Ovsdb:
         """The bridge of that datapath id, read again only once a bridge, port or interface was made, removed or
         renumbered: python-ovs converts each column read, and a 100-port bridge was read twice per switch for
         each policy (checked, then planned), 2 s of a 10,000-port member's event loop."""
-        at = (self._idl._session.get_seqno(), self._idl.topology)
+        at = (private.session(self._idl).get_seqno(), self._idl.topology)
         if at != self._bridges_at:
             self._bridges, self._bridges_at = {}, at
         if dp_id not in self._bridges:
@@ -209,7 +210,7 @@ class Ovsdb:
         ABSENT when OVSDB has no such port. Each port is read again only once a row it was read from (its
         Port, QoS or Queue rows) changed, or a port of its name was made: python-ovs converts every column
         it is asked for, which cost most of a cluster member's CPU while other members wrote their QoS."""
-        session: int = self._idl._session.get_seqno()   # a reconnection reloads rows without telling us each
+        session: int = private.session(self._idl).get_seqno()   # a reconnection reloads rows without telling us each
         if session != self._cache_session:
             self._cache, self._depends, self._cache_session = {}, {}, session
             self._idl.touched, self._idl.made = set(), set()
@@ -379,11 +380,11 @@ class _Idl(connection.OvsdbIdl):
 
     def notify(self, event: str, row: Any, updates: Any = None) -> None:
         self.touched.add(row.uuid)
-        table = row._table.name
+        table = private.table_name(row)
         if table == "Port" and event == ROW_CREATE:
             self.made.add(row.name)
         # python-ovs counts every change (change_seqno); `updates` holds the old values of the changed columns.
-        changed = set(updates._data) if event == ROW_UPDATE and updates is not None else None
+        changed = private.changed_columns(updates) if event == ROW_UPDATE and updates is not None else None
         if changed is None or changed - QUIET.get(table, set()):
             self.changes += 1
         if table in TOPOLOGY and (changed is None or changed & TOPOLOGY[table]):
@@ -503,8 +504,7 @@ class _Steal:
         self.idl, self.results, self.commands = idl, queue.Queue(1), []
 
     def do_commit(self) -> None:
-        self.idl._Idl__do_send_lock_request("unlock")
-        self.idl._lock_request_id = self.idl._Idl__do_send_lock_request("steal")
+        private.steal_lock(self.idl)
 
 
 class _Beat(command.BaseCommand):

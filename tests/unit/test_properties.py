@@ -19,7 +19,9 @@ from controller.core.normalised import normalised_document
 from controller.core.policy import DISCIPLINES, MAX_PORT, QOS_TYPES, QUEUE_MODES, Policy, parse_policy
 from tests.unit.test_policy import shipped
 
-BOUNDED = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Derandomised: the same examples on every run, so that CI never fails on a draw a developer's run did not make.
+BOUNDED = settings(max_examples=200, deadline=None, derandomize=True,
+                   suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12),
                     st.sampled_from(["5Mbit", "50%", "0.5", "auto", "reserve", "fifo", "tcp", "udp", "voice", "normal",
@@ -66,7 +68,7 @@ def sound(policy: Policy) -> None:
         reserved += c.min_share
     assert reserved <= 1 + 1e-9
     config = policy.congestion
-    assert config.samples >= 1 and 0 < config.clear_utilisation <= config.utilisation <= 1 and config.hold_seconds >= 0
+    assert config.samples >= 1 and 0 <= config.clear_utilisation <= config.utilisation <= 1 and config.hold_seconds >= 0
     assert 0.05 <= policy.poll_interval <= 60 and (policy.fast_poll_interval == 0 or
                                                     0.01 <= policy.fast_poll_interval <= policy.poll_interval)
     rules = [p for sw in policy.switches for p in sw.ports] + \
@@ -130,14 +132,15 @@ def _leaves(node: Any, path: tuple = ()) -> list[tuple]:
 EDGES = [0, -1, 1, 0.0, 1e-9, 0.5, 1.5, 2**64, 10**9, "0%", "101%", "-5%", "0bit", "1bit", "0Mbit", "", None, True]
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.sampled_from(["none", "reserve", "auto"]), st.data())
-def test_a_shipped_policy_with_an_edge_value_at_any_leaf_is_refused_or_sound(name, data):
-    """Bounds: each leaf (a share, a rate, a count, a port) given a value at or past an edge."""
-    document = copy.deepcopy(_shipped(name))
-    path = data.draw(st.sampled_from(_leaves(document)))
-    node = document
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = data.draw(st.sampled_from(EDGES))
-    policy_or_error(lambda: document)
+def test_a_shipped_policy_with_an_edge_value_at_any_leaf_is_refused_or_sound():
+    """Bounds, every one: each leaf (a share, a rate, a count, a port) of each shipped policy given each value at
+    or past an edge, in turn."""
+    for name in ("none", "reserve", "auto"):
+        for path in _leaves(_shipped(name)):
+            for edge in EDGES:
+                document = copy.deepcopy(_shipped(name))
+                node = document
+                for key in path[:-1]:
+                    node = node[key]
+                node[path[-1]] = edge
+                policy_or_error(lambda document=document: document)

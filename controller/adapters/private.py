@@ -1,0 +1,44 @@
+"""What the controller takes from python-ovs's and tooz's private insides, in one place, each with why: these
+libraries offer no public way to it. tests/unit/test_private.py fails when an upgrade takes one away.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def session(idl: Any) -> Any:
+    """An IDL's JSON-RPC session (ovs.jsonrpc.Session): whether it is connected, its reconnections (seqno), its
+    back-off and probe interval. python-ovs's Idl keeps it in `_session`."""
+    return idl._session
+
+
+def steal_lock(idl: Any) -> None:
+    """RFC 7047's "steal" of the IDL's lock. python-ovs's Idl asks only "lock"; its private request builder
+    takes the method, and the reply is matched by `_lock_request_id`. Our own request first withdrawn:
+    ovsdb-server refuses a second request for a lock a session already waits for."""
+    idl._Idl__do_send_lock_request("unlock")
+    idl._lock_request_id = idl._Idl__do_send_lock_request("steal")
+
+
+def table_name(row: Any) -> str:
+    """The table of a row the IDL notifies of (ovs.db.idl.Row keeps it in `_table`)."""
+    name: str = row._table.name
+    return name
+
+
+def changed_columns(updates: Any) -> set[str]:
+    """The columns an update changed: python-ovs passes their old values as a Row, whose values are `_data`."""
+    return set(updates._data)
+
+
+def membership_lease_id(coord: Any) -> int:
+    """tooz's etcd3gw driver's lease for group membership (refreshed by our own keepalive thread, so that a
+    busy event loop cannot let it run out; tooz refreshes it only in its heartbeat)."""
+    lease_id: int = coord._membership_lease.id
+    return lease_id
+
+
+def group_prefix(coord: Any, group: bytes) -> str:
+    """The etcd key prefix under which tooz's etcd3gw driver keeps a group's members, for a watch on it."""
+    prefix: str = coord._prefix_group(group).decode()
+    return prefix
