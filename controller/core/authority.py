@@ -26,6 +26,7 @@ from controller.core.view import Role
 
 LOG = logging.getLogger("qos")
 TAKEOVER_SECONDS = 8.0    # a standby steals the lock from an active one whose heartbeat stood still this long
+REPORT_GAP_SECONDS = 3.0  # the remotes are reported every second: a longer gap is time the standby did not run
 LEASE_SECONDS = 3.0       # the holder writes only this long after its last heartbeat OVSDB confirmed
 
 
@@ -39,6 +40,7 @@ class Authority:
         self.claiming = False                     # a claim in flight
         self.above = -1                           # what the next claim must be newer than (-1: none wanted)
         self._beat: tuple[int, float] | None = None   # the holder's heartbeat last seen, and since when
+        self._watched_at = float("-inf")              # the standby's last report of it
         self.confirmed_at: float | None = None        # when the last heartbeat OVSDB confirmed was sent
 
     @property
@@ -111,7 +113,11 @@ class Authority:
         if not change.taken:
             self._beat = None
             return []
-        if self._beat is None or self._beat[0] != change.heartbeat:
+        # A gap between reports is time this standby did not run (stopped, starved): what it holds of the heartbeat
+        # may be as old as the gap, so the stillness is watched afresh rather than taken from before it.
+        stale = now - self._watched_at > REPORT_GAP_SECONDS
+        self._watched_at = now
+        if self._beat is None or self._beat[0] != change.heartbeat or stale:
             self._beat = (change.heartbeat, now)
         elif now - self._beat[1] >= TAKEOVER_SECONDS:
             LOG.warning("the active controller's heartbeat has stood still for %.0f s; taking its lock",

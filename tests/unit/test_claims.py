@@ -298,3 +298,23 @@ def test_a_standby_leaves_the_lock_to_an_active_one_that_keeps_beating(net):
     standby.remotes_changed()
     standby.remotes_changed()              # the lock's new holder, reported as the app reports it each second
     assert net.ovsdb.holder is standby.session and standby.authority.role == "active"
+
+
+def test_a_standby_that_was_itself_stopped_watches_the_heartbeat_afresh_before_it_steals(net):
+    up(net)
+    standby = net.app.another()
+    standby.clock = net.app.clock
+    standby.remotes_changed()                       # it sees the heartbeat ...
+    seen = net.ovsdb.beats
+    net.app.advance(9.0)                            # ... then is stopped 9 s while the active one beats on;
+    standby.clock = net.app.clock                   # on waking its replica still holds the value it saw (the
+    net.ovsdb.beats, moved = seen, net.ovsdb.beats  # stream not read yet): the heartbeat looks still for 9 s
+    assert moved > seen
+    for _ in range(3):
+        standby.clock += 1.0
+        standby.remotes_changed()
+        assert standby.authority.role == "standby" and net.ovsdb.holder is net.app.session
+    net.ovsdb.beats = moved                         # the replica catches up: it moves, nothing is stolen
+    standby.clock += 1.0
+    standby.remotes_changed()
+    assert standby.authority.role == "standby" and net.ovsdb.holder is net.app.session
