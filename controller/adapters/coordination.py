@@ -47,6 +47,7 @@ LOG = logging.getLogger(__name__)
 REFRESH_SECONDS = 1.0      # how often a member refreshes its lease (and reads the cluster, if no watch woke it)
 CONNECTIONS = 256          # kept open to etcd: a take-over claims each switch at once, on a greenthread of its own
 COALESCE_SECONDS = 0.05    # after a watch wakes the loop: changes arriving this soon are read with it
+LEASE_GONE = "Not Found"   # what etcd's gateway answers a write on a lease it no longer has (HTTP 404)
 WEDGED_SECONDS = 10.0      # the keepalive thread lets the leases run out once the core has handled nothing this long
 _threading = patcher.original("threading")   # an OS thread (os-ken's eventlet patches `threading` green)
 _time = patcher.original("time")
@@ -466,7 +467,16 @@ class Coordination:
             refreshed = self.refresh()
             if refreshed is None:
                 self._told = self._sync_told = self._leases_told = None      # our keys went with the lease
-            self._tell()
+            try:
+                self._tell()
+            except CoordinationError as err:
+                if str(err) != LEASE_GONE:
+                    raise
+                # Our lease went (revoked by a peer that took us for dead, or run out) before the keepalive said
+                # so: new ones at the next pass, as the keepalive would have it; nothing is down.
+                LOG.info("etcd: our lease is gone; taking new ones")
+                assert self._keepalive is not None
+                self._keepalive.expired = True
             cluster = self.read()
             assert cluster.members is not None
             if self._peers is not None:

@@ -482,7 +482,9 @@ def test_a_silent_partition_from_ovsdb_is_found_by_a_probe_and_handled_as_a_cut(
                     time.sleep(0.25)
                 # No old policy written back and no row rebuilt: the rows are the ones m2's PUT left.
                 assert all(sample == rows for sample in samples), [s for s in samples if s != rows][:1]
-                assert "Traceback" not in (tmp_path / "m1.log").read_text()
+                log = (tmp_path / "m1.log").read_text()
+                # etcd was up throughout: m1's revoked lease is taken anew, not reported as etcd being down.
+                assert "Traceback" not in log and "changes no switch until it answers" not in log, log[-3000:]
                 api(8081, "DELETE", "/policy")
             finally:
                 for proc in procs.values():
