@@ -126,6 +126,19 @@ def start_member(tmp_path, url: str, name: str, **qos):
     return proc
 
 
+def two_members(tmp_path, url: str, procs: dict, **m1) -> dict[str, str]:
+    """m1 (with `m1`'s [qos] options) and m2 started into `procs`; their OpenFlow targets → names. The tests wait
+    for both to master bridges: a member paused or cut before it owns any would prove nothing."""
+    procs["m1"] = start_member(tmp_path, url, "m1", **m1)
+    procs["m2"] = start_member(tmp_path, url, "m2")
+    return {f"tcp:127.0.0.1:{MEMBERS[name][0]}": name for name in procs}
+
+
+def holders(bridges: list[str], targets: dict[str, str]) -> set[str]:
+    """The members that master a bridge (alone), as OVSDB's Controller table says."""
+    return {targets[t[0]] for t in masters(bridges).values() if len(t) == 1}
+
+
 def _answers(port: int) -> bool:
     try:
         api(port)
@@ -213,12 +226,8 @@ def test_a_paused_member_writes_nothing_when_it_resumes_and_etcd_down_changes_no
         etcd_pid = int(subprocess.run(["pgrep", "-f", "--newest", "etcd --name ovsqos"], capture_output=True,
                                       text=True).stdout.split()[0])
         try:
-            for name in ("m1", "m2"):
-                procs[name] = start_member(tmp_path, url, name)
-            targets = {f"tcp:127.0.0.1:{MEMBERS[name][0]}": name for name in procs}
-            # m2 must own bridges before it is paused, or its pause proves nothing (m1 alone masters all at first).
-            wait(lambda: {targets[t[0]] for t in masters(bridges).values() if len(t) == 1} == {"m1", "m2"}, 30,
-                 "the bridges shared by m1 and m2")
+            targets = two_members(tmp_path, url, procs)
+            wait(lambda: holders(bridges, targets) == {"m1", "m2"}, 30, "the bridges shared by m1 and m2")
             api(8080, "PUT", "/policy", cluster_policy("first", "10Mbit"))
             wait(lambda: all(q != "[]" for q in qos_rows(bridges).values()), 20, "queues on every bridge")
             state = {b: (qos_rows([b])[b], flows(b)) for b in bridges}
@@ -353,11 +362,8 @@ def test_etcd_restarted_empty_is_recovered_from_by_the_members_without_touching_
     with contextlib.ExitStack() as first:
         url = first.enter_context(etcd(23791, tmp_path / "etcd.log"))
         try:
-            for name in ("m1", "m2"):
-                procs[name] = start_member(tmp_path, url, name)
-            targets = {f"tcp:127.0.0.1:{MEMBERS[name][0]}": name for name in procs}
-            wait(lambda: {targets[t[0]] for t in masters(bridges).values() if len(t) == 1} == {"m1", "m2"}, 30,
-                 "the bridges shared by m1 and m2")
+            targets = two_members(tmp_path, url, procs)
+            wait(lambda: holders(bridges, targets) == {"m1", "m2"}, 30, "the bridges shared by m1 and m2")
             api(8080, "PUT", "/policy", cluster_policy("first", "10Mbit"))
             wait(lambda: all(max_rate(q) == "10000000" for q in qos_rows(bridges).values()), 20, "queues on every bridge")
             state = {b: (qos_rows([b])[b], flows(b)) for b in bridges}
@@ -445,13 +451,8 @@ def test_a_silent_partition_from_ovsdb_is_found_by_a_probe_and_handled_as_a_cut(
     try:
         with etcd(23791, tmp_path / "etcd.log") as url:
             try:
-                procs["m1"] = start_member(tmp_path, url, "m1", ovsdb=proxied)
-                procs["m2"] = start_member(tmp_path, url, "m2")
-                targets = {f"tcp:127.0.0.1:{MEMBERS[name][0]}": name for name in procs}
-
-                def holders() -> set[str]:
-                    return {targets[t[0]] for t in masters(bridges).values() if len(t) == 1}
-                wait(lambda: holders() == {"m1", "m2"}, 30, "the bridges shared by m1 and m2")
+                targets = two_members(tmp_path, url, procs, ovsdb=proxied)
+                wait(lambda: holders(bridges, targets) == {"m1", "m2"}, 30, "the bridges shared by m1 and m2")
                 api(8080, "PUT", "/policy", cluster_policy("first", "10Mbit"))
                 wait(lambda: all(max_rate(q) == "10000000" for q in qos_rows(bridges).values()), 20, "queues on every bridge")
                 assert api(8080)["ovsdb"][proxied]["connected"] is True
@@ -463,7 +464,7 @@ def test_a_silent_partition_from_ovsdb_is_found_by_a_probe_and_handled_as_a_cut(
                 for _ in range(20):
                     assert api(8080)["ovsdb"][proxied]["connected"] is False
                     time.sleep(0.3)
-                wait(lambda: holders() == {"m2"} and all(len(t) == 1 for t in masters(bridges).values()), 3 * LEASE + 10,
+                wait(lambda: holders(bridges, targets) == {"m2"} and all(len(t) == 1 for t in masters(bridges).values()), 3 * LEASE + 10,
                      "every bridge mastered by m2")
                 print(f"silent partition: m1's bridges mastered by m2 {time.monotonic() - cut:.2f} s after it began")
                 api(8081, "PUT", "/policy", cluster_policy("second", "20Mbit"))
@@ -473,7 +474,7 @@ def test_a_silent_partition_from_ovsdb_is_found_by_a_probe_and_handled_as_a_cut(
                 proxy.open.set()                                             # healed
                 samples = []
                 deadline = time.monotonic() + 3 * LEASE + 15
-                while holders() != {"m1", "m2"}:
+                while holders(bridges, targets) != {"m1", "m2"}:
                     assert time.monotonic() < deadline, "m1 never mastered its share again after the heal"
                     samples.append({b: (q, max_rate(q)) for b, q in qos_rows(bridges).items()})
                     time.sleep(0.25)
