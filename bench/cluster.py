@@ -21,9 +21,11 @@ are in the run record: the next run or `topo/run.py clean` removes them). One li
                           size: what each Prometheus scrape costs a member of this size
   kill9_remaster_seconds  kill -9 of a member (restarted in between): until every bridge it owned is mastered
                           by a survivor as that survivor's status says, median and max; and as OVSDB says
-  sigterm_handoff_seconds a member stopped with SIGTERM: until every bridge it owned is mastered by another
+  sigterm_handoff_seconds a member stopped with SIGTERM (started again in between, --stops times): until every
+                          bridge it owned is mastered by another, median and max
   leave_moved_fraction    switches whose owner changed when that member left (N -> N-1), next to 1/N
   join_moved_fraction     switches whose owner changed when it came back (N-1 -> N), next to 1/N
+  sigstop_takeover_seconds  a member stopped with SIGSTOP (--stops times): until another masters its bridges
   fenced_writes           SIGSTOP of a member past its lease, SIGCONT: changes of QoS rows, Queue rows and flows on
                           the bridges it had, sampled for --fenced-seconds (expect 0)
   fenced_rejoined         whether that member is back in the ring, owning its bridges, soon after (else restarted)
@@ -92,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=30, help="steady polling window")
     p.add_argument("--lease", type=float, default=4, help="[coordination] membership_timeout, seconds")
     p.add_argument("--kills", type=int, default=3, help="kill -9 trials")
+    p.add_argument("--stops", type=int, default=1, help="SIGTERM trials, and as many SIGSTOP ones")
     p.add_argument("--fenced-seconds", type=float, default=5, help="how long a resumed member is watched")
     p.add_argument("--flows", choices=("port", "bridge"), default="port",
                    help="the policy's flows: one per port (as bench/scale.py), or one per bridge")
@@ -505,36 +508,58 @@ def faults(args: argparse.Namespace, cluster: Cluster, record: RunRecord, url: s
           f"(status); OVSDB median {statistics.median(recorded):.2f} max {max(recorded):.2f}; "
           f"{len(confirmed)} kills, lease {args.lease:g} s", flush=True)
 
-    full = cluster.wait_stable()
-    leaver = group[-1]
-    orphans = [d for d, o in full.items() if o == leaver.name]
-    assert leaver.proc is not None
-    leaver.proc.terminate()
-    now = time.time()
-    took = cluster.taken_over(orphans, leaver.name)
-    leaver.proc.wait(30)
-    print(f"sigterm_handoff_seconds {took[0]:.2f} (status), {took[1]:.2f} (OVSDB); {len(orphans)} bridges of "
-          f"{leaver.name}, stopped at {time.strftime('%H:%M:%S', time.localtime(now))}.{int(now % 1 * 1000):03d}",
-          flush=True)
-    fewer = cluster.wait_stable()
-    n = len(group)
-    print(f"leave_moved_fraction   {moved(full, fewer):.3f} ({n} -> {n - 1} members; 1/N = {1 / n:.3f}; "
-          f"the leaver had {len(orphans)} of {len(full)})", flush=True)
-    start(leaver, url, args, logs, record)
-    rejoined = cluster.wait_stable()
-    print(f"join_moved_fraction    {moved(fewer, rejoined):.3f} ({n - 1} -> {n} members; 1/N = {1 / n:.3f})",
-          flush=True)
+    handoffs, recorded = [], []
+    for trial in range(args.stops):
+        full = cluster.wait_stable()
+        leaver = max(others, key=lambda m: sum(o == m.name for o in full.values()))
+        orphans = [d for d, o in full.items() if o == leaver.name]
+        assert leaver.proc is not None
+        leaver.proc.terminate()
+        now = time.time()
+        took = cluster.taken_over(orphans, leaver.name)
+        leaver.proc.wait(30)
+        handoffs.append(took[0])
+        recorded.append(took[1])
+        print(f"  SIGTERM {leaver.name} at {time.strftime('%H:%M:%S', time.localtime(now))}.{int(now % 1 * 1000):03d} "
+              f"({len(orphans)} bridges): mastered by another {took[0]:.2f} s, in OVSDB {took[1]:.2f} s", flush=True)
+        if trial == 0:
+            fewer = cluster.wait_stable()
+            n = len(group)
+            print(f"leave_moved_fraction   {moved(full, fewer):.3f} ({n} -> {n - 1} members; 1/N = {1 / n:.3f}; "
+                  f"the leaver had {len(orphans)} of {len(full)})", flush=True)
+        start(leaver, url, args, logs, record)
+        if trial == 0:
+            rejoined = cluster.wait_stable()
+            print(f"join_moved_fraction    {moved(fewer, rejoined):.3f} ({n - 1} -> {n} members; 1/N = {1 / n:.3f})",
+                  flush=True)
+    print(f"sigterm_handoff_seconds median {statistics.median(handoffs):.2f} max {max(handoffs):.2f} (status); OVSDB "
+          f"median {statistics.median(recorded):.2f}; {len(handoffs)} stops", flush=True)
 
+    takeovers = []
+    for _ in range(args.stops):
+        takeovers.append(_paused(args, cluster, others, url, logs, record))
+    print(f"sigstop_takeover_seconds median {statistics.median(takeovers):.2f} max {max(takeovers):.2f} (status); "
+          f"{len(takeovers)} pauses, lease {args.lease:g} s", flush=True)
+
+
+def _paused(args: argparse.Namespace, cluster: Cluster, others: list[Member], url: str, logs: Path,
+            record: RunRecord) -> float:
+    """SIGSTOP of the member owning most, past its lease, then SIGCONT: the take-over's time (as the survivors'
+    statuses say); what changed on its bridges after it resumed, and whether it took its place again, printed."""
+    group = cluster.group
+    rejoined = cluster.wait_stable()
     paused = max(others, key=lambda m: sum(o == m.name for o in rejoined.values()))
     assert paused.proc is not None
     held = [d for d, o in rejoined.items() if o == paused.name]
     watched = [b for b in cluster.bridges if f"{b.dp_id:016x}" in held]
     paused.proc.send_signal(signal.SIGSTOP)
     try:
-        cluster.taken_over(held, paused.name)
+        took = cluster.taken_over(held, paused.name)
         state = ovs_state(watched)
     finally:
         paused.proc.send_signal(signal.SIGCONT)
+    print(f"  SIGSTOP {paused.name} ({len(held)} bridges): mastered by another {took[0]:.2f} s, in OVSDB "
+          f"{took[1]:.2f} s", flush=True)
     resumed = time.monotonic()
     seen: set[str] = set()
     samples = 0
@@ -553,6 +578,7 @@ def faults(args: argparse.Namespace, cluster: Cluster, record: RunRecord, url: s
               f"ring: {', '.join(ring)}); restarted", flush=True)
         stop(paused)
         start(paused, url, args, logs, record)
+    return took[0]
 
 
 def _record_etcd(record: RunRecord) -> None:
