@@ -107,14 +107,7 @@ class Worker:
         # A member verifies (or raises) its epochs and writes tc under the switches' host locks, so that
         # no tc write of a deposed member comes after a newer epoch (controller/adapters/hostlock.py).
         with self._switch_locks(epochs) as busy:
-            for dp_id in raised.keys() & busy.keys():
-                LOG.warning("switch %016x: epoch %d not raised: %s", dp_id, raised[dp_id], busy[dp_id])
-            for job in jobs:
-                if job.dp_id in busy:
-                    results[id(job)].error = busy[job.dp_id]
-            jobs = [job for job in jobs if job.dp_id not in busy]
-            self._held(self._fenced(jobs, results, {dp: e for dp, e in raised.items() if dp not in busy}),
-                       results, sweep)
+            self._held(self._fenced(jobs, results, epochs, raised, busy), results, sweep)
         return list(results.values())
 
     def _switch_locks(self, dp_ids: Iterable[int]) -> AbstractContextManager[dict[int, str]]:
@@ -157,16 +150,18 @@ class Worker:
                      "unused rows %.2f s, classes, leaves and filters %.2f s", len(changes), len(jobs) - len(changes),
                      took[-1] - took[0], *(b - a for a, b in zip(took, took[1:])))
 
-    def _fenced(self, jobs: list[Job], results: dict[int, JobResult], raised: dict[int, int]) -> list[Job]:
-        """A cluster member's jobs: the epochs of their switches (and those `raised`) raised to ours first, and
-        the jobs of the switches another member owns now refused (tc included, which OVSDB does not guard)."""
-        epochs = raised | {job.dp_id: job.epoch for job in jobs if job.epoch}
+    def _fenced(self, jobs: list[Job], results: dict[int, JobResult], epochs: dict[int, int], raised: dict[int, int],
+                busy: dict[int, str]) -> list[Job]:
+        """A cluster member's jobs: `epochs`, their switches' (and those `raised`), raised to ours first, and the
+        jobs refused of the switches another member owns now (tc included, which OVSDB does not guard) and of
+        those whose host lock is `busy` (neither checked nor raised)."""
+        checked = {dp: epoch for dp, epoch in epochs.items() if dp not in busy}
         if not epochs:
             return jobs
         try:
-            refused = self._ovsdb.fence(epochs)
+            refused = busy | (self._ovsdb.fence(checked) if checked else {})
         except (OvsdbError, RuntimeError) as err:
-            refused = dict.fromkeys(epochs, f"OVSDB did not take our epoch ({err})")
+            refused = busy | dict.fromkeys(checked, f"OVSDB did not take our epoch ({err})")
         for dp_id in raised.keys() & refused.keys():
             LOG.warning("switch %016x: %s", dp_id, refused[dp_id])
         for job in jobs:
