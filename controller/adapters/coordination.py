@@ -65,6 +65,11 @@ def _text(value: str) -> str:
     return base64.b64decode(value).decode()
 
 
+def _absent(key: str) -> dict[str, Any]:
+    """An etcd transaction's condition: the key (base64) does not exist."""
+    return {"key": key, "result": "EQUAL", "target": "CREATE", "create_revision": 0}
+
+
 def _range_end(prefix: str) -> str:
     """The key after every key that starts with `prefix` (etcd's prefix range)."""
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
@@ -365,9 +370,8 @@ class Coordination:
             base, token = int(said[0]), said[1]
             if kvs and base >= want:
                 break
-            compare = {"key": self._base_key, "result": "EQUAL", **(
-                {"target": "MOD", "mod_revision": kvs[0]["mod_revision"]} if kvs else
-                {"target": "CREATE", "create_revision": 0})}
+            compare = {"key": self._base_key, "result": "EQUAL", "target": "MOD",
+                       "mod_revision": kvs[0]["mod_revision"]} if kvs else _absent(self._base_key)
             if self._post("/kv/txn", {"compare": [compare], "success": [
                     {"request_put": {"key": self._base_key, "value": _b64(f"{want} {token}")}}]}).get("succeeded"):
                 base = want
@@ -377,8 +381,7 @@ class Coordination:
             return
         if self._policy is not None:
             key = _b64(self._policy_key)
-            absent = {"key": key, "result": "EQUAL", "target": "CREATE", "create_revision": 0}
-            self._post("/kv/txn", {"compare": [absent], "success": [{"request_put": {
+            self._post("/kv/txn", {"compare": [_absent(key)], "success": [{"request_put": {
                 "key": key, "value": _b64(json.dumps({"policy": self._policy[1]}))}}]})
         self._restored = f"{reason}; revisions now count from {self._base}" + \
             (", the policy in force put back where none was" if self._policy is not None else "")
@@ -404,7 +407,7 @@ class Coordination:
         only if it is ours). The revision of the write, which is the key's; None when the condition failed."""
         key = _b64(f"{self.prefix}switch/{dp_id:016x}")
         compare: dict[str, Any] = {"key": key, "result": "EQUAL", "target": "VALUE", "value": _b64(self.member)} \
-            if renew else {"key": key, "result": "EQUAL", "target": "CREATE", "create_revision": 0}
+            if renew else _absent(key)
         answer = self._post("/kv/txn", {"compare": [compare], "success": [
             {"request_put": {"key": key, "value": _b64(self.member), "lease": self._lease.id}}]})
         return self._base + int(answer["header"]["revision"]) if answer.get("succeeded") else None
