@@ -19,7 +19,6 @@ import logging
 import signal
 import sys
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,7 @@ from controller.adapters.ovsdb import LockHeld, Ovsdb  # noqa: E402
 from controller.adapters.process import EXIT_FAILED, fail, stop, throw  # noqa: E402
 from controller.adapters.remotes import Remotes, on_this_host  # noqa: E402
 from controller.adapters.rest import MakeRequest, Ticket, make_app  # noqa: E402
-from controller.adapters.statefile import StateFile, load, save  # noqa: E402
+from controller.adapters.store import policy_store  # noqa: E402
 from controller.adapters.tc import Tc, TcEvents  # noqa: E402
 from controller.adapters.worker import LEASE_UNCONFIRMED, LOCK_UNCONFIRMED, Worker  # noqa: E402
 from controller.compat import (  # noqa: E402
@@ -134,12 +133,7 @@ class QosController(App):
             hub.sleep(0.01)      # the first remote decides active or standby; one that hangs is waited for no more
         if self._held is not None:
             fail(self._held, 1)
-        # Where the policy in force is kept: the state file, or a cluster's in etcd.
-        if self.coordination:
-            self._load, self._keep = self.coordination.policy_loaded, self.coordination.policy_saved
-        else:
-            store = StateFile(settings.state_file, shared=settings.standby)
-            self._load, self._keep = partial(load, store), partial(save, store)
+        self._load, self._keep = policy_store(self.coordination, self.ovsdb, settings.state_file, settings.standby)
         try:
             self.core = Controller(self.ovsdb, owner=settings.owner, saved=self._load(),
                                    pinned=load_document(str(settings.policy)) if settings.policy else None,

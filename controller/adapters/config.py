@@ -26,7 +26,8 @@ OPTIONS = [
     cfg.StrOpt("policy", default="", help="policy file (YAML) to apply at start; empty: the last one applied"),
     cfg.StrOpt("state_file", default="", help="where the policy in force is kept across restarts (default "
                                               "~/.local/state/ovs-qos-controller/<owner>.json, under $XDG_STATE_HOME "
-                                              "if set; the installed service's config names its own)"),
+                                              "if set; the installed service's config names its own); a standby "
+                                              "pair keeps it in its first OVSDB and a cluster in etcd instead"),
     cfg.StrOpt("ovsdb", default=DEFAULT_DB, help="OVSDB remotes, comma-separated: unix:PATH, tcp:HOST:PORT or "
                                                  "ssl:HOST:PORT; a switch is managed through the one holding its "
                                                  "bridge"),

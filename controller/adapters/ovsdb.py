@@ -316,9 +316,36 @@ class Ovsdb:
         any before it, whatever the hosts' clocks. The transaction carries our lock, so only the lock's
         holder can make it (OvsdbError otherwise)."""
         with self._api.transaction(check_error=True, log_errors=False) as txn:
-            found = txn.add(_NextGeneration(self._api, self._generation_key, above or 0))
+            found = txn.add(_NextGeneration(self._api, self._generation_key, self._epoch_key, above or 0))
         claimed: int = found.result
         return claimed
+
+    def saved_policy(self, verified: bool) -> str | None:
+        """A standby pair's policy as its holder last saved it (the JSON text; None: never saved). `verified`
+        (the lock's holder only): read so that nothing saved before now is missed, by a transaction under
+        our lock that verifies our replica's Open_vSwitch external_ids are the server's (or ovsdbapp runs
+        it again once they are), so a write the last holder committed just before the lock came to us is in
+        what we read; else as our replica holds it."""
+        if not verified:
+            row = next(iter(self._api.tables["Open_vSwitch"].rows.values()), None)
+            return row.external_ids.get(self._policy_key) if row else None
+        with transaction.Transaction(self._api, self._api.ovsdb_connection, self._api.ovsdb_connection.timeout,
+                                     check_error=True, log_errors=False) as txn:
+            found = txn.add(_ReadKey(self._api, self._heartbeat_key, self._policy_key))
+        text: str | None = found.result
+        return text
+
+    def save_policy(self, text: str) -> None:
+        """Save a standby pair's policy (JSON text) in Open_vSwitch external_ids: the transaction asserts our
+        lock, so OVSDB itself refuses the write of a holder deposed since (OvsdbError), however late it
+        comes; the file a pair once shared had no such guard."""
+        with transaction.Transaction(self._api, self._api.ovsdb_connection, self._api.ovsdb_connection.timeout,
+                                     check_error=True, log_errors=False) as txn:
+            txn.add(_SetKey(self._api, self._policy_key, text))
+
+    @property
+    def _policy_key(self) -> str:
+        return f"{OWNER_KEY}-policy-{self.owner}"
 
     @property
     def _generation_key(self) -> str:
@@ -450,15 +477,43 @@ class _ReplacePortQos(command.BaseCommand):
 
 
 class _NextGeneration(command.BaseCommand):
-    def __init__(self, api: Any, key: str, above: int) -> None:
+    """Above the owner's last id, `above`, and every epoch of the owner's on a bridge: a standby pair's
+    generation id is also its epoch (tc's fence), and a bridge may hold a higher one from an earlier run."""
+
+    def __init__(self, api: Any, key: str, epoch_key: str, above: int) -> None:
         super().__init__(api)
-        self.key, self.above = key, above
+        self.key, self.epoch_key, self.above = key, epoch_key, above
 
     def run_idl(self, txn: Any) -> None:
         row = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
         row.verify("external_ids")
-        self.result = (max(_int(row.external_ids, self.key), self.above, 0) + 1) % 2**64
+        epochs = [_int(bridge.external_ids, self.epoch_key) for bridge in self.api.tables["Bridge"].rows.values()]
+        self.result = (max(_int(row.external_ids, self.key), self.above, 0, *epochs) + 1) % 2**64
         row.setkey("external_ids", self.key, str(self.result))
+
+
+class _ReadKey(command.BaseCommand):
+    """A key of Open_vSwitch external_ids as the server holds it: the column verified, and the heartbeat
+    `beat` moved so that the transaction is sent at all (one that only verifies commits without asking)."""
+
+    def __init__(self, api: Any, beat: str, key: str) -> None:
+        super().__init__(api)
+        self.beat, self.key = beat, key
+
+    def run_idl(self, txn: Any) -> None:
+        row = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
+        row.verify("external_ids")
+        row.setkey("external_ids", self.beat, str((_int(row.external_ids, self.beat) + 1) % 2**31))
+        self.result = row.external_ids.get(self.key)
+
+
+class _SetKey(command.BaseCommand):
+    def __init__(self, api: Any, key: str, value: str) -> None:
+        super().__init__(api)
+        self.key, self.value = key, value
+
+    def run_idl(self, txn: Any) -> None:
+        next(iter(self.api.tables["Open_vSwitch"].rows.values())).setkey("external_ids", self.key, self.value)
 
 
 class _Fence(command.BaseCommand):
@@ -482,8 +537,8 @@ class _Fence(command.BaseCommand):
             row.verify("external_ids")
             current = _int(row.external_ids, self.key)
             if current > epoch:
-                refused[dp_id] = (f"another member owns it now (epoch {current} in OVSDB, ours {epoch}); this member "
-                                  "writes nothing to it")
+                refused[dp_id] = (f"another controller of this owner holds it now (epoch {current} in OVSDB, ours "
+                                  f"{epoch}); this one writes nothing to it")
             elif current < epoch:
                 row.setkey("external_ids", self.key, str(epoch))
         if refused and self.strict:

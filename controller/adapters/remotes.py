@@ -47,6 +47,8 @@ class Database(Protocol):
     def heartbeat(self) -> int: ...
     def beat(self) -> None: ...
     def steal_lock(self) -> None: ...
+    def saved_policy(self, verified: bool) -> str | None: ...
+    def save_policy(self, text: str) -> None: ...
     def remove_orphans(self) -> int: ...
     def close(self) -> None: ...
 
@@ -135,6 +137,21 @@ class Remotes:
         except (OvsdbError, RuntimeError) as err:
             LOG.warning("OVSDB %s: cannot claim a generation id: %s", self.names[0], err)
             return None
+
+    def saved_policy(self) -> str | None:
+        """A standby pair's policy as kept in the first remote (JSON text; None: none kept): read under the lock
+        by its holder, from the replica by the other. OvsdbError where the remote is not reached."""
+        db = self._first
+        if db is None or not db.connected:
+            raise OvsdbError(f"OVSDB {self.names[0]} is not connected")
+        return db.saved_policy(verified=db.has_lock)
+
+    def save_policy(self, text: str) -> None:
+        """A standby pair's policy kept in the first remote, by a transaction OVSDB refuses unless the lock is ours."""
+        db = self._first
+        if db is None or not db.connected:
+            raise OvsdbError(f"OVSDB {self.names[0]} is not connected")
+        db.save_policy(text)
 
     @property
     def _first(self) -> Database | None:

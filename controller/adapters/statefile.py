@@ -6,10 +6,10 @@ Written whole or not at all (temporary file, fsync, rename), whenever a policy i
 short, binary, or JSON of another shape) is refused with one line: the controller then starts without
 a policy and leaves the switches as they are, never clearing them on a misreading.
 
-One controller per state file: unless it is shared (an active/standby pair's, [qos] standby = true),
-the StateFile holds an exclusive flock on `.<name>.lock` beside it for the process's life, and a
-second controller naming the same file is refused at start. A pair shares one on purpose, and an old
-active stopped with SIGSTOP must not keep the new one from saving, so a shared file is not locked.
+One controller per state file: the StateFile holds an exclusive flock on `.<name>.lock` beside it for
+the process's life, and a second controller naming the same file is refused at start. An active/standby
+pair keeps its policy in OVSDB instead (controller/adapters/store.py), and only reads a file it once
+shared (`shared`: not locked, since both of the pair may name it).
 """
 from __future__ import annotations
 
@@ -71,12 +71,7 @@ class StateFile:
             return SAVED_ABSENT, None
         except OSError as err:
             raise OSError(f"{self.path}: cannot read the saved policy ({err.strerror})") from None
-        saved = load_json(data, str(self.path))
-        if not isinstance(saved, dict) or "policy" not in saved or not isinstance(saved["policy"], (dict, type(None))):
-            raise PolicyError(f"{self.path}: not a saved policy (expected {{\"policy\": {{...}} or null, \"saved\": "
-                              "TIME}); remove the file, or put the policy again")
-        document = saved["policy"]
-        return (SAVED_CLEARED, None) if document is None else (SAVED_POLICY, document)
+        return decode(data, str(self.path), "remove the file, or put the policy again")
 
     def write(self, document: Any) -> None:
         """Save `document` (None: the policy was cleared)."""
@@ -84,12 +79,28 @@ class StateFile:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             with open(tmp, "w") as out:
-                json.dump({"policy": document, "saved": time.time()}, out)
+                out.write(encode(document))
                 out.flush()
                 os.fsync(out.fileno())
             tmp.replace(self.path)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def encode(document: Any) -> str:
+    """A saved policy (None: cleared), as the state file and a standby pair's OVSDB keep it."""
+    return json.dumps({"policy": document, "saved": time.time()})
+
+
+def decode(data: bytes, where: str, fix: str) -> tuple[str, Any]:
+    """(SAVED_CLEARED, None) or (SAVED_POLICY, document) of what `encode` made; a PolicyError naming `where`
+    and saying `fix` for anything else."""
+    saved = load_json(data, where)
+    if not isinstance(saved, dict) or "policy" not in saved or not isinstance(saved["policy"], (dict, type(None))):
+        raise PolicyError(f"{where}: not a saved policy (expected {{\"policy\": {{...}} or null, \"saved\": "
+                          f"TIME}}); {fix}")
+    document = saved["policy"]
+    return (SAVED_CLEARED, None) if document is None else (SAVED_POLICY, document)
 
 
 def load(store: StateFile) -> PolicyLoaded:
@@ -106,5 +117,5 @@ def save(store: StateFile, document: Any) -> PolicySaved:
     try:
         store.write(document)
     except OSError as err:
-        return PolicySaved(str(err))
+        return PolicySaved(f"{err}; make the state directory writable, or set [qos] state_file")
     return PolicySaved(None)

@@ -69,9 +69,12 @@ class Authority:
         return self.generation
 
     def epoch_of(self, dp_id: int) -> int:
-        """What OVSDB must not hold a newer epoch than for our writes to the switch (0: no such condition;
-        alone or as a standby pair, the OVSDB lock fences)."""
-        return self.cluster.mine.get(dp_id, 0) if self.cluster is not None else 0
+        """What OVSDB must not hold a newer epoch than for our writes to the switch: a cluster member's claim, a
+        standby pair's generation id (claimed under the pair's lock, above every epoch on a bridge), so that tc,
+        which no lock guards, is fenced for both alike (0: no condition; alone, there is no one to fence)."""
+        if self.cluster is not None:
+            return self.cluster.mine.get(dp_id, 0)
+        return self.generation if self.standby else 0
 
     def label(self, now: float) -> str:
         """What the status and the metrics say: only a confirmed fact is `active`."""

@@ -86,8 +86,7 @@ class PolicyKeeper:
         req, policy = self.saving.pop(0)
         if saved.error is not None:
             return [act.Answer(req.token, error=StorageError(
-                f"cannot save the policy in force ({saved.error}); nothing was changed: make the state directory "
-                "writable, or set [qos] state_file"))], False
+                f"cannot save the policy in force: {saved.error}; nothing was changed"))], False
         previous = self.policy
         if isinstance(req, ev.SetPolicy):
             assert policy is not None

@@ -225,8 +225,8 @@ def test_a_cluster_member_deposed_by_a_newer_epoch_changes_no_row(port):
         assert new.fence({dp_id: 20}) == {}                          # the new owner raises the epoch first
         assert sh("ovs-vsctl", "get", "bridge", bridge, key).strip() == '"20"'
         # The old owner does not know yet: its writes fail in OVSDB, and it cannot lower the epoch.
-        wait_for(lambda: "another member owns it now" in old.fence({dp_id: 15}).get(dp_id, ""), "the new epoch seen")
-        with pytest.raises(Fenced, match=f"switch {dp_id:016x}: another member owns it now"):
+        wait_for(lambda: "another controller of this owner holds it now" in old.fence({dp_id: 15}).get(dp_id, ""), "the new epoch seen")
+        with pytest.raises(Fenced, match=f"switch {dp_id:016x}: another controller of this owner holds it now"):
             old.apply({iface: None}, epochs={dp_id: 10})
         assert sh("ovs-vsctl", "get", "port", iface, "qos").strip() == held
         assert sh("ovs-vsctl", "get", "bridge", bridge, key).strip() == '"20"'
@@ -238,6 +238,37 @@ def test_a_cluster_member_deposed_by_a_newer_epoch_changes_no_row(port):
             member.remove_all()
             member.close()
         sh("ovs-vsctl", "remove", "bridge", bridge, "external_ids", "ovs-qos-epoch-cluster")
+
+
+def test_a_pairs_policy_is_saved_only_under_its_lock_and_its_next_holder_reads_it_whole(port):
+    """A standby pair keeps its policy in OVSDB (controller/adapters/store.py): a holder whose lock was taken
+    cannot save there however late it comes, as OVSDB refuses it, and the new holder reads what was saved
+    before the lock moved; its generation id (tc's epoch) is above any epoch a bridge holds."""
+    _, iface = port
+    bridge, owner = "tb" + iface[2:], f"pair{uuid.uuid4().hex[:6]}"
+    key, epoch = f"ovs-qos-controller-policy-{owner}", f"external_ids:ovs-qos-epoch-{owner}"
+    first = Ovsdb(owner=owner, standby=True)
+    second = None
+    try:
+        wait_for(lambda: first.has_lock, "the first holds the lock")
+        second = Ovsdb(owner=owner, standby=True)
+        assert second.saved_policy(verified=False) is None
+        first.save_policy('{"policy": {"name": "p1"}}')
+        second.steal_lock()
+        wait_for(lambda: second.has_lock and not first.has_lock, "the lock moved")
+        with pytest.raises((OvsdbError, RuntimeError), match="lock|not owner"):
+            first.save_policy('{"policy": {"name": "late"}}')
+        assert second.saved_policy(verified=True) == '{"policy": {"name": "p1"}}'
+        assert sh("ovs-vsctl", "get", "open", ".", f"external_ids:{key}").strip() == '"{\\"policy\\": {\\"name\\": \\"p1\\"}}"'
+        sh("ovs-vsctl", "set", "bridge", bridge, f"{epoch}=41")   # left by an earlier run of the owner
+        wait_for(lambda: second.next_generation_id() > 41, "a generation id above the bridge's epoch")
+    finally:
+        for db in (first, second):
+            if db is not None:
+                db.close()
+        sh("ovs-vsctl", "remove", "open", ".", "external_ids", key, f"ovs-qos-controller-generation-{owner}",
+           f"ovs-qos-controller-alive-{owner}")
+        sh("ovs-vsctl", "remove", "bridge", bridge, "external_ids", f"ovs-qos-epoch-{owner}")
 
 
 def wait_for(condition, what, seconds=5):

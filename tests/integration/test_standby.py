@@ -4,6 +4,7 @@ flood and the standby is active within 5 s, keeps every QoS row as it was (none 
 reservation not rolled back), and answers the next congestion episode itself. SIGSTOP it instead (its
 OVSDB session stays open, and a unix socket is never probed) and the standby takes over when its
 heartbeat stands still; SIGCONT it and it writes nothing: it stands down."""
+import json
 import os
 import re
 import signal
@@ -32,6 +33,20 @@ from topo.topos import StudyTopo
 
 pytestmark = requires_ovs
 SWITCHES = {"0000000000000001", "0000000000000002"}
+PAIR_POLICY = "ovs-qos-controller-policy-test"
+
+
+@pytest.fixture(autouse=True)
+def no_pair_policy():
+    """The pair keeps its policy in Open_vSwitch external_ids: gone after each test, as a fresh OVS has none."""
+    yield
+    subprocess.run(["ovs-vsctl", "remove", "open", ".", "external_ids", PAIR_POLICY], check=True)
+
+
+def pair_policy() -> dict:
+    """What the pair saved in OVSDB (ovs-vsctl prints the value as a JSON string)."""
+    return json.loads(json.loads(subprocess.run(["ovs-vsctl", "get", "open", ".", f"external_ids:{PAIR_POLICY}"],
+                                                capture_output=True, text=True, check=True).stdout))
 
 
 def our_rows() -> dict[str, str]:
@@ -164,7 +179,7 @@ def test_a_hung_active_is_replaced_and_writes_nothing_when_it_resumes(tmp_path, 
         expected = {bridge: (rate(bridge), sorted(our_flows_specs(bridge))) for bridge in bridges}
         assert all(r == "20000000" and len(f) == 2 for r, f in expected.values()), expected
         before = len((tmp_path / "a.log").read_text())   # all it wrote before it hung
-        saved = (tmp_path / "state.json").read_bytes()   # the new active's policy, in the file the pair shares
+        saved = pair_policy()                            # the new active's, where the pair keeps it
         os.kill(first.pid, signal.SIGCONT)
         stopped = False
         resumed = time.monotonic()
@@ -178,7 +193,7 @@ def test_a_hung_active_is_replaced_and_writes_nothing_when_it_resumes(tmp_path, 
             time.sleep(0.2)
         assert all(sample == expected for sample in seen), [s for s in seen if s != expected][:1]
         assert old.status()["role"] == "standby" and new.status()["role"] == "active"
-        assert (tmp_path / "state.json").read_bytes() == saved
+        assert pair_policy() == saved and saved["policy"]["name"] == "second"
         after = (tmp_path / "a.log").read_text()[before:]
         assert "standing by" in after and not re.search(r"queues .* bit/s|queues removed", after), after[-3000:]
         new.clear_policy()

@@ -32,7 +32,8 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 from controller.adapters import openflow
 from controller.adapters.ovsdb import OvsdbError, Unconfirmed
 from controller.adapters.remotes import Remotes
-from controller.adapters.statefile import StateFile, load
+from controller.adapters.statefile import StateFile
+from controller.adapters.store import PairStore
 from controller.adapters.tc import ClassCounters, Leaf
 from controller.adapters.worker import SWEEP, Worker
 from controller.core import actions as act
@@ -272,6 +273,7 @@ class FakeOvsdb:
         self.generation_ids = 0
         self.beats = 0                                # the lock holder's heartbeat
         self.epochs: dict[int, int] = {}              # switch → a cluster's epoch in its bridge's external_ids
+        self.policy_text: str | None = None           # a standby pair's saved policy (controller/adapters/store.py)
 
     def session(self) -> FakeSession:
         """A controller's connection; the first to come takes the lock, as ovsdb-server grants it."""
@@ -300,7 +302,7 @@ class FakeOvsdb:
     def fence(self, epochs: dict[int, int]) -> dict[int, str]:
         """As the adapter's: raised where lower, refused where newer or the bridge is gone."""
         refused = {dp: "its bridge is not in OVSDB" for dp in epochs if dp not in self.bridges}
-        refused |= {dp: f"another member owns it now (epoch {self.epochs[dp]}, ours {epoch})"
+        refused |= {dp: f"another controller of this owner holds it now (epoch {self.epochs[dp]}, ours {epoch})"
                     for dp, epoch in epochs.items() if self.epochs.get(dp, 0) > epoch}
         self.epochs |= {dp: epoch for dp, epoch in epochs.items() if dp not in refused}
         return refused
@@ -365,8 +367,16 @@ class FakeSession:
     def next_generation_id(self, above: int | None = None) -> int:
         if not self.has_lock:   # OVSDB refuses a transaction that asserts a lock the session does not hold
             raise OvsdbError("ovsdb error: not owner")
-        self.db.generation_ids = max(self.db.generation_ids, above or 0) + 1
+        self.db.generation_ids = max(self.db.generation_ids, above or 0, *self.db.epochs.values()) + 1
         return self.db.generation_ids
+
+    def saved_policy(self, verified: bool) -> str | None:
+        return self.db.policy_text
+
+    def save_policy(self, text: str) -> None:
+        if not self.has_lock:
+            raise OvsdbError("ovsdb error: not owner")
+        self.db.policy_text = text
 
 
 class FakeTc:
@@ -448,8 +458,8 @@ class Harness:
         self.session = ovsdb.session()
         self.remotes = Remotes(("fake",), lambda name: self.session, standby=True)
         self.remotes.connect("fake")
-        self.store = StateFile(state_file, shared=True)   # its controllers are a standby pair (standby=True)
-        self.core = Controller(self.remotes, owner="test", saved=load(self.store),
+        self.store = PairStore(self.remotes, StateFile(state_file, shared=True))   # a standby pair's (standby=True)
+        self.core = Controller(self.remotes, owner="test", saved=self.store.load(),
                                pinned=load_document(str(policy)) if policy else None, active=self.remotes.locked,
                                standby=True, wall=lambda: self.clock, rng=random.Random(7))
         self.tc = tc or FakeTc(ovsdb)
@@ -519,13 +529,9 @@ class Harness:
             elif isinstance(action, act.ClaimGeneration):   # the app does it in a greenthread: after this event
                 self.pending_events.append(ev.GenerationClaimed(self.remotes.claim_generation(action.above)))
             elif isinstance(action, act.SavePolicy):
-                try:
-                    self.store.write(action.document)
-                    self.handle(ev.PolicySaved(None))
-                except OSError as err:
-                    self.handle(ev.PolicySaved(str(err)))
+                self.handle(self.store.save(action.document))
             elif isinstance(action, act.LoadPolicy):
-                self.handle(load(self.store))
+                self.handle(self.store.load())
             elif isinstance(action, act.Beat):
                 self.pending_events.append(ev.Beaten(action.at, self.remotes.beat()))
             elif isinstance(action, act.StealLock):

@@ -369,10 +369,10 @@ def test_status_shows_each_remote_and_the_remote_of_each_switch(net):
     assert net.app.snapshot.ovsdb_connected == {"fake": True}
 
 
-def test_a_malformed_state_file_starts_without_a_policy_and_leaves_the_switches_as_they_are(net):
+def test_a_malformed_saved_policy_starts_without_a_policy_and_leaves_the_switches_as_they_are(net):
     up(net)
     net.app.exit()
-    net.app.state_file.write_text("{}")              # valid JSON, not a state
+    net.ovsdb.policy_text = "{}"                     # valid JSON, not a saved policy (the pair keeps it in OVSDB)
     restarted = net.app.another()
     net.s1.sent.clear()
     restarted.connect(net.s1)

@@ -2,13 +2,14 @@
 (controller/core/controller.py) on the study's fake switches (tests/unit/fakes.py)."""
 import io
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from webob import Request
 
 from controller.adapters.rest import MakeRequest, Ticket, make_app
-from controller.adapters.statefile import StateFile
+from controller.adapters.statefile import StateFile, save
 from tests.unit.fakes import shipped, study_net, up
 
 
@@ -168,10 +169,11 @@ def test_an_unexpected_error_is_a_500_without_a_traceback(holder, monkeypatch):
 def test_a_state_file_that_cannot_be_written_is_a_500_that_says_so_and_changes_nothing(holder, tmp_path):
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")                           # even root cannot make a directory where a file is
-    holder.net.app.store = StateFile(blocker / "state.json")
+    alone = StateFile(blocker / "state.json")          # as a controller without a standby keeps its policy
+    holder.net.app.store = SimpleNamespace(save=lambda document: save(alone, document))
     code, _, body = put_json(make_app(holder), shipped("reserve"))
-    assert code == 500 and body["error"].startswith("cannot save the policy in force (") and \
-        body["error"].endswith("nothing was changed: make the state directory writable, or set [qos] state_file")
+    assert code == 500 and body["error"].startswith("cannot save the policy in force: ") and \
+        body["error"].endswith("; make the state directory writable, or set [qos] state_file; nothing was changed")
     assert holder.policy.name == "none" and call(make_app(holder), "DELETE", "/qos/v1/policy")[0] == 500
 
 

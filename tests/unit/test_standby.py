@@ -3,6 +3,7 @@ owner's OVSDB lock is the switches' OpenFlow slave, changes nothing and refuses 
 comes to it, it becomes master with a newer generation id and adopts what the active one programmed.
 A controller writes to a switch only once the switch has confirmed it as master on that connection:
 not with a role request refused, not when deposed while it hung, not on a fresh connection."""
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -10,6 +11,8 @@ import pytest
 from controller.core import events as ev
 from controller.core.authority import LEASE_SECONDS
 from controller.core.controller import Standby
+from controller.core.errors import StorageError
+from controller.core.jobs import Job
 from controller.core.view import Role
 from tests.unit.fakes import S1_FLOWS, FakeSwitch, flood, mode, shipped, up
 
@@ -161,14 +164,14 @@ def test_an_active_cut_off_from_ovsdb_stops_writing_and_speaking_as_active_withi
     """Its heartbeats stop committing: it cannot tell whether a standby has the lock by now, so after
     LEASE_SECONDS it writes nothing, refuses changes, never touches the saved policy, and says so."""
     up(net)
-    saved = net.app.state_file.read_bytes()
+    saved = net.ovsdb.policy_text
     net.ovsdb.connected = False                      # cut off: its heartbeats fail
     net.app.advance(LEASE_SECONDS + 1)
     status, _ = net.app.request(ev.GetStatus)
     assert status["role"] == "unconfirmed" and net.app.snapshot.role == "unconfirmed"
     _, error = net.app.request(ev.SetPolicy, shipped("auto"))
     assert isinstance(error, Standby) and "has not confirmed" in str(error)
-    assert net.app.state_file.read_bytes() == saved
+    assert net.ovsdb.policy_text == saved
     net.s1.table.clear()                             # something to repair, if it wrongly could
     net.s1.sent.clear()
     net.app.poll()
@@ -177,3 +180,45 @@ def test_an_active_cut_off_from_ovsdb_stops_writing_and_speaking_as_active_withi
     net.app.poll()
     net.app.poll()
     assert net.app.request(ev.GetStatus)[0]["role"] == "active" and len(net.s1.table) == S1_FLOWS
+
+
+def test_a_deposed_actives_tc_write_after_the_take_over_is_refused_by_the_new_generation(pair):
+    """tc has no lock to assert: the pair's generation id is its epoch of every switch (raised in OVSDB, under the
+    switch's host lock where tc is written), so an active that stalled after its last check of the lock, and
+    whose own clock still says its lease runs, writes nothing once the new active has raised it."""
+    net, active, standby = pair.net, pair.active, pair.standby
+    assert net.ovsdb.epochs == {1: 1, 2: 1}          # the active's generation id, raised on each switch it wrote
+    sw = active.switches[1]
+    port_no, spec = next(iter(sw.jobs.specs.items()))
+    late = Job(1, sw.conn, port_no, sw.bridge.ports[port_no], True, spec, True, epoch=active.authority.epoch_of(1))
+    net.ovsdb.holder = standby.session               # the active one stalls; the lock goes to the standby
+    standby.remotes_changed()
+    assert standby.authority.role == "active" and net.ovsdb.epochs == {1: 2, 2: 2}
+    written = active.tc.writes
+    [result] = active.worker.execute([late])         # it resumes with the job it had checked
+    assert active.authority.confirmed(active.clock) and active.tc.writes == written
+    assert result.error == "another controller of this owner holds it now (epoch 2, ours 1)"
+
+
+def test_a_deposed_actives_put_is_refused_by_ovsdb_and_changes_nothing(pair):
+    """The pair's policy is saved by a transaction that asserts the lock: an active that has not yet learnt the
+    lock went (its lease still runs by its own clock) cannot overwrite what the new active saved."""
+    net, active, standby = pair.net, pair.active, pair.standby
+    net.ovsdb.holder = standby.session
+    standby.remotes_changed()
+    saved = net.ovsdb.policy_text
+    assert active.authority.confirmed(active.clock) and '"name": "auto"' in saved
+    _, error = active.request(ev.SetPolicy, shipped("reserve"))
+    assert isinstance(error, StorageError) and "this controller may no longer hold the pair's lock" in str(error)
+    assert net.ovsdb.policy_text == saved and active.keeper.policy.name == "auto"
+
+
+def test_a_pair_that_kept_its_policy_in_a_shared_file_takes_it_from_there_until_its_first_change(net):
+    net.app.state_file.write_text(json.dumps({"policy": shipped("reserve"), "saved": 0}))
+    net.app.exit()
+    assert net.ovsdb.policy_text is None
+    restarted = net.app.another()                    # the lock is free: it is the active one
+    assert restarted.authority.role == "active" and restarted.keeper.policy.name == "reserve"
+    restarted.remotes_changed()
+    _, error = restarted.request(ev.SetPolicy, shipped("auto"))
+    assert error is None and '"name": "auto"' in net.ovsdb.policy_text

@@ -39,7 +39,7 @@ def test_a_member_deposed_by_a_newer_epoch_writes_neither_ovsdb_nor_tc():
     tc_writes = tc.writes
     for qos in (True, False):                 # a change, and a check (which would write tc only)
         (late,) = old.execute([Job(1, 7, 1, "s1-eth1", True, spec, qos, epoch=10)])
-        assert late.error and "another member owns it now" in late.error
+        assert late.error and "another controller of this owner holds it now" in late.error
     assert "s1-eth1" not in ovsdb.qos and ovsdb.epochs == {1: 20} and ovsdb.writes_to["s1-eth1"] == 2
     assert tc.writes == tc_writes
 

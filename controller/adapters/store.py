@@ -1,0 +1,70 @@
+"""Where the policy in force is kept, chosen once at start; each keeper fenced by what decides who writes.
+
+- Alone: the state file (statefile.py), locked by this process for its life.
+- An active/standby pair: the first OVSDB remote, in Open_vSwitch external_ids, written by a transaction
+  that asserts the pair's lock, so that OVSDB itself refuses a deposed holder's save however late it
+  comes (a paused process, a slow disk) and the pair needs no shared disk. A pair that kept its policy in
+  a shared state file before reads it from there until its first change.
+- A cluster: etcd (coordination.py), by revision.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from controller.adapters.coordination import Coordination
+from controller.adapters.ovsdb import OvsdbError
+from controller.adapters.remotes import Remotes
+from controller.adapters.statefile import StateFile, decode, encode, load, save
+from controller.core import events as ev
+from controller.core.errors import PolicyError
+from controller.core.keeper import SAVED_ABSENT
+
+LOG = logging.getLogger(__name__)
+Load = Callable[[], ev.PolicyLoaded]
+Keep = Callable[[Any], ev.PolicySaved]
+
+
+class PairStore:
+    """A standby pair's policy, in the first OVSDB remote under the pair's lock."""
+
+    def __init__(self, remotes: Remotes, legacy: StateFile) -> None:
+        self._remotes, self._legacy = remotes, legacy
+
+    def load(self) -> ev.PolicyLoaded:
+        where = f"OVSDB {self._remotes.names[0]}"
+        try:
+            text = self._remotes.saved_policy()
+        except (OvsdbError, RuntimeError) as err:
+            return ev.PolicyLoaded(SAVED_ABSENT, error=f"{where}: cannot read the pair's policy ({err})")
+        if text is None:
+            legacy = load(self._legacy)
+            if legacy.saved != SAVED_ABSENT:
+                LOG.info("the pair's policy comes from %s this once; it is kept in %s from its next change",
+                         self._legacy.path, where)
+            return legacy
+        try:
+            return ev.PolicyLoaded(*decode(text.encode(), where, "put the policy again"))
+        except PolicyError as err:
+            return ev.PolicyLoaded(SAVED_ABSENT, error=str(err))
+
+    def save(self, document: Any) -> ev.PolicySaved:
+        try:
+            self._remotes.save_policy(encode(document))
+        except (OvsdbError, RuntimeError) as err:
+            return ev.PolicySaved(f"OVSDB {self._remotes.names[0]} refused it ({err}); this controller may no "
+                                  "longer hold the pair's lock")
+        return ev.PolicySaved(None)
+
+
+def policy_store(coordination: Coordination | None, remotes: Remotes, state_file: Any,
+                 standby: bool) -> tuple[Load, Keep]:
+    """How the policy in force is read and saved, for how this controller runs."""
+    if coordination is not None:
+        return coordination.policy_loaded, coordination.policy_saved
+    if standby:
+        pair = PairStore(remotes, StateFile(state_file, shared=True))
+        return pair.load, pair.save
+    alone = StateFile(state_file)
+    return (lambda: load(alone)), (lambda document: save(alone, document))
