@@ -133,7 +133,8 @@ class QosController(App):
             hub.sleep(0.01)      # the first remote decides active or standby; one that hangs is waited for no more
         if self._held is not None:
             fail(self._held, 1)
-        self._load, self._keep = policy_store(self.coordination, self.ovsdb, settings.state_file, settings.standby)
+        self._load, self._keep, self._read = policy_store(self.coordination, self.ovsdb, settings.state_file,
+                                                          settings.standby)
         try:
             self.core = Controller(self.ovsdb, owner=settings.owner, saved=self._load(),
                                    pinned=load_document(str(settings.policy)) if settings.policy else None,
@@ -341,7 +342,7 @@ class QosController(App):
                     hub.spawn(lambda above: self._post(ev.GenerationClaimed(self.ovsdb.claim_generation(above))),
                               action.above)
                 case act.SavePolicy():   # local and small, or etcd's milliseconds: in order, before the core goes on
-                    self._handle(self._keep(action.document))
+                    self._handle(self._keep(action.document, action.revision, action.expect))
                 case act.ClaimSwitch() if self.coordination:
                     hub.spawn(self.coordination.claim_reported, action, self._post)
                 case act.ReleaseSwitch() if self.coordination:
@@ -375,6 +376,9 @@ class QosController(App):
         if reply.error is not None:
             raise reply.error
         return reply.result
+
+    def current_policy(self) -> dict[str, Any]:
+        return self._read() if self._read else self.call(ev.GetPolicy)
 
     @set_ev_cls(EventRequest)
     def _request(self, req: EventRequest) -> None:

@@ -54,7 +54,30 @@ _time = patcher.original("time")
 
 
 class CoordinationError(RuntimeError):
-    """etcd did not answer, or refused."""
+    """etcd did not answer, or refused. `unknown`: the request may have reached etcd and been carried out (its
+    answer was lost, or etcd said it timed out); False only when it cannot have left this host."""
+
+    def __init__(self, message: str, unknown: bool = False):
+        super().__init__(message)
+        self.unknown = unknown
+
+
+def _unsent(err: BaseException) -> bool:
+    """Whether a request that failed with `err` never reached etcd: the connection was refused or not made in time."""
+    import requests  # type: ignore[import-untyped]  # etcd3gw's HTTP client
+    from urllib3.exceptions import MaxRetryError, NewConnectionError
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, requests.exceptions.ConnectTimeout) or \
+                isinstance(seen, MaxRetryError) and isinstance(seen.reason, NewConnectionError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _policy_value(document: Any) -> str:
+    """The policy key's value, the same bytes for the same document: etcd compares them to say "unchanged"."""
+    return _b64(json.dumps({"policy": document}, sort_keys=True, separators=(",", ":")))
 
 
 def _b64(text: str) -> str:
@@ -382,7 +405,7 @@ class Coordination:
         if self._policy is not None:
             key = _b64(self._policy_key)
             self._post("/kv/txn", {"compare": [_absent(key)], "success": [{"request_put": {
-                "key": key, "value": _b64(json.dumps({"policy": self._policy[1]}))}}]})
+                "key": key, "value": _policy_value(self._policy[1])}}]})
         self._restored = f"{reason}; revisions now count from {self._base}" + \
             (", the policy in force put back where none was" if self._policy is not None else "")
         LOG.error("etcd lost its data (%s): recovered, %s", reason, self._restored.split("; ", 1)[1])
@@ -429,11 +452,39 @@ class Coordination:
                 said = True
             hub.sleep(REFRESH_SECONDS)
 
-    def save_policy(self, document: Any) -> int:
-        """The cluster's policy (None: cleared); the revision it was written at."""
-        answer = self._post("/kv/put", {"key": _b64(self._policy_key),
-                                        "value": _b64(json.dumps({"policy": document}))})
-        return self._base + int(answer["header"]["revision"])
+    def save_policy(self, document: Any, expect: int | None = None) -> ev.PolicySaved:
+        """The cluster's policy (None: cleared), in one transaction that etcd decides: without `expect`, kept
+        unless the key holds this very document (then unchanged, at its revision); with it, kept only if the
+        key is still at that revision (0: absent), else refused with the revision it is at."""
+        key, value = _b64(self._policy_key), _policy_value(document)
+        read, put = {"request_range": {"key": key}}, {"request_put": {"key": key, "value": value}}
+        if expect is None:
+            answer = self._post("/kv/txn", {"compare": [{"key": key, "result": "EQUAL", "target": "VALUE",
+                                                         "value": value}], "success": [read], "failure": [put]})
+            if answer.get("succeeded"):
+                kvs = answer["responses"][0]["response_range"]["kvs"]
+                return ev.PolicySaved(None, self._base + int(kvs[0]["mod_revision"]), changed=False)
+            return ev.PolicySaved(None, self._base + int(answer["header"]["revision"]))
+        if 0 < expect <= self._base:       # a revision from before etcd lost its data: none is at it now
+            condition = {"key": key, "result": "LESS", "target": "MOD", "mod_revision": 0}   # never true
+        else:
+            condition = _absent(key) if expect == 0 else {"key": key, "result": "EQUAL", "target": "MOD",
+                                                           "mod_revision": expect - self._base}
+        answer = self._post("/kv/txn", {"compare": [condition], "success": [put], "failure": [read]})
+        if answer.get("succeeded"):
+            return ev.PolicySaved(None, self._base + int(answer["header"]["revision"]))
+        kvs = answer["responses"][0]["response_range"].get("kvs", [])
+        return ev.PolicySaved(None, self._base + int(kvs[0]["mod_revision"]) if kvs else 0, conflict=True)
+
+    def current_policy(self) -> tuple[Any, int]:
+        """The cluster's policy as etcd holds it now (a linearizable read, never this member's copy): the document
+        (None: none or cleared) and its revision (0: none)."""
+        if not self.connected:
+            raise CoordinationError("not connected to etcd")
+        kvs = self._post("/kv/range", {"key": _b64(self._policy_key)}).get("kvs", [])
+        if not kvs:
+            return None, 0
+        return json.loads(_text(kvs[0]["value"])).get("policy"), self._base + int(kvs[0]["mod_revision"])
 
     # --- as the app uses it: outcomes as the core's events ---------------------------------------------------
     def run(self, post: Callable[[ev.Event], None]) -> None:
@@ -543,13 +594,14 @@ class Coordination:
                                                        "etcd answers")
         if policy is None:
             return ev.PolicyLoaded(SAVED_ABSENT)
-        return ev.PolicyLoaded(SAVED_CLEARED, None) if policy[1] is None else ev.PolicyLoaded(SAVED_POLICY, policy[1])
+        return ev.PolicyLoaded(SAVED_CLEARED if policy[1] is None else SAVED_POLICY, policy[1], revision=policy[0])
 
-    def policy_saved(self, document: Any) -> ev.PolicySaved:
+    def policy_saved(self, document: Any, revision: int = 0, expect: int | None = None) -> ev.PolicySaved:
+        """`revision` is etcd's to give, not ours."""
         try:
-            return ev.PolicySaved(None, self.save_policy(document))
+            return self.save_policy(document, expect)
         except CoordinationError as err:
-            return ev.PolicySaved(str(err))
+            return ev.PolicySaved(f"etcd: {err}", indeterminate=err.unknown)
 
     def leave(self) -> None:
         """A clean stop: our keys go at once (the lease revoked), so other members claim our switches now."""
@@ -575,7 +627,7 @@ class Coordination:
         try:
             answer: dict[str, Any] = client.post(client.get_url(path), json=body)
         except Exception as err:   # noqa: BLE001
-            raise CoordinationError(_why(err)) from None
+            raise CoordinationError(_why(err), unknown=not _unsent(err)) from None
         revision = int(answer.get("header", {}).get("revision", 0))
         if 0 < revision < floor and self._lost is None:   # etcd's revisions never go back but by a loss
             self._lost = f"its revision went back from {floor} to {revision}"

@@ -1,8 +1,12 @@
 """The controller's REST API: a small WSGI app.
 
-  GET    /qos/v1/policy   the policy in force (its document) or null
+  GET    /qos/v1/policy   the policy in force (its document) or null; its revision in the ETag header
   PUT    /qos/v1/policy   a policy document (JSON); 400 names the bad field and the old policy stays
   DELETE /qos/v1/policy   no policy: this controller's flows and queues come off every switch
+
+A PUT or DELETE with `If-Match: "N"` changes the policy only if it is still at revision N, else 412 names
+the revision in force; a change whose outcome is unknown (the store's answer was lost) is 504. In a cluster
+GET reads etcd, never this member's copy.
   GET    /qos/v1/status   switches, ports, queues in force, what is not in sync, decisions
   GET    /qos/v1/openapi.json   this API as an OpenAPI 3.0 document (openapi.json beside this file)
 
@@ -28,7 +32,7 @@ from webob import Request, Response
 from controller.core import events as ev
 from controller.core.controller import Standby
 from controller.core.document import MAX_BYTES, load_json
-from controller.core.errors import PolicyError, StorageError
+from controller.core.errors import Conflict, Indeterminate, PolicyError, StorageError
 
 LOG = logging.getLogger(__name__)
 DRAIN_BYTES = 8 * MAX_BYTES
@@ -49,8 +53,8 @@ class Busy(RuntimeError):
     """The controller did not take the request up in time: nothing changed."""
 
 
-class Indeterminate(RuntimeError):
-    """The controller took a request up but did not answer in time: a change may or may not be in force."""
+class Unavailable(RuntimeError):
+    """What the policy is read from (a cluster's etcd) does not answer now."""
 
 
 class Ticket:
@@ -82,15 +86,39 @@ MakeRequest = Callable[[Any], ev.Request]
 class Controller(Protocol):
     def call(self, make: MakeRequest) -> Any: ...
 
+    def current_policy(self) -> dict[str, Any]:
+        """{"policy": the document in force or None, "revision": its revision}, from the store where other
+        controllers change it too (a cluster's; Unavailable when it does not answer), else the core's."""
+        ...
+
+
+Answer = tuple[int, Any, dict[str, str]]     # status, body, headers
+
+
+def _tagged(answer: dict[str, Any], body: Any) -> Answer:
+    return 200, body, {"ETag": f'"{answer["revision"]}"'}
+
+
+def _get_policy(controller: Controller, req: Request) -> Answer:
+    answer = controller.current_policy()
+    return _tagged(answer, answer["policy"])
+
+
+def _change(make: Callable[[Request], MakeRequest]) -> Callable[[Controller, Request], Answer]:
+    def route(controller: Controller, req: Request) -> Answer:
+        answer = controller.call(make(req))
+        return _tagged(answer, answer)
+    return route
+
 
 # Every route the API serves, and what answers it; openapi.json describes each of them and no other.
-ROUTES: dict[tuple[str, str], Callable[[Controller, Request], tuple[int, Any]]] = {
-    ("GET", "/qos/v1/policy"): lambda controller, req: (200, controller.call(ev.GetPolicy)),
-    ("PUT", "/qos/v1/policy"): lambda controller, req: (200, controller.call(_set_policy(_body(req)))),
-    ("DELETE", "/qos/v1/policy"): lambda controller, req: (200, controller.call(ev.ClearPolicy)),
-    ("GET", "/qos/v1/status"): lambda controller, req: (200, controller.call(ev.GetStatus)),
+ROUTES: dict[tuple[str, str], Callable[[Controller, Request], Answer]] = {
+    ("GET", "/qos/v1/policy"): _get_policy,
+    ("PUT", "/qos/v1/policy"): _change(lambda req: _set_policy(_if_match(req), _body(req))),
+    ("DELETE", "/qos/v1/policy"): _change(lambda req: functools.partial(ev.ClearPolicy, expect=_if_match(req))),
+    ("GET", "/qos/v1/status"): lambda controller, req: (200, controller.call(ev.GetStatus), {}),
     # Not through the event loop: the document is there even while the controller is busy.
-    ("GET", "/qos/v1/openapi.json"): lambda controller, req: (200, OPENAPI_DOCUMENT),
+    ("GET", "/qos/v1/openapi.json"): lambda controller, req: (200, OPENAPI_DOCUMENT, {}),
 }
 
 
@@ -101,7 +129,8 @@ def make_app(controller: Controller, token: str = "") -> Callable[..., Any]:
         req = Request(environ)
         handler = routes.get((req.method, req.path))
         allowed = sorted(method for method, path in routes if path == req.path)
-        headers = {}
+        headers: dict[str, str] = {}
+        body: Any
         if handler is None:
             code, body = (405, {"error": f"{req.method} not allowed"}) if allowed else (404, {"error": "not found"})
         elif token and req.method != "GET" and not _authorised(req, token):
@@ -113,12 +142,14 @@ def make_app(controller: Controller, token: str = "") -> Callable[..., Any]:
                                         "a policy may have"}
         else:
             try:
-                code, body = handler(req)
+                code, body, headers = handler(req)
             except BodyError as err:
                 code, body = err.code, {"error": str(err)}
             except PolicyError as err:
                 code, body = 400, {"error": str(err)}
-            except (Busy, Standby) as err:
+            except Conflict as err:
+                code, body = 412, {"error": str(err), "revision": err.current}
+            except (Busy, Standby, Unavailable) as err:
                 code, body = 503, {"error": str(err)}
             except Indeterminate as err:
                 code, body = 504, {"error": str(err)}
@@ -183,6 +214,19 @@ def _drain(req: Request) -> None:
         pass
 
 
-def _set_policy(document: Any) -> MakeRequest:
+def _set_policy(expect: int | None, document: Any) -> MakeRequest:
     """The body is read and parsed here, before the event loop is asked: a bad one costs it nothing."""
-    return lambda token: ev.SetPolicy(token, document)
+    return lambda token: ev.SetPolicy(token, document, expect)
+
+
+def _if_match(req: Request) -> int | None:
+    """The revision an If-Match header names (None: no condition); `*` asks only that a policy exist, which
+    any revision but 0 means, so it is taken as no condition on a PUT."""
+    given = req.headers.get("If-Match")
+    if given is None or given.strip() == "*":
+        return None
+    tag = given.strip()
+    if len(tag) < 3 or tag[0] != '"' or tag[-1] != '"' or not tag[1:-1].isdigit():
+        raise BodyError(400, f"If-Match: {given!r} is not a revision; send the ETag a GET gave, e.g. If-Match: "
+                             '"12", or no If-Match')
+    return int(tag[1:-1])

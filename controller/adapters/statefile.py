@@ -2,9 +2,10 @@
 starting bare (and, with secure fail-mode switches, dropping traffic until someone puts it again).
 
 Written whole or not at all (temporary file, fsync, rename), whenever a policy is put or cleared, as
-{"policy": <document or null>, "saved": <unix time>}. A file that is not exactly that (empty, cut
-short, binary, or JSON of another shape) is refused with one line: the controller then starts without
-a policy and leaves the switches as they are, never clearing them on a misreading.
+{"policy": <document or null>, "revision": <each save's one more>, "saved": <unix time>}. A file that is
+not exactly that (empty, cut short, binary, or JSON of another shape) is refused with one line: the
+controller then starts without a policy and leaves the switches as they are, never clearing them on a
+misreading.
 
 One controller per state file: the StateFile holds an exclusive flock on `.<name>.lock` beside it for
 the process's life, and a second controller naming the same file is refused at start. An active/standby
@@ -62,24 +63,24 @@ class StateFile:
             return None
         return held
 
-    def read(self) -> tuple[str, Any]:
-        """(SAVED_ABSENT, None), (SAVED_CLEARED, None) or (SAVED_POLICY, document); a PolicyError names
-        a damaged file, an OSError one that cannot be read."""
+    def read(self) -> tuple[str, Any, int]:
+        """(SAVED_ABSENT, None, 0), (SAVED_CLEARED, None, revision) or (SAVED_POLICY, document, revision); a
+        PolicyError names a damaged file, an OSError one that cannot be read."""
         try:
             data = read_file(self.path, str(self.path))
         except FileNotFoundError:
-            return SAVED_ABSENT, None
+            return SAVED_ABSENT, None, 0
         except OSError as err:
             raise OSError(f"{self.path}: cannot read the saved policy ({err.strerror})") from None
         return decode(data, str(self.path), "remove the file, or put the policy again")
 
-    def write(self, document: Any) -> None:
-        """Save `document` (None: the policy was cleared)."""
+    def write(self, document: Any, revision: int) -> None:
+        """Save `document` (None: the policy was cleared) as `revision`."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             with open(tmp, "w") as out:
-                out.write(encode(document))
+                out.write(encode(document, revision))
                 out.flush()
                 os.fsync(out.fileno())
             tmp.replace(self.path)
@@ -87,35 +88,37 @@ class StateFile:
             tmp.unlink(missing_ok=True)
 
 
-def encode(document: Any) -> str:
-    """A saved policy (None: cleared), as the state file and a standby pair's OVSDB keep it."""
-    return json.dumps({"policy": document, "saved": time.time()})
+def encode(document: Any, revision: int) -> str:
+    """A saved policy (None: cleared) and its revision, as the state file and a standby pair's OVSDB keep it."""
+    return json.dumps({"policy": document, "revision": revision, "saved": time.time()})
 
 
-def decode(data: bytes, where: str, fix: str) -> tuple[str, Any]:
-    """(SAVED_CLEARED, None) or (SAVED_POLICY, document) of what `encode` made; a PolicyError naming `where`
-    and saying `fix` for anything else."""
+def decode(data: bytes, where: str, fix: str) -> tuple[str, Any, int]:
+    """(SAVED_CLEARED, None, revision) or (SAVED_POLICY, document, revision) of what `encode` made (one saved
+    before revisions were kept is revision 0); a PolicyError naming `where` and saying `fix` for anything else."""
     saved = load_json(data, where)
-    if not isinstance(saved, dict) or "policy" not in saved or not isinstance(saved["policy"], (dict, type(None))):
-        raise PolicyError(f"{where}: not a saved policy (expected {{\"policy\": {{...}} or null, \"saved\": "
-                          f"TIME}}); {fix}")
+    revision = saved.get("revision", 0) if isinstance(saved, dict) else None
+    if not isinstance(saved, dict) or "policy" not in saved or not isinstance(saved["policy"], (dict, type(None))) \
+            or type(revision) is not int or revision < 0:
+        raise PolicyError(f"{where}: not a saved policy (expected {{\"policy\": {{...}} or null, \"revision\": N, "
+                          f"\"saved\": TIME}}); {fix}")
     document = saved["policy"]
-    return (SAVED_CLEARED, None) if document is None else (SAVED_POLICY, document)
+    return (SAVED_CLEARED, None, revision) if document is None else (SAVED_POLICY, document, revision)
 
 
 def load(store: StateFile) -> PolicyLoaded:
     """What the store holds, as the core takes it (a file that cannot be read or used: why)."""
     try:
-        saved, document = store.read()
+        saved, document, revision = store.read()
     except (OSError, PolicyError) as err:
         return PolicyLoaded(SAVED_ABSENT, error=str(err))
-    return PolicyLoaded(saved, document)
+    return PolicyLoaded(saved, document, revision=revision)
 
 
-def save(store: StateFile, document: Any) -> PolicySaved:
-    """Keep `document` (None: cleared), as the core takes the outcome."""
+def save(store: StateFile, document: Any, revision: int) -> PolicySaved:
+    """Keep `document` (None: cleared) as `revision`, as the core takes the outcome."""
     try:
-        store.write(document)
+        store.write(document, revision)
     except OSError as err:
         return PolicySaved(f"{err}; make the state directory writable, or set [qos] state_file")
-    return PolicySaved(None)
+    return PolicySaved(None, revision)

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
-from controller.adapters.coordination import Coordination
+from controller.adapters.coordination import Coordination, CoordinationError
 from controller.adapters.ovsdb import OvsdbError
 from controller.adapters.remotes import Remotes
+from controller.adapters.rest import Unavailable
 from controller.adapters.statefile import StateFile, decode, encode, load, save
 from controller.core import events as ev
 from controller.core.errors import PolicyError
@@ -23,7 +25,14 @@ from controller.core.keeper import SAVED_ABSENT
 
 LOG = logging.getLogger(__name__)
 Load = Callable[[], ev.PolicyLoaded]
-Keep = Callable[[Any], ev.PolicySaved]
+Keep = Callable[[Any, int, "int | None"], ev.PolicySaved]    # document, revision, expect: actions.SavePolicy
+Read = Callable[[], dict[str, Any]]                            # {"policy": document, "revision": N}
+
+
+class Store(NamedTuple):
+    load: Load
+    keep: Keep
+    read: Read | None     # where other controllers change the policy too: GET reads it there, not our copy
 
 
 class PairStore:
@@ -45,26 +54,35 @@ class PairStore:
                          self._legacy.path, where)
             return legacy
         try:
-            return ev.PolicyLoaded(*decode(text.encode(), where, "put the policy again"))
+            saved, document, revision = decode(text.encode(), where, "put the policy again")
         except PolicyError as err:
             return ev.PolicyLoaded(SAVED_ABSENT, error=str(err))
+        return ev.PolicyLoaded(saved, document, revision=revision)
 
-    def save(self, document: Any) -> ev.PolicySaved:
+    def save(self, document: Any, revision: int, expect: int | None = None) -> ev.PolicySaved:
+        """`expect`: a cluster's; the pair's If-Match was answered by its active controller's copy."""
         try:
-            self._remotes.save_policy(encode(document))
+            self._remotes.save_policy(encode(document, revision))
         except (OvsdbError, RuntimeError) as err:
             return ev.PolicySaved(f"OVSDB {self._remotes.names[0]} refused it ({err}); this controller may no "
                                   "longer hold the pair's lock")
-        return ev.PolicySaved(None)
+        return ev.PolicySaved(None, revision)
 
 
-def policy_store(coordination: Coordination | None, remotes: Remotes, state_file: Any,
-                 standby: bool) -> tuple[Load, Keep]:
+def policy_store(coordination: Coordination | None, remotes: Remotes, state_file: Any, standby: bool) -> Store:
     """How the policy in force is read and saved, for how this controller runs."""
     if coordination is not None:
-        return coordination.policy_loaded, coordination.policy_saved
+        return Store(coordination.policy_loaded, coordination.policy_saved, partial(_current, coordination))
     if standby:
         pair = PairStore(remotes, StateFile(state_file, shared=True))
-        return pair.load, pair.save
+        return Store(pair.load, pair.save, None)
     alone = StateFile(state_file)
-    return (lambda: load(alone)), (lambda document: save(alone, document))
+    return Store(partial(load, alone), lambda document, revision, expect: save(alone, document, revision), None)
+
+
+def _current(coordination: Coordination) -> dict[str, Any]:
+    try:
+        document, revision = coordination.current_policy()
+    except CoordinationError as err:
+        raise Unavailable(f"etcd: {err}; the cluster's policy cannot be read now, try again") from None
+    return {"policy": document, "revision": revision}

@@ -142,8 +142,11 @@ class ClaimGeneration:
 
 @dataclass(frozen=True)
 class SavePolicy:
-    """Keep `document` (None: cleared) across restarts (events.PolicySaved)."""
+    """Keep `document` (None: cleared) across restarts (events.PolicySaved). `revision`: what to keep it as (a
+    cluster's store numbers its own); `expect`: in a cluster, only if the stored one is still at this revision."""
     document: Any
+    revision: int = 0
+    expect: int | None = None
 
 
 @dataclass(frozen=True)

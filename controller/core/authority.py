@@ -58,10 +58,6 @@ class Authority:
         """Whether the switch is this controller's to poll and master."""
         return self.active and (self.cluster is None or self.cluster.owns(dp_id))
 
-    def revision(self) -> int:
-        """In a cluster, the revision of its policy this member has in force (0 alone)."""
-        return self.cluster.policy_revision if self.cluster else 0
-
     def generation_of(self, dp_id: int) -> int:
         """The generation id to claim the switch's mastership with (0: none yet)."""
         if self.cluster is not None:

@@ -72,7 +72,6 @@ class Cluster:
         self.mine: dict[int, int] = {}                # switches this member owns → its key's revision
         self.claiming: set[int] = set()               # claims in flight
         self.confirmed_at: float | None = None        # when the last refresh etcd answered was sent
-        self.policy_revision = 0                      # the cluster's policy this member has in force
         self.unreachable: dict[str, frozenset[int]] = {}   # member → switches it cannot reach, as etcd said
         # Since when we cannot reach a switch: ("ovsdb", dp) its OVSDB, ("openflow", dp) one we own over OpenFlow.
         self.since: dict[tuple[str, int], float] = {}
@@ -171,9 +170,10 @@ class Cluster:
         """The cluster as a change's answer sees it."""
         return Shared(self.me, {dp: owner for dp, owner in self.owners.items() if owner != self.me}, self.sync)
 
-    def publish(self, held: dict[int, dict[str, Any]]) -> list[act.Action]:
-        """`held`: what the switches we own hold of the policy in force; told to the others when it changed."""
-        sync = ev.MemberSync(self.policy_revision, held)
+    def publish(self, held: dict[int, dict[str, Any]], revision: int) -> list[act.Action]:
+        """`held`: what the switches we own hold of the policy in force, at `revision`; told to the others when it
+        changed."""
+        sync = ev.MemberSync(revision, held)
         if sync == self.published:
             return []
         self.published = sync

@@ -54,8 +54,8 @@ class Controller:
         (a bad one raises PolicyError), which wins over the saved one and a take-over alike."""
         self.ovsdb, self.owner, self.pinned = ovsdb, owner, pinned
         self.wall, self.rng = wall, rng or random.Random()
-        self.keeper = PolicyKeeper(*(Mode.IN_FORCE, pinned, parse_policy(pinned)) if pinned is not None
-                                   else from_saved(saved))
+        self.keeper = PolicyKeeper(*(Mode.IN_FORCE, pinned, parse_policy(pinned), saved.revision)
+                                   if pinned is not None else from_saved(saved), shared=cluster is not None)
         self.authority = Authority(active, standby, cluster)
         self.switches: dict[int, Switch] = {}          # datapath id → the switch (its accepted connection)
         self.conns: dict[int, Switch] = {}             # accepted connection → its switch
@@ -95,24 +95,22 @@ class Controller:
                 if sw is not None:
                     self._to(sw, event, now)
             case ev.GetPolicy():
-                self.out.append(act.Answer(event.token, self.keeper.document))
+                self.out.append(act.Answer(event.token, {"policy": self.keeper.document,
+                                                         "revision": self.keeper.revision}))
             case ev.GetStatus():
                 self.out.append(act.Answer(event.token, self._status(now)))
             case ev.SetPolicy() | ev.ClearPolicy():   # checked, saved (the app's I/O), installed, confirmed
                 refused = self._refused(now)
                 self.out += [act.Answer(event.token, error=refused)] if refused else \
-                    self.keeper.change(event, self.check, now, self.authority.revision())
+                    self.keeper.change(event, self.check, now)
             case ev.Reload():   # answered to the Reload itself: the app logs it
                 with contextlib.suppress(PolicyError):
                     parse_policy(event.document)
                     self.pinned = event.document     # what a take-over puts in force from now on
                 refused = self._refused(now)
                 self.out += [act.Answer(event, error=refused)] if refused else \
-                    self.keeper.change(ev.SetPolicy(event, event.document), self.check, now, self.authority.revision())
+                    self.keeper.change(ev.SetPolicy(event, event.document), self.check, now)
             case ev.PolicySaved():
-                if self.authority.cluster is not None:
-                    self.authority.cluster.policy_revision = max(self.authority.cluster.policy_revision,
-                                                                 event.revision)
                 actions, installed = self.keeper.saved(event, now)
                 if installed:
                     self._everywhere(ev.PolicyInstalled(), now)
@@ -154,7 +152,7 @@ class Controller:
         if self.held.update(self.switches.values(), touched):
             cluster = self.authority.cluster
             if cluster:   # for the answers the other members give (why not: once settled)
-                self.out += cluster.publish(self.held.record)
+                self.out += cluster.publish(self.held.record, self.keeper.revision)
             if self.keeper.waiting:
                 self.out += self.keeper.answer(self.held.owned(self.switches.values()), now,
                                                cluster.shared() if cluster else None)
@@ -340,10 +338,10 @@ class Controller:
         for dp_id in lost & self.switches.keys():
             LOG.info("switch %016x is another member's now", dp_id)
             self._to(self.switches[dp_id], ev.StandingDown(), now)
-        if event.policy is not None and event.policy[0] > cluster.policy_revision:   # put through another member
-            cluster.policy_revision = event.policy[0]
+        if event.policy is not None and event.policy[0] > self.keeper.revision:   # put through another member
             self.keeper.install(*from_saved(ev.PolicyLoaded(SAVED_POLICY if event.policy[1] is not None
-                                                            else SAVED_CLEARED, event.policy[1])))
+                                                            else SAVED_CLEARED, event.policy[1],
+                                                            revision=event.policy[0])))
             self._everywhere(ev.PolicyInstalled(), now)
 
     # --- the worker --------------------------------------------------------------------------------------

@@ -7,3 +7,16 @@ class PolicyError(ValueError):
 
 class StorageError(RuntimeError):
     """The policy could not be saved, so it was not applied; the message says why and what to do."""
+
+
+class Indeterminate(RuntimeError):
+    """A change was asked for but its outcome is unknown (its answer was lost): it may be in force or not."""
+
+
+class Conflict(RuntimeError):
+    """A change conditioned on the policy's revision (If-Match) found another revision in force."""
+
+    def __init__(self, current: int, expected: int):
+        super().__init__(f"If-Match: the policy in force is at revision {current}, not {expected}; GET it, and send "
+                         f"the change again with If-Match: \"{current}\" if it still applies")
+        self.current = current

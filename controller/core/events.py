@@ -163,11 +163,13 @@ class GetPolicy:
 class SetPolicy:
     token: Any
     document: Any
+    expect: int | None = None      # If-Match: the change holds only if the policy in force is at this revision
 
 
 @dataclass(frozen=True)
 class ClearPolicy:
     token: Any
+    expect: int | None = None
 
 
 @dataclass(frozen=True)
@@ -260,7 +262,10 @@ class GenerationClaimed:
 class PolicySaved:
     """The answer to actions.SavePolicy: None, or why the store refused it."""
     error: str | None
-    revision: int = 0                       # in a cluster: the policy key's revision
+    revision: int = 0                       # the revision now in force (in a cluster: the policy key's in etcd)
+    changed: bool = True                    # False: the store held this very document already (a cluster's says)
+    conflict: bool = False                  # the store's revision was not the one the change expected: `revision`
+    indeterminate: bool = False             # the store's answer was lost: `error` says so; it may have saved it
 
 
 @dataclass(frozen=True)
@@ -270,6 +275,7 @@ class PolicyLoaded:
     saved: str
     document: Any = None
     error: str | None = None
+    revision: int = 0
 
 
 # --- what the controller tells one switch (controller/core/switch.py) ----------------------------------

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from controller.core import actions as act
 from controller.core import events as ev
-from controller.core.errors import PolicyError, StorageError
+from controller.core.errors import Conflict, Indeterminate, PolicyError, StorageError
 from controller.core.policy import Policy, parse_policy
 from controller.core.view import Mode
 
@@ -50,8 +50,11 @@ class Waiting:
 
 
 class PolicyKeeper:
-    def __init__(self, mode: Mode, document: Any, policy: Policy | None):
-        self.mode, self.document, self.policy = mode, document, policy
+    def __init__(self, mode: Mode, document: Any, policy: Policy | None, revision: int = 0, shared: bool = False):
+        """`revision`: the stored policy's (each save's is newer); `shared`: the store is a cluster's, which other
+        members change too, so it alone can say whether a change changes anything, or holds If-Match's revision."""
+        self.mode, self.document, self.policy, self.revision = mode, document, policy, revision
+        self.shared = shared
         self.load_error = False                       # the last change was refused
         self.saving: list[tuple[ev.SetPolicy | ev.ClearPolicy, Policy | None]] = []   # saves in flight, in order
         self.waiting: list[Waiting] = []
@@ -60,13 +63,14 @@ class PolicyKeeper:
     def name(self) -> str | None:
         return self.policy.name if self.policy else None
 
-    def install(self, mode: Mode, document: Any, policy: Policy | None) -> None:
-        self.mode, self.document, self.policy = mode, document, policy
+    def install(self, mode: Mode, document: Any, policy: Policy | None, revision: int) -> None:
+        self.mode, self.document, self.policy, self.revision = mode, document, policy, revision
 
     def change(self, req: ev.SetPolicy | ev.ClearPolicy, check: Callable[[Policy], None],
-               now: float, revision: int = 0) -> list[act.Action]:
-        """A PUT (checked against the switches by `check`) or a DELETE: saved first, in force once saved.
-        `revision`: in a cluster, the revision of the policy in force."""
+               now: float) -> list[act.Action]:
+        """A PUT (checked against the switches by `check`) or a DELETE: saved first, in force once saved. Alone
+        or as a pair, this controller is the store's only writer (the lock fences the other), so its own copy
+        answers If-Match and "unchanged"; in a cluster the store does (actions.SavePolicy's `expect`)."""
         policy = None
         if isinstance(req, ev.SetPolicy):
             try:
@@ -76,34 +80,47 @@ class PolicyKeeper:
                 self.load_error = True
                 return [act.Answer(req.token, error=err)]
             self.load_error = False
-            if self.mode is Mode.IN_FORCE and policy == self.policy and not self.saving:
-                return self._confirm(req.token, {"applied": policy.name, "changed": False}, policy, now, revision)
+        if not self.shared and not self.saving:
+            if req.expect is not None and req.expect != self.revision:
+                return [act.Answer(req.token, error=Conflict(self.revision, req.expect))]
+            if policy is not None and self.mode is Mode.IN_FORCE and policy == self.policy:
+                return self._confirm(req.token, {"applied": policy.name, "changed": False}, policy, now)
+        # Saves in flight (the store answers each in order) end at revisions this one follows.
         self.saving.append((req, policy))
-        return [act.SavePolicy(req.document if isinstance(req, ev.SetPolicy) else None)]
+        return [act.SavePolicy(req.document if isinstance(req, ev.SetPolicy) else None,
+                               self.revision + len(self.saving), req.expect if self.shared else None)]
 
     def saved(self, saved: ev.PolicySaved, now: float) -> tuple[list[act.Action], bool]:
         """The oldest save's outcome; whether its change is now in force."""
         req, policy = self.saving.pop(0)
+        if saved.indeterminate:
+            return [act.Answer(req.token, error=Indeterminate(
+                f"the policy store did not answer ({saved.error}): the change may be in force or not; GET "
+                f"/qos/v1/policy: a revision above {self.revision} is it, or a later one"))], False
+        if saved.conflict:
+            assert req.expect is not None
+            return [act.Answer(req.token, error=Conflict(saved.revision, req.expect))], False
         if saved.error is not None:
             return [act.Answer(req.token, error=StorageError(
                 f"cannot save the policy in force: {saved.error}; nothing was changed"))], False
         previous = self.policy
         if isinstance(req, ev.SetPolicy):
             assert policy is not None
-            LOG.info("policy %s in force", policy.name)
-            self.install(Mode.IN_FORCE, req.document, policy)
-            result: dict[str, Any] = {"applied": policy.name, "changed": True}
+            if saved.changed:
+                LOG.info("policy %s in force (revision %d)", policy.name, saved.revision)
+            self.install(Mode.IN_FORCE, req.document, policy, saved.revision)
+            result: dict[str, Any] = {"applied": policy.name, "changed": saved.changed}
         else:
-            LOG.info("policy %s cleared", previous.name if previous else None)
-            self.install(Mode.CLEARED, None, None)
+            LOG.info("policy %s cleared (revision %d)", previous.name if previous else None, saved.revision)
+            self.install(Mode.CLEARED, None, None, saved.revision)
             result = {"cleared": previous.name if previous else None}
-        return self._confirm(req.token, result, previous, now, saved.revision), True
+        return self._confirm(req.token, result, previous, now), saved.changed
 
-    def _confirm(self, token: Any, result: dict[str, Any], previous: Policy | None, now: float,
-                 revision: int) -> list[act.Action]:
+    def _confirm(self, token: Any, result: dict[str, Any], previous: Policy | None, now: float) -> list[act.Action]:
         named = frozenset(s.dp_id for p in (previous, self.policy) if p for s in p.switches)
         everywhere = any(p is not None and p.network is not None for p in (previous, self.policy))
-        self.waiting.append(Waiting(token, result, now + CONFIRM_SECONDS, named, revision, everywhere))
+        result = {**result, "revision": self.revision}
+        self.waiting.append(Waiting(token, result, now + CONFIRM_SECONDS, named, self.revision, everywhere))
         return [act.Later(CONFIRM_SECONDS, ev.ConfirmDue())]   # answered then even if nothing else happens
 
     def answer(self, switches: Sequence[Settling], now: float, cluster: Shared | None = None) -> list[act.Action]:
@@ -154,15 +171,15 @@ class Shared:
         return said.switches.get(dp_id) if said is not None and said.revision >= revision else None
 
 
-def from_saved(saved: ev.PolicyLoaded) -> tuple[Mode, Any, Policy | None]:
-    """The policy the store holds; one that cannot be used leaves the switches as they are."""
+def from_saved(saved: ev.PolicyLoaded) -> tuple[Mode, Any, Policy | None, int]:
+    """The policy the store holds, and its revision; one that cannot be used leaves the switches as they are."""
     if saved.error is not None:
         LOG.error("cannot use the saved policy (%s); starting without one, switches left as they are", saved.error)
-        return Mode.UNSET, None, None
+        return Mode.UNSET, None, None, saved.revision
     if saved.saved != SAVED_POLICY:
-        return (Mode.CLEARED if saved.saved == SAVED_CLEARED else Mode.UNSET), None, None
+        return (Mode.CLEARED if saved.saved == SAVED_CLEARED else Mode.UNSET), None, None, saved.revision
     try:
-        return Mode.IN_FORCE, saved.document, parse_policy(saved.document)
+        return Mode.IN_FORCE, saved.document, parse_policy(saved.document), saved.revision
     except PolicyError as err:
         LOG.error("the saved policy is no longer valid (%s); starting without one, switches left as they are", err)
-        return Mode.UNSET, None, None
+        return Mode.UNSET, None, None, saved.revision

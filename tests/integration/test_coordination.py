@@ -19,14 +19,14 @@ def test_each_read_gives_the_policy_in_force_and_a_stored_one_at_once(tmp_path):
         member.connect()
         try:
             assert member.read().policy is None                     # nothing stored yet
-            first = member.save_policy({"name": "a"})
+            first = member.save_policy({"name": "a"}).revision
             assert member.read().policy == member.read().policy == (first, {"name": "a"})
             assert member.claim(0xC1, renew=False) is not None
-            second = member.save_policy({"name": "b"})
+            second = member.save_policy({"name": "b"}).revision
             read = member.read()
             assert second > first and read.policy == (second, {"name": "b"})
             assert read.owners == {0xC1: "m1"} and read.members == ("m1",)
-            cleared = member.save_policy(None)
+            cleared = member.save_policy(None).revision
             assert member.read().policy == (cleared, None)
             other = Coordination(url, "adapter", "m2", 4)          # a member that never saw the earlier ones
             other.connect()
@@ -64,6 +64,53 @@ def test_the_leases_outlive_a_loop_busy_for_longer_than_they_last_but_not_a_wedg
             member.refresh()
             assert member.confirmed(_time.monotonic())
             assert member.claim(0xC1, renew=False) is not None
+        finally:
+            member.leave()
+
+
+def test_the_policy_register_is_a_compare_and_swap_that_etcd_decides_never_a_members_copy(tmp_path):
+    with etcd(23792, tmp_path / "etcd.log") as url:
+        m1, m2 = (Coordination(url, "adapter", name, 4) for name in ("m1", "m2"))
+        m1.connect()
+        m2.connect()
+        try:
+            assert m2.current_policy() == (None, 0)
+            first = m1.save_policy({"name": "a", "x": [1, 2]})
+            assert first.changed and not first.conflict and m2.current_policy() == ({"name": "a", "x": [1, 2]},
+                                                                                      first.revision)
+            same = m2.save_policy({"x": [1, 2], "name": "a"})       # m2 never read it: etcd says it is unchanged
+            assert (same.revision, same.changed) == (first.revision, False)
+            stale = m2.save_policy({"name": "b"}, expect=first.revision - 1)
+            assert (stale.conflict, stale.revision) == (True, first.revision)
+            assert m1.save_policy({"name": "b"}, expect=0).conflict        # 0: only if none is stored
+            second = m2.save_policy({"name": "b"}, expect=first.revision)
+            assert not second.conflict and second.revision > first.revision
+            assert m1.current_policy() == ({"name": "b"}, second.revision)
+            assert m1.save_policy(None, expect=first.revision).conflict  # what m1 read last is stale now
+            assert m1.current_policy() == ({"name": "b"}, second.revision)
+        finally:
+            m1.leave()
+            m2.leave()
+
+
+def test_a_save_etcd_took_but_did_not_answer_is_indeterminate_and_one_it_never_got_is_not(tmp_path):
+    with etcd(23792, tmp_path / "etcd.log") as url:
+        pid = int(subprocess.run(["pgrep", "-f", "--newest", "etcd --name ovsqos"], capture_output=True,
+                                 text=True).stdout.split()[0])
+        member = Coordination(url, "adapter", "m1", 4)
+        member.connect()
+        try:
+            assert member.policy_saved({"name": "a"}).error is None
+            os.kill(pid, signal.SIGSTOP)                 # the request is sent and read by no one: unknown
+            try:
+                unknown = member.policy_saved({"name": "b"})
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert unknown.indeterminate and unknown.error and "etcd" in unknown.error
+            os.kill(pid, signal.SIGKILL)                 # nothing listens: refused before anything is sent
+            _time.sleep(0.5)
+            refused = member.policy_saved({"name": "c"})
+            assert refused.error and not refused.indeterminate
         finally:
             member.leave()
 

@@ -529,7 +529,7 @@ class Harness:
             elif isinstance(action, act.ClaimGeneration):   # the app does it in a greenthread: after this event
                 self.pending_events.append(ev.GenerationClaimed(self.remotes.claim_generation(action.above)))
             elif isinstance(action, act.SavePolicy):
-                self.handle(self.store.save(action.document))
+                self.handle(self.store.save(action.document, action.revision, action.expect))
             elif isinstance(action, act.LoadPolicy):
                 self.handle(self.store.load())
             elif isinstance(action, act.Beat):

@@ -105,7 +105,7 @@ def test_the_checker_prints_the_json_the_rest_api_takes(tmp_path):
     assert auto["switches"]["s1"]["dp_id"] == 1 and auto["switches"]["s1"]["ports"]["1"]["queues"] == "auto"
     holder = bare(tmp_path)
     assert put_json(make_app(holder), auto) == (200, "application/json", {"applied": "auto", "changed": True,
-                                                                          "in_sync": True})
+                                                                          "revision": 1, "in_sync": True})
     assert holder.policy == load_policy(REPO / "policies" / "auto.yaml")
     assert parse_policy(shared) == load_policy(REPO / "policies" / "shared.yaml")
 

@@ -283,3 +283,25 @@ def test_a_switch_we_own_but_no_longer_reach_over_openflow_is_released_after_a_l
     assert cluster.report(report(["a"], {5: "a"}, revision=23), 7.0, []) == ([], set())
     actions, lost = cluster.report(report(["a"], {5: "a"}, revision=24), 13.0, [])
     assert actions == [act.ReleaseSwitch(5)] and lost == {5} and not cluster.owns(5)
+
+
+def test_a_members_copy_answers_no_change_etcd_does_unchanged_if_match_conflict_or_unknown(member):
+    """A linearizable register: a PUT equal to this member's copy still goes to etcd (another member may have
+    changed it since), If-Match goes with it, and the store's verdict is the answer."""
+    from controller.core.errors import Conflict, Indeterminate
+    from controller.core.policy import load_document
+    document = load_document("policies/reserve.yaml")
+    member.handle(report(["a"], policy=(40, document), refreshed_at=1.0), 1.0)
+    assert member.keeper.revision == 40 and member.keeper.policy.name == "reserve"
+    saves = [a for a in member.handle(ev.SetPolicy("same", document), 1.0) if isinstance(a, act.SavePolicy)]
+    assert saves == [act.SavePolicy(document, 41, None)]               # not answered "unchanged" from the copy
+    member.handle(ev.PolicySaved(None, 40, changed=False), 1.0)
+    assert member.keeper.revision == 40
+    saves = [a for a in member.handle(ev.SetPolicy("cas", document, expect=39), 1.0) if isinstance(a, act.SavePolicy)]
+    assert saves == [act.SavePolicy(document, 41, 39)]                  # etcd, not the copy, compares
+    (answer,) = [a for a in member.handle(ev.PolicySaved(None, 45, conflict=True), 1.0) if isinstance(a, act.Answer)]
+    assert isinstance(answer.error, Conflict) and answer.error.current == 45
+    member.handle(ev.SetPolicy("lost", document), 1.0)
+    (answer,) = member.handle(ev.PolicySaved("etcd: Read timed out", indeterminate=True), 1.0)
+    assert isinstance(answer.error, Indeterminate) and "above 40" in str(answer.error)
+    assert member.keeper.revision == 40

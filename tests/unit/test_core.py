@@ -19,7 +19,7 @@ MARKS = {(family, dscp, cls) for family in ("ipv4", "ipv6") for dscp, cls in ((1
 
 def test_a_policy_is_answered_once_switches_flows_queues_and_filters_hold_it(net):
     result = up(net)
-    assert result == {"applied": "reserve", "changed": True, "in_sync": True}
+    assert result == {"applied": "reserve", "changed": True, "revision": 1, "in_sync": True}
     assert len(net.s1.table) == S1_FLOWS and len(net.s2.table) == S2_FLOWS
     assert mode(net) == "reserve" and mode(net, "s2-eth1") == "fifo"
     assert net.s1.steering() == {TCP, UDP, VOICE}   # the classified rules steer
@@ -63,7 +63,7 @@ def test_the_same_policy_put_again_changes_nothing(net):
     up(net)
     sent, transactions = len(net.s1.sent), net.ovsdb.transactions
     result, _ = net.app.request(ev.SetPolicy, shipped("reserve"))
-    assert result == {"applied": "reserve", "changed": False, "in_sync": True}
+    assert result == {"applied": "reserve", "changed": False, "revision": 1, "in_sync": True}
     assert len(net.s1.sent) == sent and net.ovsdb.transactions == transactions
 
 
@@ -83,7 +83,7 @@ def test_a_bad_policy_changes_nothing_and_names_the_field(net):
 def test_clearing_takes_every_flow_and_queue_of_ours_off(net):
     up(net)
     result, _ = net.app.request(ev.ClearPolicy)
-    assert result == {"cleared": "reserve", "in_sync": True}
+    assert result == {"cleared": "reserve", "revision": 2, "in_sync": True}
     assert net.s1.table == {} and net.s2.table == {} and net.ovsdb.qos == {}
 
 

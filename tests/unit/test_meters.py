@@ -46,7 +46,7 @@ def band(dp, meter=UDP_METER) -> tuple[int, int]:
 
 
 def test_police_puts_the_meter_before_the_flows_that_use_it(net):
-    assert up(net, "police") == {"applied": "police", "changed": True, "in_sync": True}
+    assert up(net, "police") == {"applied": "police", "changed": True, "revision": 1, "in_sync": True}
     assert band(net.s1) == (500, 50) and net.s2.meters == {}
     assert sum(UDP_METER in net.s1.meters_of(e) for e in net.s1.table.values()) == 1
     assert not any(sw.openflow_errors for sw in net.app.snapshot.switches.values())

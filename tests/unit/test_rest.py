@@ -10,6 +10,7 @@ from webob import Request
 
 from controller.adapters.rest import MakeRequest, Ticket, make_app
 from controller.adapters.statefile import StateFile, save
+from controller.core import events as ev
 from tests.unit.fakes import shipped, study_net, up
 
 
@@ -26,6 +27,9 @@ class CoreClient:
         if answer.error is not None:
             raise answer.error
         return answer.result
+
+    def current_policy(self) -> dict:
+        return self.call(ev.GetPolicy)
 
     @property
     def policy(self):
@@ -85,7 +89,7 @@ def test_get_policy_before_any_is_null(tmp_path):
 
 def test_put_a_good_policy_applies_it(app, holder):
     assert put_json(app, shipped("reserve")) == (200, "application/json", {"applied": "reserve", "changed": True,
-                                                                           "in_sync": True})
+                                                                           "revision": 2, "in_sync": True})
     assert holder.policy.name == "reserve"
     assert call(app, "GET", "/qos/v1/status")[2]["policy"] == "reserve"
     assert call(app, "GET", "/qos/v1/policy")[2]["name"] == "reserve"
@@ -144,7 +148,8 @@ def test_a_405_says_which_methods_are_allowed(app):
 
 
 def test_delete_clears_the_policy_and_says_which(app, holder):
-    assert call(app, "DELETE", "/qos/v1/policy") == (200, "application/json", {"cleared": "none", "in_sync": True})
+    assert call(app, "DELETE", "/qos/v1/policy") == (200, "application/json", {"cleared": "none", "revision": 2,
+                                                                              "in_sync": True})
     assert holder.policy is None
     assert call(app, "GET", "/qos/v1/policy")[2] is None
 
@@ -170,7 +175,7 @@ def test_a_state_file_that_cannot_be_written_is_a_500_that_says_so_and_changes_n
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")                           # even root cannot make a directory where a file is
     alone = StateFile(blocker / "state.json")          # as a controller without a standby keeps its policy
-    holder.net.app.store = SimpleNamespace(save=lambda document: save(alone, document))
+    holder.net.app.store = SimpleNamespace(save=lambda document, revision, expect: save(alone, document, revision))
     code, _, body = put_json(make_app(holder), shipped("reserve"))
     assert code == 500 and body["error"].startswith("cannot save the policy in force: ") and \
         body["error"].endswith("; make the state directory writable, or set [qos] state_file; nothing was changed")
@@ -215,7 +220,7 @@ def test_a_chunked_body_is_read_whole_and_over_one_mib_is_413(app, holder):
     chunked = {"Transfer-Encoding": "chunked"}
     document = json.dumps(shipped("reserve")).encode()
     assert answer(app, eventlet_request(document, chunked)) == (200, {"applied": "reserve", "changed": True,
-                                                                      "in_sync": True})
+                                                                      "revision": 2, "in_sync": True})
     code, body = answer(app, eventlet_request(b" " * (1300 * 1024) + document, chunked))
     assert (code, body) == (413, {"error": "request body: more than the 1048576 bytes a policy may have"})
     assert holder.policy.name == "reserve"
@@ -299,3 +304,34 @@ def test_a_change_taken_up_but_not_answered_in_time_is_504_saying_it_may_be_in_f
     assert code == 504 and "may be in force or not" in body["error"] and "GET /qos/v1/policy" in body["error"]
     late.run_late()
     assert holder.policy.name == "reserve"
+
+
+def response(app, method: str, body: Any = None, headers: dict | None = None):
+    req = Request.blank("/qos/v1/policy", method=method, headers=headers or {})
+    if body is not None:
+        req.body, req.content_type = json.dumps(body).encode(), "application/json"
+    return req.get_response(app)
+
+
+def test_each_answer_carries_the_revision_and_if_match_changes_only_the_revision_it_names(app, holder):
+    got = response(app, "GET")
+    assert got.status_code == 200 and got.headers["ETag"] == '"1"' and got.json["name"] == "none"
+    stale = response(app, "PUT", shipped("reserve"), {"If-Match": '"0"'})
+    assert (stale.status_code, stale.json["revision"]) == (412, 1) and holder.policy.name == "none"
+    assert stale.json["error"].startswith("If-Match: the policy in force is at revision 1, not 0; GET it")
+    put = response(app, "PUT", shipped("reserve"), {"If-Match": got.headers["ETag"]})
+    assert (put.status_code, put.headers["ETag"], put.json["revision"]) == (200, '"2"', 2)
+    assert holder.policy.name == "reserve" and response(app, "GET").headers["ETag"] == '"2"'
+    again = response(app, "PUT", shipped("reserve"), {"If-Match": '"2"'})           # unchanged: the same revision
+    assert (again.status_code, again.json["changed"], again.headers["ETag"]) == (200, False, '"2"')
+    assert response(app, "DELETE", headers={"If-Match": '"1"'}).status_code == 412 and holder.policy.name == "reserve"
+    assert response(app, "DELETE", headers={"If-Match": "*"}).json == {"cleared": "reserve", "revision": 3,
+                                                                        "in_sync": True}
+
+
+@pytest.mark.parametrize("tag", ["1", 'W/"1"', '"one"', '""', '"1", "2"'])
+def test_an_if_match_that_names_no_revision_is_a_400_that_says_how(app, holder, tag):
+    bad = response(app, "PUT", shipped("reserve"), {"If-Match": tag})
+    assert bad.status_code == 400 and bad.json["error"] == (f"If-Match: {tag!r} is not a revision; send the ETag a "
+                                                            'GET gave, e.g. If-Match: "12", or no If-Match')
+    assert holder.policy.name == "none"

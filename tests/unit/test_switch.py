@@ -220,11 +220,11 @@ def test_a_standby_controller_drives_a_take_over_a_put_and_a_delete_without_io(r
     assert isinstance(answer, act.Answer) and "not confirmed" in str(answer.error)
     ctl.handle(ev.Beaten(2.0, True), 2.1)
     out = ctl.handle(ev.SetPolicy("put", reserve), 3.0)
-    assert out == [act.SavePolicy(reserve)] and ctl.keeper.policy == AUTO    # nothing in force before it is saved
-    ctl.handle(ev.PolicySaved(None), 3.0)
+    assert out == [act.SavePolicy(reserve, 1)] and ctl.keeper.policy == AUTO    # nothing in force before it is saved
+    ctl.handle(ev.PolicySaved(None, 1), 3.0)
     assert ctl.keeper.policy is not None and ctl.keeper.policy.name == "reserve"
     out = ctl.handle(ev.ClearPolicy("delete"), 4.0)
-    assert out == [act.SavePolicy(None)]
+    assert out == [act.SavePolicy(None, 2)]
     out = ctl.handle(ev.PolicySaved("disk full"), 4.0)
     (answer,) = [a for a in out if isinstance(a, act.Answer)]
     assert answer.token == "delete" and "disk full" in str(answer.error) and ctl.keeper.policy.name == "reserve"
@@ -251,11 +251,11 @@ def test_a_put_while_another_is_being_saved_is_saved_after_it_not_answered_uncha
     """In force A; B is being saved; A again must be saved after B, or B would end up in force."""
     auto, reserve = load_document("policies/auto.yaml"), load_document("policies/reserve.yaml")
     ctl = Controller(replica, owner="o", saved=ev.PolicyLoaded(SAVED_POLICY, auto), wall=lambda: 0.0)
-    assert ctl.handle(ev.SetPolicy("b", reserve), 1.0) == [act.SavePolicy(reserve)]
-    assert ctl.handle(ev.SetPolicy("a", auto), 1.0) == [act.SavePolicy(auto)]
-    ctl.handle(ev.PolicySaved(None), 1.0)
-    ctl.handle(ev.PolicySaved(None), 1.0)
-    assert ctl.keeper.policy == AUTO
+    assert ctl.handle(ev.SetPolicy("b", reserve), 1.0) == [act.SavePolicy(reserve, 1)]
+    assert ctl.handle(ev.SetPolicy("a", auto), 1.0) == [act.SavePolicy(auto, 2)]
+    ctl.handle(ev.PolicySaved(None, 1), 1.0)
+    ctl.handle(ev.PolicySaved(None, 2), 1.0)
+    assert ctl.keeper.policy == AUTO and ctl.keeper.revision == 2
 
 
 def test_a_newer_generation_seen_while_a_claim_is_in_flight_is_claimed_above_next():
