@@ -310,8 +310,10 @@ class Controller:
 
     def _status(self, now: float) -> dict[str, Any]:
         cluster = self.authority.cluster
-        switches = {f"{dp_id:016x}": sw.status(self.view(dp_id, now)) | ({"owner": cluster.owners.get(dp_id)}
-                                                                          if cluster else {})
+        # role_since: the wall-clock time the switch confirmed its role, for tools that time a take-over.
+        switches = {f"{dp_id:016x}": sw.status(self.view(dp_id, now))
+                    | {"role_since": None if sw.role.since is None else round(self.wall() - now + sw.role.since, 3)}
+                    | ({"owner": cluster.owners.get(dp_id)} if cluster else {})
                     for dp_id, sw in self.switches.items() if sw.bridge is not None}
         reported = self.reported
         remotes = {name: {"connected": reported.connected.get(name, False),

@@ -32,6 +32,7 @@ class RoleManager(SwitchPart):
         self.seen: int | None = None          # that id (None: it never had one)
         self.waiting = False                  # for the controller's new generation id
         self.pending: dict[int, Asked] = {}   # role requests in flight
+        self.since: float | None = None       # when the switch last confirmed a role other than the one before
 
     def writable(self, view: SwitchView) -> bool:
         return view.confirmed and self.role is SwitchRole.MASTER
@@ -61,7 +62,7 @@ class RoleManager(SwitchPart):
         if self.waiting or self.role is SwitchRole.MASTER or not view.active:
             self.claim(view)
 
-    def reply(self, reply: ev.RoleReply, view: SwitchView) -> bool:
+    def reply(self, reply: ev.RoleReply, view: SwitchView, now: float) -> bool:
         """Whether the switch is ours to write now."""
         asked = self.pending.pop(reply.xid, None)
         if asked is None:
@@ -71,7 +72,8 @@ class RoleManager(SwitchPart):
             self.learned = True
             self.claim(view)
             return False
-        self.role = SwitchRole(reply.role)
+        if SwitchRole(reply.role) is not self.role:
+            self.role, self.since = SwitchRole(reply.role), now
         return self.writable(view)
 
     def refused(self, reply: ev.ErrorReply) -> bool:

@@ -85,7 +85,7 @@ class Switch:
             case ev.PollDue():
                 self._poll_due(event, view, now)
             case ev.RoleReply():
-                if self.role.reply(event, view):
+                if self.role.reply(event, view, now):
                     self.reconcile(view)
             case ev.ErrorReply():
                 self._error(event)

@@ -45,3 +45,9 @@ def test_the_policy_puts_every_port_in_auto_with_a_flow_per_port_or_per_bridge()
         parse_policy(doc)                                            # a policy the controller takes
         assert [len(s["flows"]) for s in doc["switches"].values()] == [count, count]
         assert all(p["queues"] == "auto" for s in doc["switches"].values() for p in s["ports"].values())
+
+
+def test_spread_gives_the_median_the_nearest_rank_95th_percentile_and_the_max():
+    from bench.cluster import spread
+    assert spread([0.3, 0.1, 0.2]) == "median 0.20 p95 0.30 max 0.30"
+    assert spread([k / 100 for k in range(1, 22)]) == "median 0.11 p95 0.20 max 0.21"

@@ -55,9 +55,13 @@ def test_the_standby_is_a_slave_that_changes_nothing_and_refuses_changes(pair):
 def test_the_standby_takes_over_when_the_lock_is_its_and_keeps_what_the_active_one_programmed(pair):
     standby, net = pair.standby, pair.net
     pair.active.exit()                               # the active one died: its lock is released to us
+    standby.advance(2.5)
+    assert standby.request(ev.GetStatus)[0]["switches"]["0000000000000001"]["role_since"] < standby.clock
     pair.net.ovsdb.holder = standby.session
     standby.remotes_changed()
     assert standby.authority.role == "active" and net.s1.role == MASTER
+    # When the switch confirmed the new master, in wall-clock time, for tools that time a take-over.
+    assert standby.request(ev.GetStatus)[0]["switches"]["0000000000000001"]["role_since"] == standby.clock
     assert net.s1.generation_id == 2 == net.ovsdb.generation_ids   # newer than the dead one's, kept in OVSDB
     assert standby.keeper.policy.name == "auto"             # the policy the active one saved
     net.app = standby
