@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 # The manager loads this file by path; make the `controller` package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -309,8 +309,10 @@ class QosController(App):
 
     # --- out of the core -------------------------------------------------------------------------------
     def _execute(self, actions: list[act.Action]) -> None:
-        """What the core asked for. OVSDB transactions go to greenthreads, which report back by event; the
-        state file is local and small: written or read here, its outcome handled at once, in order."""
+        """What the core asked for, each kind of action once (mypy checks that none is left out). OVSDB
+        transactions go to greenthreads, which report back by event; the policy store (the state file, the
+        pair's OVSDB key, a cluster's etcd key) is written or read here, its outcome handled at once: the
+        keeper takes the answers to its saves in the order it asked them."""
         for action in actions:
             match action:
                 case act.Send():
@@ -341,18 +343,11 @@ class QosController(App):
                 case act.ClaimGeneration():
                     hub.spawn(lambda above: self._post(ev.GenerationClaimed(self.ovsdb.claim_generation(above))),
                               action.above)
-                case act.SavePolicy():   # local and small, or etcd's milliseconds: in order, before the core goes on
+                case act.SavePolicy():   # milliseconds: in order, before the core goes on
                     self._handle(self._keep(action.document, action.revision, action.expect))
-                case act.ClaimSwitch() if self.coordination:
-                    hub.spawn(self.coordination.claim_reported, action, self._post)
-                case act.ReleaseSwitch() if self.coordination:
-                    hub.spawn(self.coordination.release, action.dp_id)
-                case act.Unreachable() if self.coordination:
-                    LOG.warning("switches whose OVSDB this member cannot reach, left to members that can: %s",
-                                ", ".join(f"{dp:016x}" for dp in sorted(action.dp_ids)) or "none now")
-                    self.coordination.mark(action.dp_ids)
-                case act.PublishSync() if self.coordination:
-                    self.coordination.publish(action.sync)
+                case act.ClaimSwitch() | act.ReleaseSwitch() | act.Unreachable() | act.PublishSync():
+                    assert self.coordination is not None, f"{action}: only a cluster's member asks this"
+                    self.coordination.execute(action, self._post)
                 case act.LoadPolicy():
                     self._handle(self._load())
                 case act.Beat():
@@ -362,6 +357,8 @@ class QosController(App):
                 case act.Exit():
                     print(f"error: {action.reason}", file=sys.stderr, flush=True)
                     throw(SystemExit(action.code))
+                case _:
+                    assert_never(action)
 
     # --- REST: requests answered in the event loop --------------------------------------------------------
     def call(self, make: MakeRequest) -> Any:

@@ -31,7 +31,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
 from eventlet import patcher
 
@@ -574,6 +574,24 @@ class Coordination:
             except Exception as err:   # noqa: BLE001 - the second's pass reads anyway; the watch only hastens it
                 LOG.debug("etcd: watch on %s ended: %s", prefix, _why(err))
             hub.sleep(REFRESH_SECONDS)
+
+    def execute(self, action: act.ClaimSwitch | act.ReleaseSwitch | act.Unreachable | act.PublishSync,
+                post: Callable[[ev.Event], None]) -> None:
+        """A cluster's action of the core's: etcd's round trips in greenthreads of their own (a claim's outcome
+        posted as events.SwitchClaimed), what other members are told written with the next pass."""
+        match action:
+            case act.ClaimSwitch():
+                hub.spawn(self.claim_reported, action, post)
+            case act.ReleaseSwitch():
+                hub.spawn(self.release, action.dp_id)
+            case act.Unreachable():
+                LOG.warning("switches whose OVSDB this member cannot reach, left to members that can: %s",
+                            ", ".join(f"{dp:016x}" for dp in sorted(action.dp_ids)) or "none now")
+                self.mark(action.dp_ids)
+            case act.PublishSync():
+                self.publish(action.sync)
+            case _:
+                assert_never(action)
 
     def claim_reported(self, claim: act.ClaimSwitch, post: Callable[[ev.Event], None]) -> None:
         try:
