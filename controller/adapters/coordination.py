@@ -47,7 +47,6 @@ LOG = logging.getLogger(__name__)
 REFRESH_SECONDS = 1.0      # how often a member refreshes its lease (and reads the cluster, if no watch woke it)
 CONNECTIONS = 256          # kept open to etcd: a take-over claims each switch at once, on a greenthread of its own
 COALESCE_SECONDS = 0.05    # after a watch wakes the loop: changes arriving this soon are read with it
-CLAIM_BATCH = 64           # switches claimed in one etcd transaction (etcd takes at most 128 operations in one)
 LEASE_GONE = "Not Found"   # what etcd's gateway answers a write on a lease it no longer has (HTTP 404)
 WEDGED_SECONDS = 10.0      # the keepalive thread lets the leases run out once the core has handled nothing this long
 _threading = patcher.original("threading")   # an OS thread (os-ken's eventlet patches `threading` green)
@@ -159,7 +158,6 @@ class Coordination:
         self._sync: ev.MemberSync | None = None                # what our switches hold ...
         self._sync_told: ev.MemberSync | None = None           # ... and what etcd holds of it
         self._wake = hub.Event()                               # the loop reads (and tells) at once
-        self._claims: list[act.ClaimSwitch] = []               # asked by the core, not yet sent to etcd
         self._policy: tuple[int, Any] | None = None            # the policy as last fetched: (revision, document)
         self._ovsdb = ovsdb
         self._peers: PeerWatch | None = None
@@ -430,17 +428,11 @@ class Coordination:
     def claim(self, dp_id: int, renew: bool) -> int | None:
         """Make the switch's key ours, on our lease, in one transaction: only if it has none (or, to renew,
         only if it is ours). The revision of the write, which is the key's; None when the condition failed."""
-        return self.claim_all([(dp_id, renew)])
-
-    def claim_all(self, claims: list[tuple[int, bool]]) -> int | None:
-        """Each switch's key ours, as claim() makes one, all in one transaction or none (None)."""
-        compares, puts = [], []
-        for dp_id, renew in claims:
-            key = _b64(f"{self.prefix}switch/{dp_id:016x}")
-            compares.append({"key": key, "result": "EQUAL", "target": "VALUE", "value": _b64(self.member)}
-                            if renew else _absent(key))
-            puts.append({"request_put": {"key": key, "value": _b64(self.member), "lease": self._lease.id}})
-        answer = self._post("/kv/txn", {"compare": compares, "success": puts})
+        key = _b64(f"{self.prefix}switch/{dp_id:016x}")
+        compare: dict[str, Any] = {"key": key, "result": "EQUAL", "target": "VALUE", "value": _b64(self.member)} \
+            if renew else _absent(key)
+        answer = self._post("/kv/txn", {"compare": [compare], "success": [
+            {"request_put": {"key": key, "value": _b64(self.member), "lease": self._lease.id}}]})
         return self._base + int(answer["header"]["revision"]) if answer.get("succeeded") else None
 
     def release(self, dp_id: int) -> None:
@@ -589,9 +581,7 @@ class Coordination:
         posted as events.SwitchClaimed), what other members are told written with the next pass."""
         match action:
             case act.ClaimSwitch():
-                self._claims.append(action)
-                if len(self._claims) == 1:   # the first of a batch: sent once the core's actions are all out
-                    hub.spawn(self._claim_batch, post)
+                hub.spawn(self.claim_reported, action, post)
             case act.ReleaseSwitch():
                 hub.spawn(self.release, action.dp_id)
             case act.Unreachable():
@@ -602,27 +592,6 @@ class Coordination:
                 self.publish(action.sync)
             case _:
                 assert_never(action)
-
-    def _claim_batch(self, post: Callable[[ev.Event], None]) -> None:
-        """The claims asked together (a member taking over a dead one's switches asks for a hundred at once),
-        CLAIM_BATCH to an etcd transaction, one round trip where each took its own; a transaction that fails
-        (one of its switches taken by another member meanwhile) is made again switch by switch."""
-        claims, self._claims = self._claims, []
-        for start in range(0, len(claims), CLAIM_BATCH):
-            chunk = claims[start:start + CLAIM_BATCH]
-            try:
-                revision = self.claim_all([(c.dp_id, c.renew) for c in chunk])
-            except CoordinationError as err:   # asked again at a later read, as a claim refused is
-                LOG.warning("etcd: cannot claim %d switches: %s", len(chunk), err)
-                for claim in chunk:
-                    post(ev.SwitchClaimed(claim.dp_id, None))
-                continue
-            if revision is None and len(chunk) > 1:
-                for claim in chunk:
-                    self.claim_reported(claim, post)
-            else:
-                for claim in chunk:
-                    post(ev.SwitchClaimed(claim.dp_id, revision))
 
     def claim_reported(self, claim: act.ClaimSwitch, post: Callable[[ev.Event], None]) -> None:
         try:

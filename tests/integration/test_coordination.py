@@ -135,29 +135,3 @@ def test_a_release_etcd_does_not_answer_is_tried_again_until_it_does(tmp_path):
             assert not releasing.is_alive() and member.read().owners == {}
         finally:
             member.leave()
-
-
-def test_claims_asked_together_go_in_one_transaction_and_one_taken_meanwhile_is_refused_alone(tmp_path):
-    from controller.compat import hub
-    from controller.core import actions as act
-    with etcd(23792, tmp_path / "etcd.log") as url:
-        m1, m2 = (Coordination(url, "adapter", name, 4) for name in ("m1", "m2"))
-        m1.connect()
-        m2.connect()
-        try:
-            posted: list = []
-            for dp in (1, 2, 3):                     # as the app executes a report's claims: one after the other
-                m1.execute(act.ClaimSwitch(dp, renew=False), posted.append)
-            hub.sleep(2)                             # the batch's greenthread runs
-            assert len({e.revision for e in posted}) == 1 and {e.dp_id for e in posted} == {1, 2, 3}
-            assert None not in {e.revision for e in posted}
-            assert m2.claim(4, renew=False) is not None                  # m2 takes 4 before m1's batch
-            posted.clear()
-            for dp in (4, 5):
-                m1.execute(act.ClaimSwitch(dp, renew=False), posted.append)
-            hub.sleep(2)
-            assert sorted((e.dp_id, e.revision is not None) for e in posted) == [(4, False), (5, True)]
-            assert m1.read().owners == {1: "m1", 2: "m1", 3: "m1", 4: "m2", 5: "m1"}
-        finally:
-            m1.leave()
-            m2.leave()
