@@ -3,6 +3,9 @@ policy in force with its revision, a new one as soon as it is stored, and the sw
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from eventlet import patcher
 
@@ -11,6 +14,29 @@ from topo.harness.etcd import etcd
 
 _time = patcher.original("time")   # a sleep that yields to nothing, even under eventlet
 threading = patcher.original("threading")
+
+
+@contextmanager
+def one_member(tmp_path: Path, lease: int) -> Iterator[tuple[Coordination, int]]:
+    """Member m1 of a fresh private etcd, and etcd's process (to stop or kill it under the member)."""
+    with etcd(23792, tmp_path / "etcd.log") as url:
+        member = Coordination(url, "adapter", "m1", lease)
+        member.connect()
+        try:
+            yield member, int(subprocess.run(["pgrep", "-f", "--newest", "etcd --name ovsqos"],
+                                             capture_output=True, text=True).stdout.split()[0])
+        finally:
+            member.leave()
+
+
+@contextmanager
+def silent(pid: int) -> Iterator[None]:
+    """etcd stopped for the block (SIGSTOP): what is sent to it is read by no one until it resumes."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def test_each_read_gives_the_policy_in_force_and_a_stored_one_at_once(tmp_path):
@@ -94,44 +120,24 @@ def test_the_policy_register_is_a_compare_and_swap_that_etcd_decides_never_a_mem
 
 
 def test_a_save_etcd_took_but_did_not_answer_is_indeterminate_and_one_it_never_got_is_not(tmp_path):
-    with etcd(23792, tmp_path / "etcd.log") as url:
-        pid = int(subprocess.run(["pgrep", "-f", "--newest", "etcd --name ovsqos"], capture_output=True,
-                                 text=True).stdout.split()[0])
-        member = Coordination(url, "adapter", "m1", 4)
-        member.connect()
-        try:
-            assert member.policy_saved({"name": "a"}).error is None
-            os.kill(pid, signal.SIGSTOP)                 # the request is sent and read by no one: unknown
-            try:
-                unknown = member.policy_saved({"name": "b"})
-            finally:
-                os.kill(pid, signal.SIGCONT)
-            assert unknown.indeterminate and unknown.error and "etcd" in unknown.error
-            os.kill(pid, signal.SIGKILL)                 # nothing listens: refused before anything is sent
-            _time.sleep(0.5)
-            refused = member.policy_saved({"name": "c"})
-            assert refused.error and not refused.indeterminate
-        finally:
-            member.leave()
+    with one_member(tmp_path, 4) as (member, pid):
+        assert member.policy_saved({"name": "a"}).error is None
+        with silent(pid):                                # the request is sent and read by no one: unknown
+            unknown = member.policy_saved({"name": "b"})
+        assert unknown.indeterminate and unknown.error and "etcd" in unknown.error
+        os.kill(pid, signal.SIGKILL)                     # nothing listens: refused before anything is sent
+        _time.sleep(0.5)
+        refused = member.policy_saved({"name": "c"})
+        assert refused.error and not refused.indeterminate
 
 
 def test_a_release_etcd_does_not_answer_is_tried_again_until_it_does(tmp_path):
-    with etcd(23792, tmp_path / "etcd.log") as url:
-        pid = int(subprocess.run(["pgrep", "-f", "--newest", "etcd --name ovsqos"], capture_output=True,
-                                 text=True).stdout.split()[0])
-        member = Coordination(url, "adapter", "m1", 9)
-        member.connect()
-        try:
-            assert member.claim(0xC1, renew=False) is not None and member.read().owners == {0xC1: "m1"}
-            os.kill(pid, signal.SIGSTOP)                             # etcd silent: the first attempt times out
-            try:
-                releasing = threading.Thread(target=member.release, args=(0xC1,))
-                releasing.start()
-                _time.sleep(4 * REFRESH_SECONDS)
-                assert releasing.is_alive()                          # not given up: still trying
-            finally:
-                os.kill(pid, signal.SIGCONT)
-            releasing.join(timeout=20)
-            assert not releasing.is_alive() and member.read().owners == {}
-        finally:
-            member.leave()
+    with one_member(tmp_path, 9) as (member, pid):
+        assert member.claim(0xC1, renew=False) is not None and member.read().owners == {0xC1: "m1"}
+        with silent(pid):                                            # the first attempt times out
+            releasing = threading.Thread(target=member.release, args=(0xC1,))
+            releasing.start()
+            _time.sleep(4 * REFRESH_SECONDS)
+            assert releasing.is_alive()                              # not given up: still trying
+        releasing.join(timeout=20)
+        assert not releasing.is_alive() and member.read().owners == {}

@@ -240,7 +240,7 @@ def test_a_read_only_state_directory_is_a_500_that_says_so_and_keeps_the_policy(
     try:
         for method, body in (("PUT", policy("reserve")), ("DELETE", None)):
             code, answer = rest(method, "/policy", body)
-            assert code == 500 and answer["error"].startswith("cannot save the policy in force (") and \
+            assert code == 500 and answer["error"].startswith("cannot save the policy in force: ") and \
                 "Read-only file system" in answer["error"], answer
         assert rest("GET", "/policy")[1] is None
         log = (tmp_path / "controller.log").read_text()
