@@ -419,6 +419,16 @@ class Coordination:
                             json.loads(_text(kvs[0]["value"])).get("policy")) if kvs else None
         return self._policy
 
+    def _lease_gone(self, err: CoordinationError) -> None:
+        """Our leases went (revoked by a peer that took us for dead, or run out) before the keepalive said so:
+        new ones at the next pass, as the keepalive would have it, and the keys and the group joined on them
+        then; nothing is down. Any other error is raised."""
+        if str(err) != LEASE_GONE:
+            raise err
+        LOG.info("etcd: our lease is gone; taking new ones")
+        assert self._keepalive is not None
+        self._keepalive.expired = True
+
     def _rejoin(self) -> None:
         try:
             self._join(self._coord)
@@ -524,13 +534,7 @@ class Coordination:
             try:
                 self._tell()
             except CoordinationError as err:
-                if str(err) != LEASE_GONE:
-                    raise
-                # Our lease went (revoked by a peer that took us for dead, or run out) before the keepalive said
-                # so: new ones at the next pass, as the keepalive would have it; nothing is down.
-                LOG.info("etcd: our lease is gone; taking new ones")
-                assert self._keepalive is not None
-                self._keepalive.expired = True
+                self._lease_gone(err)
             cluster = self.read()
             assert cluster.members is not None
             if self._peers is not None:
@@ -546,8 +550,11 @@ class Coordination:
                 # Our membership's lease ran out (a pause, a cut): tooz takes a new lease but joins no
                 # group again, and the others' ring would pass over us for good.
                 LOG.warning("etcd: member %s had left the group (its lease ran out); joining again", self.member)
-                self._rejoin()
-                self._outside = False
+                try:
+                    self._rejoin()
+                    self._outside = False
+                except CoordinationError as err:   # on the membership lease a peer has just revoked
+                    self._lease_gone(err)
             post(dataclasses.replace(cluster, refreshed_at=refreshed, restored=self._restored))
             if failing is not None:
                 LOG.info("etcd answers again; member %s", self.member)

@@ -141,3 +141,22 @@ def test_a_release_etcd_does_not_answer_is_tried_again_until_it_does(tmp_path):
             assert releasing.is_alive()                              # not given up: still trying
         releasing.join(timeout=20)
         assert not releasing.is_alive() and member.read().owners == {}
+
+
+def test_leases_a_peer_revoked_are_taken_anew_and_the_group_joined_again_without_etcd_seeming_down(tmp_path):
+    """What a member finds when the others took it for dead (peers.py): both its leases revoked at once, so its
+    membership is gone and joining again on the old lease is refused ("Not Found"). That is not etcd down:
+    the next passes take new leases and join on them, and the core is never told coordination was lost."""
+    from controller.adapters import private
+    with one_member(tmp_path, 4) as (member, _):
+        posted: list = []
+        watches: list = []
+        member._turn(posted.append, None, watches)
+        for lease in (private.membership_lease_id(member._coord), member._lease.id):
+            member._post("/kv/lease/revoke", {"ID": lease})
+        assert member.read().members == ()
+        for _ in range(4):
+            member._turn(posted.append, None, watches)
+            _time.sleep(REFRESH_SECONDS)
+        assert all(e.members is not None for e in posted), [e.members for e in posted]   # None: "etcd down"
+        assert member.read().members == ("m1",)
