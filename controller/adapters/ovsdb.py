@@ -259,10 +259,9 @@ class Ovsdb:
 
     def _apply(self, changes: dict[str, QosSpec | None], tags: dict[str, str] | None,
                port_tags: dict[str, dict[str, str]] | None, epochs: dict[int, int] | None, reconfigure: bool) -> None:
-        connection = self._api.ovsdb_connection
         # We log every refusal ourselves, in one line; ovsdbapp's own log would add a traceback to each.
         opened = self._api.transaction(check_error=True, log_errors=False) if reconfigure else \
-            transaction.Transaction(self._api, connection, connection.timeout, check_error=True, log_errors=False)
+            self._quiet_transaction()
         try:
             with opened as txn:
                 if epochs:
@@ -277,8 +276,8 @@ class Ovsdb:
                 late = txn.results.get(timeout=self._late)
             except queue.Empty:
                 raise Unconfirmed(f"OVSDB did not confirm the change of {len(changes)} ports within "
-                                  f"{connection.timeout + self._late:g} s; what it holds is read again at the next "
-                                  "poll") from None
+                                  f"{self._api.ovsdb_connection.timeout + self._late:g} s; what it holds is read "
+                                  "again at the next poll") from None
             if isinstance(late, idlutils.ExceptionResult):
                 raise late.ex from None
 
@@ -292,11 +291,15 @@ class Ovsdb:
                 return
             time.sleep(0.05)
 
+    def _quiet_transaction(self) -> Any:
+        """A transaction that asks nothing of vswitchd (no next_cfg to wait for), refusals raised, not logged."""
+        connection = self._api.ovsdb_connection
+        return transaction.Transaction(self._api, connection, connection.timeout, check_error=True, log_errors=False)
+
     def fence(self, epochs: dict[int, int]) -> dict[int, str]:
         """Raise each switch's epoch to ours where it is lower, in one transaction that asks nothing of
         vswitchd; the switches refused (a newer epoch, or no such bridge), each with why."""
-        with transaction.Transaction(self._api, self._api.ovsdb_connection, self._api.ovsdb_connection.timeout,
-                                     check_error=True, log_errors=False) as txn:
+        with self._quiet_transaction() as txn:
             found = txn.add(_Fence(self._api, self._epoch_key, epochs, strict=False))
         refused: dict[int, str] = found.result
         return refused
@@ -329,8 +332,7 @@ class Ovsdb:
         if not verified:
             row = next(iter(self._api.tables["Open_vSwitch"].rows.values()), None)
             return row.external_ids.get(self._policy_key) if row else None
-        with transaction.Transaction(self._api, self._api.ovsdb_connection, self._api.ovsdb_connection.timeout,
-                                     check_error=True, log_errors=False) as txn:
+        with self._quiet_transaction() as txn:
             found = txn.add(_ReadKey(self._api, self._heartbeat_key, self._policy_key))
         text: str | None = found.result
         return text
@@ -339,8 +341,7 @@ class Ovsdb:
         """Save a standby pair's policy (JSON text) in Open_vSwitch external_ids: the transaction asserts our
         lock, so OVSDB itself refuses the write of a holder deposed since (OvsdbError), however late it
         comes; the file a pair once shared had no such guard."""
-        with transaction.Transaction(self._api, self._api.ovsdb_connection, self._api.ovsdb_connection.timeout,
-                                     check_error=True, log_errors=False) as txn:
+        with self._quiet_transaction() as txn:
             txn.add(_SetKey(self._api, self._policy_key, text))
 
     @property
@@ -359,8 +360,7 @@ class Ovsdb:
     def beat(self) -> None:
         """One heartbeat. Unlike our other transactions it does not ask vswitchd to reconfigure (no next_cfg),
         so it costs vswitchd nothing; like them, it carries our lock."""
-        with transaction.Transaction(self._api, self._api.ovsdb_connection, self._api.ovsdb_connection.timeout,
-                                     check_error=True, log_errors=False) as txn:
+        with self._quiet_transaction() as txn:
             txn.add(_Beat(self._api, self._heartbeat_key))
 
     def steal_lock(self) -> None:
@@ -492,21 +492,6 @@ class _NextGeneration(command.BaseCommand):
         row.setkey("external_ids", self.key, str(self.result))
 
 
-class _ReadKey(command.BaseCommand):
-    """A key of Open_vSwitch external_ids as the server holds it: the column verified, and the heartbeat
-    `beat` moved so that the transaction is sent at all (one that only verifies commits without asking)."""
-
-    def __init__(self, api: Any, beat: str, key: str) -> None:
-        super().__init__(api)
-        self.beat, self.key = beat, key
-
-    def run_idl(self, txn: Any) -> None:
-        row = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
-        row.verify("external_ids")
-        row.setkey("external_ids", self.beat, str((_int(row.external_ids, self.beat) + 1) % 2**31))
-        self.result = row.external_ids.get(self.key)
-
-
 class _SetKey(command.BaseCommand):
     def __init__(self, api: Any, key: str, value: str) -> None:
         super().__init__(api)
@@ -570,6 +555,21 @@ class _Beat(command.BaseCommand):
     def run_idl(self, txn: Any) -> None:
         row = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
         row.setkey("external_ids", self.key, str((_int(row.external_ids, self.key) + 1) % 2**31))
+
+
+class _ReadKey(_Beat):
+    """A key of Open_vSwitch external_ids as the server holds it: the column verified, and a heartbeat beside
+    it so that the transaction is sent at all (one that only verifies commits without asking)."""
+
+    def __init__(self, api: Any, beat: str, key: str) -> None:
+        super().__init__(api, beat)
+        self.read = key
+
+    def run_idl(self, txn: Any) -> None:
+        row = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
+        row.verify("external_ids")
+        super().run_idl(txn)
+        self.result = row.external_ids.get(self.read)
 
 
 class _RemoveOrphans(command.BaseCommand):

@@ -141,17 +141,19 @@ class Remotes:
     def saved_policy(self) -> str | None:
         """A standby pair's policy as kept in the first remote (JSON text; None: none kept): read under the lock
         by its holder, from the replica by the other. OvsdbError where the remote is not reached."""
-        db = self._first
-        if db is None or not db.connected:
-            raise OvsdbError(f"OVSDB {self.names[0]} is not connected")
+        db = self._reached()
         return db.saved_policy(verified=db.has_lock)
 
     def save_policy(self, text: str) -> None:
         """A standby pair's policy kept in the first remote, by a transaction OVSDB refuses unless the lock is ours."""
+        self._reached().save_policy(text)
+
+    def _reached(self) -> Database:
+        """The first remote's connection; OvsdbError while it is not connected."""
         db = self._first
         if db is None or not db.connected:
             raise OvsdbError(f"OVSDB {self.names[0]} is not connected")
-        db.save_policy(text)
+        return db
 
     @property
     def _first(self) -> Database | None:

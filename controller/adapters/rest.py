@@ -3,12 +3,12 @@
   GET    /qos/v1/policy   the policy in force (its document) or null; its revision in the ETag header
   PUT    /qos/v1/policy   a policy document (JSON); 400 names the bad field and the old policy stays
   DELETE /qos/v1/policy   no policy: this controller's flows and queues come off every switch
+  GET    /qos/v1/status   switches, ports, queues in force, what is not in sync, decisions
+  GET    /qos/v1/openapi.json   this API as an OpenAPI 3.0 document (openapi.json beside this file)
 
 A PUT or DELETE with `If-Match: "N"` changes the policy only if it is still at revision N, else 412 names
 the revision in force; a change whose outcome is unknown (the store's answer was lost) is 504. In a cluster
 GET reads etcd, never this member's copy.
-  GET    /qos/v1/status   switches, ports, queues in force, what is not in sync, decisions
-  GET    /qos/v1/openapi.json   this API as an OpenAPI 3.0 document (openapi.json beside this file)
 
 Every method but GET needs `Authorization: Bearer <api_token>` when a token is configured (and one
 must be where the API listens beyond loopback). A body may come with Content-Length or chunked; over

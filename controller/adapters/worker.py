@@ -152,9 +152,9 @@ class Worker:
 
     def _fenced(self, jobs: list[Job], results: dict[int, JobResult], epochs: dict[int, int], raised: dict[int, int],
                 busy: dict[int, str]) -> list[Job]:
-        """A cluster member's jobs: `epochs`, their switches' (and those `raised`), raised to ours first, and the
-        jobs refused of the switches another member owns now (tc included, which OVSDB does not guard) and of
-        those whose host lock is `busy` (neither checked nor raised)."""
+        """A cluster member's or a standby pair's jobs: `epochs`, their switches' (and those `raised`), raised to
+        ours first, and the jobs refused of the switches another controller of our owner holds now (tc included,
+        which OVSDB does not guard) and of those whose host lock is `busy` (neither checked nor raised)."""
         checked = {dp: epoch for dp, epoch in epochs.items() if dp not in busy}
         if not epochs:
             return jobs
