@@ -48,6 +48,7 @@ REFRESH_SECONDS = 1.0      # how often a member refreshes its lease (and reads t
 CONNECTIONS = 256          # kept open to etcd: a take-over claims each switch at once, on a greenthread of its own
 COALESCE_SECONDS = 0.05    # after a watch wakes the loop: changes arriving this soon are read with it
 LEASE_GONE = "Not Found"   # what etcd's gateway answers a write on a lease it no longer has (HTTP 404)
+SAVE_ATTEMPTS = 8          # a PUT read-then-CAS again when another landed in between: a bound, not a wait
 WEDGED_SECONDS = 10.0      # the keepalive thread lets the leases run out once the core has handled nothing this long
 _threading = patcher.original("threading")   # an OS thread (os-ken's eventlet patches `threading` green)
 _time = patcher.original("time")
@@ -469,12 +470,19 @@ class Coordination:
         key, value = _b64(self._policy_key), _policy_value(document)
         read, put = {"request_range": {"key": key}}, {"request_put": {"key": key, "value": value}}
         if expect is None:
-            answer = self._post("/kv/txn", {"compare": [{"key": key, "result": "EQUAL", "target": "VALUE",
-                                                         "value": value}], "success": [read], "failure": [put]})
-            if answer.get("succeeded"):
-                kvs = answer["responses"][0]["response_range"]["kvs"]
-                return ev.PolicySaved(None, self._base + int(kvs[0]["mod_revision"]), changed=False)
-            return ev.PolicySaved(None, self._base + int(answer["header"]["revision"]))
+            # A put conditional on the revision just read, never a blind one: a transaction that a partition held
+            # back and delivered after a newer policy was stored then changes nothing (its sender said 504).
+            for _ in range(SAVE_ATTEMPTS):
+                kvs = self._post("/kv/range", {"key": key}).get("kvs", [])
+                if kvs and kvs[0]["value"] == value:
+                    return ev.PolicySaved(None, self._base + int(kvs[0]["mod_revision"]), changed=False)
+                condition = {"key": key, "result": "EQUAL", "target": "MOD",
+                             "mod_revision": kvs[0]["mod_revision"]} if kvs else _absent(key)
+                answer = self._post("/kv/txn", {"compare": [condition], "success": [put]})
+                if answer.get("succeeded"):
+                    return ev.PolicySaved(None, self._base + int(answer["header"]["revision"]))
+            raise CoordinationError(f"the policy changed {SAVE_ATTEMPTS} times while this one was being stored; "
+                                    "nothing of it was stored")
         if 0 < expect <= self._base:       # a revision from before etcd lost its data: none is at it now
             condition = {"key": key, "result": "LESS", "target": "MOD", "mod_revision": 0}   # never true
         else:

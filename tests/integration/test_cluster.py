@@ -11,9 +11,7 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +22,7 @@ import pytest
 from controller.adapters.ovsdb import Ovsdb
 from controller.core.cluster import Ring
 from tests.integration.conftest import controller_config, requires_ovs, start_controller, stop_controller
+from tests.integration.proxy import Proxy
 from tests.integration.test_reliability import policy, sh, wait
 from topo.harness.etcd import etcd, make_pki
 
@@ -401,50 +400,6 @@ def test_etcd_restarted_empty_is_recovered_from_by_the_members_without_touching_
             for proc in procs.values():
                 if proc.poll() is None:
                     stop_controller(proc, clear=False)
-
-
-class Proxy:
-    """A TCP forwarder from 127.0.0.1:`port` to `target` that can drop everything silently (a partition: nothing
-    closed, nothing answered, a new connection accepted and left unanswered) and heal."""
-
-    def __init__(self, port: int, target: tuple[str, int]):
-        self.target, self.open = target, threading.Event()
-        self.open.set()
-        self.listener = socket.create_server(("127.0.0.1", port))
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
-
-    def _serve(self, client: socket.socket) -> None:
-        self.open.wait()
-        upstream = socket.create_connection(self.target)
-        for a, b in ((client, upstream), (upstream, client)):
-            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, a: socket.socket, b: socket.socket) -> None:
-        try:
-            while True:
-                self.open.wait()
-                data = a.recv(65536)
-                self.open.wait()
-                if not data:
-                    break
-                b.sendall(data)
-        except OSError:
-            pass
-        for s in (a, b):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self.open.set()
-        self.listener.close()
 
 
 def test_a_silent_partition_from_ovsdb_is_found_by_a_probe_and_handled_as_a_cut(tmp_path, bridges):

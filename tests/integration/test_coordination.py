@@ -10,6 +10,7 @@ from pathlib import Path
 from eventlet import patcher
 
 from controller.adapters.coordination import REFRESH_SECONDS, WEDGED_SECONDS, Coordination
+from tests.integration.proxy import Proxy
 from topo.harness.etcd import etcd
 
 _time = patcher.original("time")   # a sleep that yields to nothing, even under eventlet
@@ -129,6 +130,32 @@ def test_a_save_etcd_took_but_did_not_answer_is_indeterminate_and_one_it_never_g
         _time.sleep(0.5)
         refused = member.policy_saved({"name": "c"})
         assert refused.error and not refused.indeterminate
+
+
+def test_a_save_a_partition_held_back_changes_nothing_once_a_newer_policy_is_stored(tmp_path):
+    """m1 reaches etcd through a proxy that holds its bytes during a partition and delivers them at the heal (as TCP
+    retransmission would, m1's close after them): its save times out (indeterminate), m2 stores a newer policy,
+    the partition heals. What etcd then receives from m1 is conditional on what m1 read before, so the newer
+    policy stays."""
+    with etcd(23792, tmp_path / "etcd.log") as url:
+        proxy = Proxy(23794, ("127.0.0.1", 23792), forward_close=False)
+        m1 = Coordination(url.replace("23792", "23794"), "adapter", "m1", 4)
+        m2 = Coordination(url, "adapter", "m2", 4)
+        m1.connect()
+        m2.connect()
+        try:
+            assert m1.policy_saved({"name": "a"}).error is None
+            proxy.open.clear()
+            held = m1.policy_saved({"name": "old"})
+            assert held.indeterminate, held
+            assert m2.policy_saved({"name": "new"}).error is None
+            proxy.open.set()
+            _time.sleep(2)                                   # the held bytes delivered, and answered
+            assert m2.current_policy()[0] == {"name": "new"}
+        finally:
+            proxy.close()
+            m1.leave()
+            m2.leave()
 
 
 def test_a_release_etcd_does_not_answer_is_tried_again_until_it_does(tmp_path):

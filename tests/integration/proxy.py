@@ -1,0 +1,57 @@
+"""A TCP forwarder that partitions silently: what a cut network cable or a dropping firewall does to a
+connection, which neither end hears of."""
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+
+class Proxy:
+    """A TCP forwarder from 127.0.0.1:`port` to `target` that can drop everything silently (a partition: nothing
+    closed, nothing answered, a new connection accepted and left unanswered) and heal."""
+
+    def __init__(self, port: int, target: tuple[str, int], forward_close: bool = True):
+        """`forward_close` False: a side's close is not passed on (its FIN lost), so what it sent before is
+        delivered to a peer that does not know it is gone."""
+        self.target, self.open, self.forward_close = target, threading.Event(), forward_close
+        self.open.set()
+        self.listener = socket.create_server(("127.0.0.1", port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        self.open.wait()
+        try:
+            upstream = socket.create_connection(self.target)
+        except OSError:                          # the target is down: the client's connection closes
+            client.close()
+            return
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        try:
+            while True:
+                self.open.wait()
+                data = a.recv(65536)
+                self.open.wait()
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b) if self.forward_close else (a,):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.open.set()
+        self.listener.close()
