@@ -174,6 +174,8 @@ class Coordination:
         self._highest = 0                                      # etcd's own highest revision seen
         self._lost: str | None = None                          # etcd's revision went back: a loss, or a restore
         self._restored: str | None = None                      # ... recovered: said with the next read
+        self._members: tuple[str, ...] = ()                    # the group as last read
+        self._recovery: tuple[float, frozenset[str]] | None = None   # after a loss: until when, and whom, to wait
 
     def connect(self) -> None:
         """Join the owner's group (made if it is not there yet)."""
@@ -349,6 +351,7 @@ class Coordination:
                 said = json.loads(value)
                 sync[key[len("sync/"):]] = ev.MemberSync(said["revision"], {
                     int(dp, 16): held for dp, held in said["switches"].items()})
+        self._members = members
         return ev.ClusterChanged(members, owners, self._base + int(answer["header"]["revision"]), policy, None,
                                  unreachable, sync)
 
@@ -403,14 +406,49 @@ class Coordination:
         self._base, self._token, self._lost = max(self._base, base), token, None
         if reason is None:
             return
-        if self._policy is not None:
-            key = _b64(self._policy_key)
-            self._post("/kv/txn", {"compare": [_absent(key)], "success": [{"request_put": {
-                "key": key, "value": _policy_value(self._policy[1])}}]})
+        self._reseed()
+        self._post("/kv/put", {"key": _b64(f"{self.prefix}reseeded/{self.member}"), "value": _b64(token)})
+        self._recovery = (time.monotonic() + self.lease_seconds, frozenset(self._members) - {self.member})
         self._restored = f"{reason}; revisions now count from {self._base}" + \
-            (", the policy in force put back where none was" if self._policy is not None else "")
+            (", its copy of the policy put back unless a newer one was" if self._policy is not None else "")
         LOG.error("etcd lost its data (%s): recovered, %s", reason, self._restored.split("; ", 1)[1])
         self._told = self._sync_told = self._leases_told = None
+
+    def _reseed(self) -> None:
+        """After a loss, the policy in force put back: the newest that any member had, never an older one over it.
+        Each member that finds the loss puts its copy unless the one stored is newer: a seed (stored with its
+        revision from before the loss, in the same transaction) from a newer copy, or a policy PUT since."""
+        if self._policy is None:
+            return
+        revision, document = self._policy
+        key, seeded = _b64(self._policy_key), _b64(f"{self.prefix}seeded")
+        put = [{"request_put": {"key": key, "value": _policy_value(document)}},
+               {"request_put": {"key": seeded, "value": _b64(f"{revision:020d}")}}]
+        while True:
+            answer = self._post("/kv/txn", {"success": [{"request_range": {"key": key}},
+                                                        {"request_range": {"key": seeded}}]})
+            stored, seed = (r["response_range"].get("kvs", []) for r in answer["responses"])
+            if stored and not (seed and seed[0]["mod_revision"] == stored[0]["mod_revision"]
+                               and int(_text(seed[0]["value"])) < revision):
+                return
+            compare = [{"key": k, "result": "EQUAL", "target": "MOD", "mod_revision": kvs[0]["mod_revision"]}
+                       if kvs else _absent(k) for k, kvs in ((key, stored), (seeded, seed))]
+            if self._post("/kv/txn", {"compare": compare, "success": put}).get("succeeded"):
+                return
+
+    def _recovering(self) -> bool:
+        """After a loss, until every member of the group before it has put back its copy of the policy (or a lease
+        has passed): until then a member that held an older copy would apply it, and claim switches the others
+        have not yet claimed again."""
+        if self._recovery is None:
+            return False
+        deadline, waiting = self._recovery
+        kvs = self._post("/kv/range", {"key": _b64(f"{self.prefix}reseeded/"),
+                                       "range_end": _b64(_range_end(f"{self.prefix}reseeded/"))}).get("kvs", [])
+        done = {_text(kv["key"]).rsplit("/", 1)[1] for kv in kvs if _text(kv["value"]) == self._token}
+        if waiting <= done or time.monotonic() > deadline:
+            self._recovery = None
+        return self._recovery is not None
 
     def _fetch_policy(self, revision: int) -> tuple[int, Any] | None:
         """The policy (revision, document) at `revision` or later: the one fetched last if it is that one."""
@@ -480,7 +518,7 @@ class Coordination:
                              "mod_revision": kvs[0]["mod_revision"]} if kvs else _absent(key)
                 answer = self._post("/kv/txn", {"compare": [condition], "success": [put]})
                 if answer.get("succeeded"):
-                    return ev.PolicySaved(None, self._base + int(answer["header"]["revision"]))
+                    return self._saved(document, answer)
             raise CoordinationError(f"the policy changed {SAVE_ATTEMPTS} times while this one was being stored; "
                                     "nothing of it was stored")
         if 0 < expect <= self._base:       # a revision from before etcd lost its data: none is at it now
@@ -490,9 +528,16 @@ class Coordination:
                                                            "mod_revision": expect - self._base}
         answer = self._post("/kv/txn", {"compare": [condition], "success": [put], "failure": [read]})
         if answer.get("succeeded"):
-            return ev.PolicySaved(None, self._base + int(answer["header"]["revision"]))
+            return self._saved(document, answer)
         kvs = answer["responses"][0]["response_range"].get("kvs", [])
         return ev.PolicySaved(None, self._base + int(kvs[0]["mod_revision"]) if kvs else 0, conflict=True)
+
+    def _saved(self, document: Any, answer: dict[str, Any]) -> ev.PolicySaved:
+        """A policy stored: also this member's copy, should etcd lose its data before the next read fetches it."""
+        revision = self._base + int(answer["header"]["revision"])
+        if self._policy is None or self._policy[0] < revision:
+            self._policy = (revision, document)
+        return ev.PolicySaved(None, revision)
 
     def current_policy(self) -> tuple[Any, int]:
         """The cluster's policy as etcd holds it now (a linearizable read, never this member's copy): the document
@@ -563,6 +608,9 @@ class Coordination:
                     self._outside = False
                 except CoordinationError as err:   # on the membership lease a peer has just revoked
                     self._lease_gone(err)
+            if self._recovering():
+                post(ev.ClusterChanged(None, {}, 0, None, None))     # no switch changed meanwhile, as with etcd down
+                return failing
             post(dataclasses.replace(cluster, refreshed_at=refreshed, restored=self._restored))
             if failing is not None:
                 LOG.info("etcd answers again; member %s", self.member)

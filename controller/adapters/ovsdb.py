@@ -272,14 +272,17 @@ class Ovsdb:
         except exceptions.TimeoutException:   # its text lists every command: thousands of lines for a policy
             # The transaction is still queued behind others (an ovs-vswitchd busy with thousands of ports): wait
             # for its end rather than send it again, or each retry would queue one more behind it.
+            unconfirmed = Unconfirmed(f"OVSDB did not confirm the change of {len(changes)} ports within "
+                                      f"{self._api.ovsdb_connection.timeout + self._late:g} s; what it holds is read "
+                                      "again at the next poll")
             try:
                 late = txn.results.get(timeout=self._late)
             except queue.Empty:
-                raise Unconfirmed(f"OVSDB did not confirm the change of {len(changes)} ports within "
-                                  f"{self._api.ovsdb_connection.timeout + self._late:g} s; what it holds is read "
-                                  "again at the next poll") from None
+                raise unconfirmed from None
             if isinstance(late, idlutils.ExceptionResult):
-                raise late.ex from None
+                # Its own wait for the server ran out too (a silent partition): ovsdbapp's exception then has
+                # no text at all (str() of it raises).
+                raise unconfirmed if isinstance(late.ex, exceptions.TimeoutException) else late.ex from None
 
     def _await_vswitchd(self, deadline: float) -> None:
         """Until vswitchd has applied every change asked of it (cur_cfg reached next_cfg), or `deadline`. At

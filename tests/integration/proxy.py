@@ -3,20 +3,29 @@ connection, which neither end hears of."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 
 
 class Proxy:
-    """A TCP forwarder from 127.0.0.1:`port` to `target` that can drop everything silently (a partition: nothing
-    closed, nothing answered, a new connection accepted and left unanswered) and heal."""
+    """A forwarder from 127.0.0.1:`listen` to `target` (host, port), or from the unix socket at path `listen` to
+    the one at `target`, that can drop everything silently (a partition: nothing closed, nothing answered, a new
+    connection accepted and left unanswered) and heal."""
 
-    def __init__(self, port: int, target: tuple[str, int], forward_close: bool = True):
+    def __init__(self, listen: int | str, target: tuple[str, int] | str, forward_close: bool = True):
         """`forward_close` False: a side's close is not passed on (its FIN lost), so what it sent before is
         delivered to a peer that does not know it is gone."""
         self.target, self.open, self.forward_close = target, threading.Event(), forward_close
         self.open.set()
-        self.listener = socket.create_server(("127.0.0.1", port))
+        if isinstance(listen, int):
+            self.listener = socket.create_server(("127.0.0.1", listen))
+        else:
+            self.listener = socket.socket(socket.AF_UNIX)
+            with contextlib.suppress(FileNotFoundError):         # a killed run's
+                os.unlink(listen)
+            self.listener.bind(listen)
+            self.listener.listen()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -30,7 +39,11 @@ class Proxy:
     def _serve(self, client: socket.socket) -> None:
         self.open.wait()
         try:
-            upstream = socket.create_connection(self.target)
+            if isinstance(self.target, str):
+                upstream = socket.socket(socket.AF_UNIX)
+                upstream.connect(self.target)
+            else:
+                upstream = socket.create_connection(self.target)
         except OSError:                          # the target is down: the client's connection closes
             client.close()
             return
@@ -54,4 +67,8 @@ class Proxy:
 
     def close(self) -> None:
         self.open.set()
+        path = self.listener.getsockname() if self.listener.family == socket.AF_UNIX else None
         self.listener.close()
+        if path:
+            with contextlib.suppress(OSError):
+                os.unlink(path)

@@ -158,6 +158,38 @@ def test_a_save_a_partition_held_back_changes_nothing_once_a_newer_policy_is_sto
             m2.leave()
 
 
+def test_after_etcd_lost_its_data_the_newest_copy_of_the_policy_is_put_back_whoever_finds_the_loss_first(tmp_path):
+    with etcd(23792, tmp_path / "etcd.log") as url:
+        m1, m2 = (Coordination(url, "adapter", name, 4) for name in ("m1", "m2"))
+        m1.connect()
+        m2.connect()
+        m1.save_policy({"name": "a"})
+        m1.read()
+        m2.read()                                            # m2's copy: a
+        m1.save_policy({"name": "b"})                        # m1's: b, stored just before the loss
+    with etcd(23792, tmp_path / "etcd-empty.log"):          # the same etcd, its data gone
+        def passes(member: Coordination) -> list:
+            """The member's loop, until it has read the cluster: its leases are gone with the data, and taken anew."""
+            posted: list = []
+            for _ in range(3):
+                member._turn(posted.append, None, [])
+                _time.sleep(0.1)
+            return [e for e in posted if e.members is not None]
+        try:
+            # The stale copy finds the loss first and puts it back, but tells its core nothing (as if etcd were
+            # down) until m1, in the group before the loss, has put back its own ...
+            assert passes(m2) == [] and m2.current_policy()[0] == {"name": "a"}
+            assert passes(m1)[-1].policy[1] == {"name": "b"}           # ... the newer one, which replaces it
+            assert passes(m2)[-1].policy[1] == {"name": "b"}
+            m2.save_policy({"name": "c"})                              # a PUT since the recovery stays
+            m1._lost = "the loss found late"
+            passes(m1)
+            assert m1.current_policy()[0] == {"name": "c"}
+        finally:
+            m1.leave()
+            m2.leave()
+
+
 def test_a_release_etcd_does_not_answer_is_tried_again_until_it_does(tmp_path):
     with one_member(tmp_path, 9) as (member, pid):
         assert member.claim(0xC1, renew=False) is not None and member.read().owners == {0xC1: "m1"}
