@@ -135,6 +135,7 @@ class QosController(App):
             fail(self._held, 1)
         self._load, self._keep, self._read = policy_store(self.coordination, self.ovsdb, settings.state_file,
                                                           settings.standby)
+        self._saves: Any = hub.Queue()      # the core's SavePolicy actions, for _save_policies
         try:
             self.core = Controller(self.ovsdb, owner=settings.owner, saved=self._load(),
                                    pinned=load_document(str(settings.policy)) if settings.policy else None,
@@ -169,6 +170,7 @@ class QosController(App):
                                      SwitchLocks.beside(name, hub.sleep) if on_this_host(name) else None)
                         for name in self.ovsdb.names}
         self._threads += [*(hub.spawn(w.run) for w in self.workers.values()), hub.spawn(self._watch_tc),
+                          hub.spawn(self._save_policies),
                           hub.spawn(self._watch_remotes), hub.spawn(Heap().run, hub.sleep),
                           *([hub.spawn(self.coordination.run, self._post)] if self.coordination else []),
                           hub.spawn(serve, self._api_sock, make_app(self, self.settings.api_token)),
@@ -256,16 +258,28 @@ class QosController(App):
     def _core_event(self, wrapped: EventCore) -> None:
         self._handle(wrapped.event)
 
+    def _fail(self, what: str) -> None:
+        LOG.exception("%s failed; exiting (flows and queues stay in place)", what)
+        print(f"error: the controller failed {what} (its log has the traceback); exiting", file=sys.stderr, flush=True)
+        throw(SystemExit(EXIT_FAILED))
+
+    def _save_policies(self) -> None:
+        """The store's writes in the order the core asked them (the keeper takes their answers in that order), off
+        the event loop: an etcd slow to answer holds no other event up. One that raises ends the process."""
+        while True:
+            action = self._saves.get()
+            try:
+                self._post(self._keep(action.document, action.revision, action.expect))
+            except Exception:   # noqa: BLE001 - as a handler's: the saves after it would wait for ever
+                return self._fail("saving the policy")
+
     def _handle(self, event: ev.Event) -> None:
         """A handler that raises ends the process (as Faucet's do), non-zero, so that its service starts it
         afresh: never half-alive, its switches held but no longer served. Flows and queues stay for the next."""
         try:
             self._execute(self.core.handle(event, time.monotonic()))
         except Exception:   # noqa: BLE001
-            LOG.exception("handling %s failed; exiting (flows and queues stay in place)", type(event).__name__)
-            print(f"error: the controller failed handling {type(event).__name__} (its log has the traceback); "
-                  "exiting", file=sys.stderr, flush=True)
-            throw(SystemExit(EXIT_FAILED))
+            self._fail(f"handling {type(event).__name__}")
             return
         if self.coordination:
             self.coordination.turned()   # the core handled an event: the keepalive may refresh our leases
@@ -310,9 +324,9 @@ class QosController(App):
     # --- out of the core -------------------------------------------------------------------------------
     def _execute(self, actions: list[act.Action]) -> None:
         """What the core asked for, each kind of action once (mypy checks that none is left out). OVSDB
-        transactions go to greenthreads, which report back by event; the policy store (the state file, the
-        pair's OVSDB key, a cluster's etcd key) is written or read here, its outcome handled at once: the
-        keeper takes the answers to its saves in the order it asked them."""
+        transactions, etcd's round trips and the policy store's writes go to greenthreads, which report back
+        by event. A load of the store (at start, and as a pair's standby takes over) is read here: no event is
+        handled with the policy it replaces."""
         for action in actions:
             match action:
                 case act.Send():
@@ -343,8 +357,8 @@ class QosController(App):
                 case act.ClaimGeneration():
                     hub.spawn(lambda above: self._post(ev.GenerationClaimed(self.ovsdb.claim_generation(above))),
                               action.above)
-                case act.SavePolicy():   # milliseconds: in order, before the core goes on
-                    self._handle(self._keep(action.document, action.revision, action.expect))
+                case act.SavePolicy():
+                    self._saves.put(action)
                 case act.ClaimSwitch() | act.ReleaseSwitch() | act.Unreachable() | act.PublishSync():
                     assert self.coordination is not None, f"{action}: only a cluster's member asks this"
                     self.coordination.execute(action, self._post)
