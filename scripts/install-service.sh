@@ -50,6 +50,7 @@ if [ ! -x "$PREFIX/venv/bin/python" ]; then
   /usr/bin/python3 -m venv "$PREFIX/venv"
 fi
 "$PREFIX/venv/bin/pip" install -q --disable-pip-version-check -r "$PREFIX/requirements/controller.txt"
+scripts/startup-hook.sh "$PREFIX/venv" "$PREFIX/controller/startup.py"
 # The shipped policies, once: a reinstall adds new ones and leaves those there as they are; a config
 # unless there is one.
 for policy in policies/*.yaml policies/bases; do

@@ -62,6 +62,7 @@ venv() {
 }
 venv .venv requirements.txt
 venv .venv-ryu requirements/ryu.txt    # Ryu's eventlet pin clashes with os-ken's: a venv of its own
+for dir in .venv .venv-ryu; do scripts/startup-hook.sh "$dir" "$PWD/controller/startup.py"; done
 .venv/bin/python -c "import mininet.net, os_ken, ovsdbapp, prometheus_client" 2>/dev/null \
   || { echo "setup: .venv cannot import its packages; remove it and run again" >&2; exit 1; }
 .venv-ryu/bin/ryu-manager --version >/dev/null 2>&1 \

@@ -157,9 +157,18 @@ def port_qos(iface: str) -> str:
 def test_a_bad_config_exits_2_with_one_line_naming_the_option(tmp_path, options, message):
     proc = start_controller(controller_config(tmp_path / "qos.conf", **options), tmp_path / "log")
     assert proc.wait(20) == 2
-    lines = [line for line in (tmp_path / "log").read_text().splitlines() if line.startswith("error: ")]
+    lines = (tmp_path / "log").read_text().splitlines()       # stdout and stderr: nothing but the one line
     assert len(lines) == 1 and lines[0].startswith(message), lines
     assert leftovers() == NOTHING_LEFT
+
+
+def test_a_bad_config_is_one_line_under_ryu_manager_too(tmp_path):
+    done = subprocess.run([str(REPO / ".venv-ryu" / "bin" / "ryu-manager"), "--config-file",
+                           str(controller_config(tmp_path / "qos.conf", owner="no spaces")),
+                           str(REPO / "controller" / "qos_app.py")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert (done.stdout + done.stderr).splitlines() == [
+        "error: [qos] owner: 'no spaces' is not 1-64 letters, digits, '_', '.' or '-'"], done.stderr
 
 
 def test_a_bad_policy_file_in_the_config_exits_2_naming_the_field(tmp_path):
