@@ -2,7 +2,7 @@
 OVS kernel datapath with netem delay, and check what this host's kernel cannot show.
 
 One run feeds every test: `topo/run.py vm -- --policy reserve --quick --datapath kernel --delay 5ms
---udp-steps 0,10 --lone-udp 0 --cooldown-seconds 0 --prometheus none --probe none` (the latency probe is the host's tests' to check). The image is built on first use (about 2 minutes and 150 MiB of
+--udp-steps 0,8,12 --lone-udp 0 --cooldown-seconds 0 --prometheus none --probe none` (the latency probe is the host's tests' to check). The image is built on first use (about 2 minutes and 150 MiB of
 Debian packages) and cached in /var/cache/ovs-qos-vm/ for the next run. On the 2-core build machine,
 where QEMU falls back to TCG emulation, the module took 88 s with the image cached. Skipped only where
 QEMU cannot run at all: no qemu-system-x86_64, or not root.
@@ -22,9 +22,11 @@ from tests.integration.test_image import build_in_background
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 1200   # a hang, not a slow run: boot + study take ~4 min under TCG, an image build ~3 more
-# The flood's step follows one of TCP alone, as in the main study: a flood that starts with TCP meets its
+# The floods' steps follow one of TCP alone, as in the main study: a flood that starts with TCP meets its
 # slow start, and one run's TCP sat out a 1.2 s retransmission timeout in the step's 2 measured seconds.
-UDP = 10.0
+# Two of them, both above the 5 Mbit/s bottleneck: the fidelity monitor may mark one unfaithful (under TCG
+# beside the image's build, one run's receiver reported nothing for 1.34 s of a 3 s step).
+FLOODS = (8.0, 12.0)
 
 pytestmark = [
     pytest.mark.needs(shutil.which("qemu-system-x86_64") is None,
@@ -44,7 +46,7 @@ def run(request):
     out = Path(tempfile.mkdtemp(prefix="test-vm-", dir=REPO / "results"))
     build_in_background(Path(tempfile.mkdtemp(prefix="test-image-")) / "build.log")
     argv = [sys.executable, "topo/run.py", "vm", "--", "--policy", "reserve", "--quick", "--datapath", "kernel",
-            "--delay", "5ms", "--udp-steps", f"0,{UDP:g}", "--lone-udp", "0", "--cooldown-seconds", "0", "--prometheus", "none", "--probe", "none", "--out", str(out)]
+            "--delay", "5ms", "--udp-steps", ",".join(f"{u:g}" for u in (0, *FLOODS)), "--lone-udp", "0", "--cooldown-seconds", "0", "--prometheus", "none", "--probe", "none", "--out", str(out)]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -101,9 +103,11 @@ def test_the_delay_shows_in_the_measured_rtt(run):
 def test_reserve_protects_tcp_against_the_udp_flood(run):
     _, summary, _ = run
     reservation = reserve(summary)["tcp_reservation_mbps"]
-    row = step(summary, UDP)
-    assert row["faithful"] and not row["fidelity_notes"], row   # an unfaithful step proves nothing either way
-    assert row["tcp_mbps"] >= 0.75 * reservation, row
+    rows = [step(summary, udp) for udp in FLOODS]
+    # An unfaithful step proves nothing either way: at least one must be faithful, and each faithful one holds.
+    faithful = [row for row in rows if row["faithful"] and not row["fidelity_notes"]]
+    assert faithful, rows
+    assert all(row["tcp_mbps"] >= 0.75 * reservation for row in faithful), faithful
 
 
 def test_tcp_bytes_went_through_the_tcp_class(run):
