@@ -67,7 +67,7 @@ from controller.core import events as ev  # noqa: E402
 from controller.core.cluster import Cluster  # noqa: E402
 from controller.core.controller import Controller  # noqa: E402
 from controller.core.errors import PolicyError  # noqa: E402
-from controller.core.policy import load_document  # noqa: E402
+from controller.core.policy import load_document, parse_policy  # noqa: E402
 from controller.core.stats import Multipart  # noqa: E402
 
 LOG = logging.getLogger("qos_app")
@@ -112,10 +112,12 @@ class QosController(App):
             handler.setFormatter(logging.Formatter(LOG_FORMAT, "%Y-%m-%d %H:%M:%S"))
         try:
             self.settings = config.settings(CONF)
+            pinned = load_document(str(self.settings.policy)) if self.settings.policy else None
+            _ = parse_policy(pinned) if pinned is not None else None   # a bad file refused before anything is reached
             check_free(self.settings.openflow)
             self._api_sock, self._metrics_sock = listen(self.settings.api), listen(self.settings.metrics)
-        except (config.ConfigError, PortInUse, OSError) as err:
-            fail(err, 2 if isinstance(err, config.ConfigError) else 1)
+        except (config.ConfigError, PolicyError, PortInUse, OSError) as err:
+            fail(err, 2 if isinstance(err, config.ConfigError | PolicyError) else 1)
         raise_file_limit()
         guard_openflow()      # before os-ken starts listening
         settings, co = self.settings, self.settings.coordination
@@ -138,7 +140,7 @@ class QosController(App):
         self._saves: Any = hub.Queue()      # the core's SavePolicy actions, for _save_policies
         try:
             self.core = Controller(self.ovsdb, owner=settings.owner, saved=self._load(),
-                                   pinned=load_document(str(settings.policy)) if settings.policy else None,
+                                   pinned=pinned,
                                    active=self.ovsdb.locked, standby=settings.standby,
                                    cluster=Cluster(co.member, co.lease) if co else None, wall=time.time)
         except PolicyError as err:
@@ -264,8 +266,7 @@ class QosController(App):
         throw(SystemExit(EXIT_FAILED))
 
     def _save_policies(self) -> None:
-        """The store's writes in the order the core asked them (the keeper takes their answers in that order), off
-        the event loop: an etcd slow to answer holds no other event up. One that raises ends the process."""
+        """The store's writes, in the order asked (and answered), off the event loop: a slow etcd holds up nothing."""
         while True:
             action = self._saves.get()
             try:
