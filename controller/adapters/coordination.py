@@ -685,19 +685,22 @@ class Coordination:
             return ev.PolicySaved(f"etcd: {err}", indeterminate=err.unknown)
 
     def leave(self) -> None:
-        """A clean stop: our keys go at once (the lease revoked), so other members claim our switches now."""
+        """A clean stop: both our leases revoked first, as a peer revokes a dead member's (peers.py): our
+        membership and our switches' keys go together, and the others claim our switches at their next read."""
         if self._coord is None:
             return
+        try:
+            for lease in (private.membership_lease_id(self._coord), self._lease.id):
+                self._post("/kv/lease/revoke", {"ID": lease})
+            LOG.info("etcd: member %s left (its leases revoked): its switches are the others' to claim", self.member)
+        except CoordinationError as err:
+            LOG.warning("etcd: could not leave the group cleanly (%s); our keys expire with our lease", err)
         if self._keepalive is not None:
             self._keepalive.stop()
         if self._peers is not None:
             self._peers.stop()
-        try:
-            self._lease.revoke()
-            self._coord.leave_group(self.group).get()
+        with contextlib.suppress(Exception):   # tooz's own leave finds our membership gone: nothing to do
             self._coord.stop()
-        except Exception as err:   # noqa: BLE001 - leaving is best effort: the lease expires anyway
-            LOG.warning("etcd: could not leave the group cleanly (%s); our keys expire with our lease", _why(err))
         self._coord = None
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
