@@ -4,7 +4,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from eventlet import patcher
@@ -27,6 +27,19 @@ def one_member(tmp_path: Path, lease: int) -> Iterator[tuple[Coordination, int]]
             yield member, int(subprocess.run(["pgrep", "-f", "--newest", "etcd --name ovsqos"],
                                              capture_output=True, text=True).stdout.split()[0])
         finally:
+            member.leave()
+
+
+@contextmanager
+def connected(*members: tuple[str, str]) -> Iterator[list[Coordination]]:
+    """Members (url, name) of group "adapter", lease 4 s, connected for the block and leaving after it."""
+    joined = [Coordination(url, "adapter", name, 4) for url, name in members]
+    for member in joined:
+        member.connect()
+    try:
+        yield joined
+    finally:
+        for member in joined:
             member.leave()
 
 
@@ -96,28 +109,21 @@ def test_the_leases_outlive_a_loop_busy_for_longer_than_they_last_but_not_a_wedg
 
 
 def test_the_policy_register_is_a_compare_and_swap_that_etcd_decides_never_a_members_copy(tmp_path):
-    with etcd(23792, tmp_path / "etcd.log") as url:
-        m1, m2 = (Coordination(url, "adapter", name, 4) for name in ("m1", "m2"))
-        m1.connect()
-        m2.connect()
-        try:
-            assert m2.current_policy() == (None, 0)
-            first = m1.save_policy({"name": "a", "x": [1, 2]})
-            assert first.changed and not first.conflict and m2.current_policy() == ({"name": "a", "x": [1, 2]},
-                                                                                      first.revision)
-            same = m2.save_policy({"x": [1, 2], "name": "a"})       # m2 never read it: etcd says it is unchanged
-            assert (same.revision, same.changed) == (first.revision, False)
-            stale = m2.save_policy({"name": "b"}, expect=first.revision - 1)
-            assert (stale.conflict, stale.revision) == (True, first.revision)
-            assert m1.save_policy({"name": "b"}, expect=0).conflict        # 0: only if none is stored
-            second = m2.save_policy({"name": "b"}, expect=first.revision)
-            assert not second.conflict and second.revision > first.revision
-            assert m1.current_policy() == ({"name": "b"}, second.revision)
-            assert m1.save_policy(None, expect=first.revision).conflict  # what m1 read last is stale now
-            assert m1.current_policy() == ({"name": "b"}, second.revision)
-        finally:
-            m1.leave()
-            m2.leave()
+    with etcd(23792, tmp_path / "etcd.log") as url, connected((url, "m1"), (url, "m2")) as (m1, m2):
+        assert m2.current_policy() == (None, 0)
+        first = m1.save_policy({"name": "a", "x": [1, 2]})
+        assert first.changed and not first.conflict and m2.current_policy() == ({"name": "a", "x": [1, 2]},
+                                                                                  first.revision)
+        same = m2.save_policy({"x": [1, 2], "name": "a"})       # m2 never read it: etcd says it is unchanged
+        assert (same.revision, same.changed) == (first.revision, False)
+        stale = m2.save_policy({"name": "b"}, expect=first.revision - 1)
+        assert (stale.conflict, stale.revision) == (True, first.revision)
+        assert m1.save_policy({"name": "b"}, expect=0).conflict        # 0: only if none is stored
+        second = m2.save_policy({"name": "b"}, expect=first.revision)
+        assert not second.conflict and second.revision > first.revision
+        assert m1.current_policy() == ({"name": "b"}, second.revision)
+        assert m1.save_policy(None, expect=first.revision).conflict  # what m1 read last is stale now
+        assert m1.current_policy() == ({"name": "b"}, second.revision)
 
 
 def test_a_save_etcd_took_but_did_not_answer_is_indeterminate_and_one_it_never_got_is_not(tmp_path):
@@ -134,48 +140,42 @@ def test_a_save_etcd_took_but_did_not_answer_is_indeterminate_and_one_it_never_g
 
 def test_a_save_a_partition_held_back_changes_nothing_once_a_newer_policy_is_stored(tmp_path):
     """m1 reaches etcd through a proxy that holds its bytes during a partition and delivers them at the heal (as TCP
-    retransmission would, m1's close after them): its save times out (indeterminate), m2 stores a newer policy,
+    retransmission would, its close lost): its save times out (indeterminate), m2 stores a newer policy,
     the partition heals. What etcd then receives from m1 is conditional on what m1 read before, so the newer
     policy stays."""
     with etcd(23792, tmp_path / "etcd.log") as url:
         proxy = Proxy(23794, ("127.0.0.1", 23792), forward_close=False)
-        m1 = Coordination(url.replace("23792", "23794"), "adapter", "m1", 4)
-        m2 = Coordination(url, "adapter", "m2", 4)
-        m1.connect()
-        m2.connect()
         try:
-            assert m1.policy_saved({"name": "a"}).error is None
-            proxy.open.clear()
-            held = m1.policy_saved({"name": "old"})
-            assert held.indeterminate, held
-            assert m2.policy_saved({"name": "new"}).error is None
-            proxy.open.set()
-            _time.sleep(2)                                   # the held bytes delivered, and answered
-            assert m2.current_policy()[0] == {"name": "new"}
+            with connected((url.replace("23792", "23794"), "m1"), (url, "m2")) as (m1, m2):
+                assert m1.policy_saved({"name": "a"}).error is None
+                proxy.open.clear()
+                held = m1.policy_saved({"name": "old"})
+                assert held.indeterminate, held
+                assert m2.policy_saved({"name": "new"}).error is None
+                proxy.open.set()
+                _time.sleep(2)                               # the held bytes delivered, and answered
+                assert m2.current_policy()[0] == {"name": "new"}
         finally:
             proxy.close()
-            m1.leave()
-            m2.leave()
 
 
 def test_after_etcd_lost_its_data_the_newest_copy_of_the_policy_is_put_back_whoever_finds_the_loss_first(tmp_path):
-    with etcd(23792, tmp_path / "etcd.log") as url:
-        m1, m2 = (Coordination(url, "adapter", name, 4) for name in ("m1", "m2"))
-        m1.connect()
-        m2.connect()
+    first = ExitStack()
+    url = first.enter_context(etcd(23792, tmp_path / "etcd.log"))
+    with first, connected((url, "m1"), (url, "m2")) as (m1, m2):
         m1.save_policy({"name": "a"})
         m1.read()
         m2.read()                                            # m2's copy: a
         m1.save_policy({"name": "b"})                        # m1's: b, stored just before the loss
-    with etcd(23792, tmp_path / "etcd-empty.log"):          # the same etcd, its data gone
-        def passes(member: Coordination) -> list:
-            """The member's loop, until it has read the cluster: its leases are gone with the data, and taken anew."""
-            posted: list = []
-            for _ in range(3):
-                member._turn(posted.append, None, [])
-                _time.sleep(0.1)
-            return [e for e in posted if e.members is not None]
-        try:
+        first.close()
+        with etcd(23792, tmp_path / "etcd-empty.log"):      # the same etcd, its data gone
+            def passes(member: Coordination) -> list:
+                """The member's loop, until it has read the cluster: its leases went with the data, taken anew."""
+                posted: list = []
+                for _ in range(3):
+                    member._turn(posted.append, None, [])
+                    _time.sleep(0.1)
+                return [e for e in posted if e.members is not None]
             # The stale copy finds the loss first and puts it back, but tells its core nothing (as if etcd were
             # down) until m1, in the group before the loss, has put back its own ...
             assert passes(m2) == [] and m2.current_policy()[0] == {"name": "a"}
@@ -185,9 +185,6 @@ def test_after_etcd_lost_its_data_the_newest_copy_of_the_policy_is_put_back_whoe
             m1._lost = "the loss found late"
             passes(m1)
             assert m1.current_policy()[0] == {"name": "c"}
-        finally:
-            m1.leave()
-            m2.leave()
 
 
 def test_a_release_etcd_does_not_answer_is_tried_again_until_it_does(tmp_path):

@@ -40,7 +40,6 @@ from topo.harness.etcd import etcd
 
 pytestmark = requires_ovs
 ETCD = 23791
-FAULTS = ("pause", "etcd partition", "ovsdb blackhole", "kill -9", "etcd restarted empty")
 HELD = LEASE + 2                  # seconds a fault lasts: past the lease, so the victim's switches move
 BOUND = 3 * LEASE + 10            # seconds, after a heal, until every bridge has one master again
 UNITS = {"bit": 1, "Kbit": 10**3, "Mbit": 10**6, "Gbit": 10**9}                 # tc's, as it prints rates
@@ -155,6 +154,23 @@ def test_random_faults_mid_batch_leave_no_deposed_write_and_the_last_acknowledge
         procs[name] = start_member(tmp_path, f"etcd3+http://127.0.0.1:{e}", name, ovsdb=f"unix:{o}")
 
     stack = contextlib.ExitStack()
+
+    def restart_etcd(_: str) -> None:
+        stack.close()                                                    # etcd stopped, its data gone
+        stack.enter_context(etcd(ETCD, tmp_path / f"etcd-{k}.log"))      # and started again, empty
+
+    def restart(victim: str) -> None:
+        procs[victim].wait()
+        (tmp_path / f"{victim}.log").rename(tmp_path / f"{victim}-killed-{k}.log")   # kept, and checked
+        start(victim)
+
+    faults = {   # each kind: how it strikes a member, and how it heals
+        "pause": (lambda v: os.kill(procs[v].pid, signal.SIGSTOP), lambda v: os.kill(procs[v].pid, signal.SIGCONT)),
+        "etcd partition": (lambda v: proxies[v][0].open.clear(), lambda v: proxies[v][0].open.set()),
+        "ovsdb blackhole": (lambda v: proxies[v][1].open.clear(), lambda v: proxies[v][1].open.set()),
+        "kill -9": (lambda v: os.kill(procs[v].pid, signal.SIGKILL), restart),
+        "etcd restarted empty": (restart_etcd, lambda v: None),
+    }
     try:
         stack.enter_context(etcd(ETCD, tmp_path / "etcd.log"))
         for name in MEMBERS:
@@ -172,37 +188,19 @@ def test_random_faults_mid_batch_leave_no_deposed_write_and_the_last_acknowledge
         held = ovs_state(bridges)
         assert all(leaves and set(leaves) == {50} for _, _, leaves in held.values()), held   # the members' tc
         sampler = Sampler(bridges)
-        for fault in rng.sample(FAULTS, len(FAULTS)):
+        for fault in rng.sample(list(faults), len(faults)):
             victim = rng.choice(list(MEMBERS))
             k += 1
             puts.append(Put(rng.choice(list(MEMBERS)), k))
             time.sleep(rng.uniform(0.0, 0.08))                           # mid-batch: the PUT is being applied
             struck = time.monotonic()
-            if fault == "pause":
-                os.kill(procs[victim].pid, signal.SIGSTOP)
-            elif fault == "etcd partition":
-                proxies[victim][0].open.clear()
-            elif fault == "ovsdb blackhole":
-                proxies[victim][1].open.clear()
-            elif fault == "kill -9":
-                os.kill(procs[victim].pid, signal.SIGKILL)
-            else:
-                stack.close()                                            # etcd stopped, its data gone
-                stack.enter_context(etcd(ETCD, tmp_path / f"etcd-{k}.log"))   # and started again, empty
+            strike, heal = faults[fault]
+            strike(victim)
             time.sleep(rng.uniform(1.0, 2.0))
             k += 1
             puts.append(Put(rng.choice(list(MEMBERS)), k))               # while the fault lasts
             time.sleep(max(0.0, HELD - (time.monotonic() - struck)))
-            if fault == "pause":
-                os.kill(procs[victim].pid, signal.SIGCONT)
-            elif fault == "etcd partition":
-                proxies[victim][0].open.set()
-            elif fault == "ovsdb blackhole":
-                proxies[victim][1].open.set()
-            elif fault == "kill -9":
-                procs[victim].wait()
-                (tmp_path / f"{victim}.log").rename(tmp_path / f"{victim}-killed-{k}.log")   # kept, and checked
-                start(victim)
+            heal(victim)
             healed = time.monotonic()
             for put in puts[-2:]:
                 put.join(40)
