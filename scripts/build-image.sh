@@ -78,6 +78,7 @@ fi
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 cp -r Containerfile controller requirements policies "$ctx/"
+mkdir "$ctx/scripts" && cp scripts/startup-hook.sh "$ctx/scripts/"
 find "$ctx" -name __pycache__ -prune -exec rm -rf {} +
 # pip in the build reaches PyPI as the host's pip does: with its config and CA bundle when it has them
 # (here a proxy re-signs TLS with a CA of its own; without the host's bundle pip's fails the handshake).
