@@ -17,6 +17,7 @@ class Proxy:
         """`forward_close` False: a side's close is not passed on (its FIN lost), so what it sent before is
         delivered to a peer that does not know it is gone."""
         self.target, self.open, self.forward_close = target, threading.Event(), forward_close
+        self.sockets: list[socket.socket] = []       # closed with the proxy: none keeps its port taken after
         self.open.set()
         if isinstance(listen, int):
             self.listener = socket.create_server(("127.0.0.1", listen))
@@ -37,6 +38,7 @@ class Proxy:
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
+        self.sockets.append(client)
         self.open.wait()
         try:
             if isinstance(self.target, str):
@@ -47,6 +49,7 @@ class Proxy:
         except OSError:                          # the target is down: the client's connection closes
             client.close()
             return
+        self.sockets.append(upstream)
         for a, b in ((client, upstream), (upstream, client)):
             threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
@@ -68,7 +71,13 @@ class Proxy:
     def close(self) -> None:
         self.open.set()
         path = self.listener.getsockname() if self.listener.family == socket.AF_UNIX else None
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)   # else the accept blocked in _accept keeps it listening
         self.listener.close()
+        for s in self.sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
         if path:
             with contextlib.suppress(OSError):
                 os.unlink(path)

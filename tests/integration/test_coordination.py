@@ -144,9 +144,9 @@ def test_a_save_a_partition_held_back_changes_nothing_once_a_newer_policy_is_sto
     the partition heals. What etcd then receives from m1 is conditional on what m1 read before, so the newer
     policy stays."""
     with etcd(23792, tmp_path / "etcd.log") as url:
-        proxy = Proxy(23794, ("127.0.0.1", 23792), forward_close=False)
+        proxy = Proxy(23899, ("127.0.0.1", 23792), forward_close=False)   # a port no other test's etcd uses
         try:
-            with connected((url.replace("23792", "23794"), "m1"), (url, "m2")) as (m1, m2):
+            with connected((url.replace("23792", "23899"), "m1"), (url, "m2")) as (m1, m2):
                 assert m1.policy_saved({"name": "a"}).error is None
                 proxy.open.clear()
                 held = m1.policy_saved({"name": "old"})
