@@ -112,8 +112,8 @@ class QosController(App):
             handler.setFormatter(logging.Formatter(LOG_FORMAT, "%Y-%m-%d %H:%M:%S"))
         try:
             self.settings = config.settings(CONF)
-            pinned = load_document(str(self.settings.policy)) if self.settings.policy else None
-            _ = parse_policy(pinned) if pinned is not None else None   # a bad file refused before anything is reached
+            document = load_document(str(self.settings.policy)) if self.settings.policy else None
+            pinned = (document, parse_policy(document)) if document is not None else None   # refused before OVSDB
             check_free(self.settings.openflow)
             self._api_sock, self._metrics_sock = listen(self.settings.api), listen(self.settings.metrics)
         except (config.ConfigError, PolicyError, PortInUse, OSError) as err:

@@ -21,7 +21,7 @@ MIRROR=http://deb.debian.org/debian
 HOST_PACKAGES=(podman runc debootstrap)
 # What the image's venv (--system-site-packages) takes from Debian rather than PyPI, as .venv does on
 # the host: OVS's Python bindings (ovsdbapp's `ovs`, matching the host's OVS) and PyYAML; python3-venv
-# for the venv's pip; iproute2 for `tc` (queue disciplines pyroute2 cannot encode); tini as PID 1.
+# for the venv's pip; iproute2 for `tc` (the queue disciplines other than FIFOs); tini as PID 1.
 BASE_PACKAGES=(python3 python3-venv python3-openvswitch python3-yaml iproute2 tini)
 BASE_RECIPE=1   # raise when the base's making below changes: a new tag, a new base
 

@@ -46,7 +46,8 @@ from controller.core.keeper import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
 LOG = logging.getLogger(__name__)
 REFRESH_SECONDS = 1.0      # how often a member refreshes its lease (and reads the cluster, if no watch woke it)
 CONNECTIONS = 256          # kept open to etcd: a take-over claims each switch at once, on a greenthread of its own
-COALESCE_SECONDS = 0.05    # after a watch wakes the loop: changes arriving this soon are read with it
+CLAIM_BATCH = 64           # claims in one etcd transaction (etcd refuses more than 128 operations in one)
+COALESCE_SECONDS = 0.02    # after a watch wakes the loop: changes arriving this soon are read with it
 LEASE_GONE = "Not Found"   # what etcd's gateway answers a write on a lease it no longer has (HTTP 404)
 SAVE_ATTEMPTS = 8          # a PUT read-then-CAS again when another landed in between: a bound, not a wait
 WEDGED_SECONDS = 10.0      # the keepalive thread lets the leases run out once the core has handled nothing this long
@@ -87,6 +88,13 @@ def _b64(text: str) -> str:
 
 def _text(value: str) -> str:
     return base64.b64decode(value).decode()
+
+
+def _as_read(key: str, kvs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A transaction's condition: `key` still as a range read found it (`kvs`), modified by nobody since, or
+    still absent."""
+    return {"key": key, "result": "EQUAL", "target": "MOD", "mod_revision": kvs[0]["mod_revision"]} if kvs \
+        else _absent(key)
 
 
 def _absent(key: str) -> dict[str, Any]:
@@ -175,6 +183,7 @@ class Coordination:
         self._lost: str | None = None                          # etcd's revision went back: a loss, or a restore
         self._restored: str | None = None                      # ... recovered: said with the next read
         self._members: tuple[str, ...] = ()                    # the group as last read
+        self._pending_claims: list[act.ClaimSwitch] = []       # the core's, sent together by _claim_pending
         self._recovery: tuple[float, frozenset[str]] | None = None   # after a loss: until when, and whom, to wait
 
     def connect(self) -> None:
@@ -397,9 +406,7 @@ class Coordination:
             base, token = int(said[0]), said[1]
             if kvs and base >= want:
                 break
-            compare = {"key": self._base_key, "result": "EQUAL", "target": "MOD",
-                       "mod_revision": kvs[0]["mod_revision"]} if kvs else _absent(self._base_key)
-            if self._post("/kv/txn", {"compare": [compare], "success": [
+            if self._post("/kv/txn", {"compare": [_as_read(self._base_key, kvs)], "success": [
                     {"request_put": {"key": self._base_key, "value": _b64(f"{want} {token}")}}]}).get("succeeded"):
                 base = want
                 break
@@ -431,8 +438,7 @@ class Coordination:
             if stored and not (seed and seed[0]["mod_revision"] == stored[0]["mod_revision"]
                                and int(_text(seed[0]["value"])) < revision):
                 return
-            compare = [{"key": k, "result": "EQUAL", "target": "MOD", "mod_revision": kvs[0]["mod_revision"]}
-                       if kvs else _absent(k) for k, kvs in ((key, stored), (seeded, seed))]
+            compare = [_as_read(key, stored), _as_read(seeded, seed)]
             if self._post("/kv/txn", {"compare": compare, "success": put}).get("succeeded"):
                 return
 
@@ -475,14 +481,28 @@ class Coordination:
             raise CoordinationError(_why(err)) from None
 
     def claim(self, dp_id: int, renew: bool) -> int | None:
-        """Make the switch's key ours, on our lease, in one transaction: only if it has none (or, to renew,
-        only if it is ours). The revision of the write, which is the key's; None when the condition failed."""
-        key = _b64(f"{self.prefix}switch/{dp_id:016x}")
-        compare: dict[str, Any] = {"key": key, "result": "EQUAL", "target": "VALUE", "value": _b64(self.member)} \
-            if renew else _absent(key)
-        answer = self._post("/kv/txn", {"compare": [compare], "success": [
-            {"request_put": {"key": key, "value": _b64(self.member), "lease": self._lease.id}}]})
-        return self._base + int(answer["header"]["revision"]) if answer.get("succeeded") else None
+        """Make the switch's key ours, on our lease: only if it has none (or, to renew, only if it is ours). The
+        revision of the write, which is the key's; None when the condition failed."""
+        return self.claims([(dp_id, renew)])[0]
+
+    def claims(self, wanted: list[tuple[int, bool]]) -> list[int | None]:
+        """`claim` of each (dp_id, renew), CLAIM_BATCH of them in one transaction of etcd's, each claim a
+        transaction of its own inside it (it succeeds or fails alone): a take-over of a hundred switches is two
+        round trips, not a hundred. The claims of one transaction share its revision."""
+        found: list[int | None] = []
+        for at in range(0, len(wanted), CLAIM_BATCH):
+            batch = wanted[at:at + CLAIM_BATCH]
+            ops = []
+            for dp_id, renew in batch:
+                key = _b64(f"{self.prefix}switch/{dp_id:016x}")
+                compare = {"key": key, "result": "EQUAL", "target": "VALUE", "value": _b64(self.member)} \
+                    if renew else _absent(key)
+                ops.append({"request_txn": {"compare": [compare], "success": [
+                    {"request_put": {"key": key, "value": _b64(self.member), "lease": self._lease.id}}]}})
+            answer = self._post("/kv/txn", {"success": ops})
+            revision = self._base + int(answer["header"]["revision"])
+            found += [revision if r["response_txn"].get("succeeded") else None for r in answer["responses"]]
+        return found
 
     def release(self, dp_id: int) -> None:
         """Delete the switch's key if it is ours; tried again each second until etcd confirms it, or until our lease
@@ -514,9 +534,7 @@ class Coordination:
                 kvs = self._post("/kv/range", {"key": key}).get("kvs", [])
                 if kvs and kvs[0]["value"] == value:
                     return ev.PolicySaved(None, self._base + int(kvs[0]["mod_revision"]), changed=False)
-                condition = {"key": key, "result": "EQUAL", "target": "MOD",
-                             "mod_revision": kvs[0]["mod_revision"]} if kvs else _absent(key)
-                answer = self._post("/kv/txn", {"compare": [condition], "success": [put]})
+                answer = self._post("/kv/txn", {"compare": [_as_read(key, kvs)], "success": [put]})
                 if answer.get("succeeded"):
                     return self._saved(document, answer)
             raise CoordinationError(f"the policy changed {SAVE_ATTEMPTS} times while this one was being stored; "
@@ -622,8 +640,8 @@ class Coordination:
             return str(err)
 
     def _watch(self, prefix: str) -> None:
-        """Wake the loop at each change etcd reports under `prefix` (and once the watch is made, for what changed
-        before it); a watch that fails is made again a second later."""
+        """Wake the loop at each change etcd reports under `prefix` that calls for a read now (and once the watch is
+        made, for what changed before it); a watch that fails is made again a second later."""
         body = {"create_request": {"key": _b64(prefix), "range_end": _b64(_range_end(prefix))}}
         while True:
             try:
@@ -632,7 +650,7 @@ class Coordination:
                                          timeout=(client.timeout, None)) as answer:
                     answer.raise_for_status()
                     for line in answer.iter_lines():
-                        if line:
+                        if line and wakes(line, f"{self.prefix}switch/"):
                             self._wake.set()     # "created" first, then each batch of events
             except Exception as err:   # noqa: BLE001 - the second's pass reads anyway; the watch only hastens it
                 LOG.debug("etcd: watch on %s ended: %s", prefix, _why(err))
@@ -644,7 +662,9 @@ class Coordination:
         posted as events.SwitchClaimed), what other members are told written with the next pass."""
         match action:
             case act.ClaimSwitch():
-                hub.spawn(self.claim_reported, action, post)
+                if not self._pending_claims:      # the claims of this one event, sent together once it is handled
+                    hub.spawn(self._claim_pending, post)
+                self._pending_claims.append(action)
             case act.ReleaseSwitch():
                 hub.spawn(self.release, action.dp_id)
             case act.Unreachable():
@@ -656,13 +676,18 @@ class Coordination:
             case _:
                 assert_never(action)
 
-    def claim_reported(self, claim: act.ClaimSwitch, post: Callable[[ev.Event], None]) -> None:
+    def _claim_pending(self, post: Callable[[ev.Event], None]) -> None:
+        """The claims the core asked for since this greenthread was spawned, in as few transactions as may be; each
+        one's outcome posted as events.SwitchClaimed (None for all when etcd did not answer: the next read finds
+        which of ours it holds)."""
+        pending, self._pending_claims = self._pending_claims, []
         try:
-            revision = self.claim(claim.dp_id, claim.renew)
+            revisions = self.claims([(claim.dp_id, claim.renew) for claim in pending])
         except CoordinationError as err:
-            LOG.warning("etcd: cannot claim switch %016x: %s", claim.dp_id, err)
-            revision = None
-        post(ev.SwitchClaimed(claim.dp_id, revision))
+            LOG.warning("etcd: cannot claim switches %s: %s", ", ".join(f"{c.dp_id:016x}" for c in pending), err)
+            revisions = [None] * len(pending)
+        for claim, revision in zip(pending, revisions):
+            post(ev.SwitchClaimed(claim.dp_id, revision))
 
     def policy_loaded(self) -> ev.PolicyLoaded:
         """The cluster's policy, if etcd answers now (else it comes with etcd's first answer)."""
@@ -719,6 +744,18 @@ class Coordination:
         self._highest = max(self._highest, revision)
         self._seen = max(self._seen, self._base + revision)
         return answer
+
+
+def wakes(line: bytes, claims: str) -> bool:
+    """Whether a line of etcd's watch calls for a read at once: anything but switches claimed (keys under `claims`
+    put), which only the ring's owner does, and the second's read sees soon enough. A take-over of a hundred
+    switches would otherwise have each member read the cluster again while its own switches' role replies wait."""
+    try:
+        events = json.loads(line).get("result", {}).get("events", [])
+    except ValueError:
+        return True
+    return not events or any(event.get("type") == "DELETE" or not _text(event["kv"]["key"]).startswith(claims)
+                             for event in events)
 
 
 def _why(err: BaseException) -> str:

@@ -1,10 +1,11 @@
-"""The few rtnetlink messages of traffic control the controller sends by the thousand, packed with struct.
+"""The rtnetlink messages of traffic control the controller sends, packed and read with struct.
 
 Applying a policy to 10,000 ports asks the kernel about 100,000 times (each port's classes, a leaf per
 class, its DSCP filters): through pyroute2 that took 79.5 s of a 125 s apply, most of it encoding and
-decoding messages in Python. These are the same messages `tc` sends (struct tcmsg and its attributes,
-linux/rtnetlink.h and linux/pkt_sched.h); everything rarer stays with pyroute2 (controller/adapters/tc.py).
-One request at a time on one socket: callers hold their own lock.
+decoding messages in Python; a cluster member taking over 1000 ports spent most of its hand-off reading
+their leaves and filters through it. These are the same messages `tc` sends (struct tcmsg and its
+attributes, linux/rtnetlink.h and linux/pkt_sched.h). One request at a time on one socket: callers hold
+their own lock.
 """
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import struct
 from collections.abc import Iterator
 
 NLMSG_ERROR, NLMSG_DONE = 2, 3
-RTM_NEWQDISC, RTM_NEWTCLASS, RTM_GETTCLASS = 36, 40, 42
-RTM_NEWTFILTER, RTM_DELTFILTER = 44, 45
-NLM_F_REQUEST, NLM_F_ACK, NLM_F_REPLACE, NLM_F_CREATE, NLM_F_DUMP = 0x1, 0x4, 0x100, 0x400, 0x300
+RTM_NEWQDISC, RTM_GETQDISC, RTM_NEWTCLASS, RTM_GETTCLASS = 36, 38, 40, 42
+RTM_NEWTFILTER, RTM_DELTFILTER, RTM_GETTFILTER = 44, 45, 46
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_ECHO = 0x1, 0x4, 0x8
+NLM_F_REPLACE, NLM_F_CREATE, NLM_F_DUMP = 0x100, 0x400, 0x300
 TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE = 1, 3
 TCA_U32_CLASSID, TCA_U32_SEL = 1, 5
@@ -30,6 +32,11 @@ _ATTR = struct.Struct("=HH")            # struct nlattr: length, type
 _ERROR = struct.Struct("=i")            # struct nlmsgerr's error (0: an acknowledgement)
 _BASIC = struct.Struct("=QI")           # struct gnet_stats_basic: bytes, packets
 _QUEUE = struct.Struct("=IIIII")        # struct gnet_stats_queue: qlen, backlog, drops, requeues, overlimits
+_U32_SEL = struct.Struct("=BBBxHHhhI")  # struct tc_u32_sel before its keys: flags, offshift, nkeys, pad, ...
+_U32_KEY_MASK = struct.Struct(">II")    # struct tc_u32_key: mask, value (network order), then
+_U32_KEY_OFF = struct.Struct("=ii")     # off, offmask
+_U32_KEY_SIZE = _U32_KEY_MASK.size + _U32_KEY_OFF.size
+_FIFO_LIMIT = struct.Struct("=I")       # struct tc_fifo_qopt: the limit (packets for pfifo)
 
 
 def attr(kind: int, payload: bytes) -> bytes:
@@ -119,6 +126,31 @@ class Rtnl:
                     stats = _stats(value)
             yield handle, kind, stats
 
+    def qdisc(self, index: int, parent: int) -> tuple[str, bytes, tuple[int, int, int, int, int] | None] | None:
+        """(kind, options, statistics as `classes` gives them) of the qdisc under `parent`; None where the
+        kernel shows none (the default pfifo HTB puts under a new class is hidden). The kernel answers a
+        qdisc GET as an announcement: ECHO sends it to us too."""
+        for reply, body in self.request(RTM_GETQDISC, NLM_F_ACK | NLM_F_ECHO, tcmsg(index, 0, parent)):
+            if reply != RTM_NEWQDISC:
+                continue
+            found = dict(attrs(body, _TCMSG.size))
+            if TCA_KIND in found:
+                stats = found.get(TCA_STATS2)
+                return (found[TCA_KIND].rstrip(b"\0").decode(), found.get(TCA_OPTIONS, b""),
+                        None if stats is None else _stats(stats))
+        return None
+
+    def u32_filters(self, index: int, parent: int, prio: int) -> Iterator[tuple[int, list[tuple[int, int, int]]]]:
+        """(target class handle, its keys as (value, mask, offset)) of each u32 filter at `prio` under `parent`
+        that sends to a class (the hash tables u32 lists beside them do not)."""
+        for reply, body in self.request(RTM_GETTFILTER, NLM_F_DUMP, tcmsg(index, 0, parent, prio << 16)):
+            found = dict(attrs(body, _TCMSG.size))
+            if reply != RTM_NEWTFILTER or found.get(TCA_KIND) != b"u32\0" or TCA_OPTIONS not in found:
+                continue
+            options = dict(attrs(found[TCA_OPTIONS]))
+            if TCA_U32_CLASSID in options and TCA_U32_SEL in options:
+                yield struct.unpack_from("=I", options[TCA_U32_CLASSID])[0], u32_keys(options[TCA_U32_SEL])
+
     def replace_qdisc(self, index: int, handle: int, parent: int, kind: str, options: bytes) -> None:
         self.request(RTM_NEWQDISC, NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
                      tcmsg(index, handle, parent) + attr(TCA_KIND, kind.encode() + b"\0") + attr(TCA_OPTIONS, options))
@@ -138,6 +170,24 @@ class Rtnl:
                      + attr(TCA_KIND, b"u32\0") + attr(TCA_OPTIONS, options))
 
 
+def u32_keys(selector: bytes) -> list[tuple[int, int, int]]:
+    """(value, mask, offset) of each key of a struct tc_u32_sel."""
+    nkeys = _U32_SEL.unpack_from(selector)[2]
+    keys = []
+    for k in range(nkeys):
+        at = _U32_SEL.size + k * _U32_KEY_SIZE
+        if at + _U32_KEY_SIZE > len(selector):
+            break
+        mask, value = _U32_KEY_MASK.unpack_from(selector, at)
+        offset, _ = _U32_KEY_OFF.unpack_from(selector, at + _U32_KEY_MASK.size)
+        keys.append((value, mask, offset))
+    return keys
+
+
+def fifo_limit(options: bytes) -> int | None:
+    return _FIFO_LIMIT.unpack_from(options)[0] if len(options) >= _FIFO_LIMIT.size else None
+
+
 def _stats(data: bytes) -> tuple[int, int, int, int, int] | None:
     basic = queue = None
     for key, value in attrs(data):
@@ -152,4 +202,5 @@ def _stats(data: bytes) -> tuple[int, int, int, int, int] | None:
 
 def _describe(kind: int) -> str:
     return {RTM_NEWQDISC: "qdisc", RTM_GETTCLASS: "class dump", RTM_NEWTFILTER: "filter",
-            RTM_DELTFILTER: "filter deletion"}.get(kind, str(kind))
+            RTM_DELTFILTER: "filter deletion", RTM_GETQDISC: "qdisc",
+            RTM_GETTFILTER: "filter dump"}.get(kind, str(kind))

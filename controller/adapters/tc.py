@@ -1,6 +1,5 @@
 """Linux traffic control over netlink: what OVS's linux-htb (or linux-hfsc) QoS needs beside OVSDB.
-The messages sent for every port when a policy is applied (its classes read, a FIFO leaf per class, its
-filters) are packed by controller/adapters/rtnl.py; the rarer reads go through pyroute2.
+Its netlink messages are packed and read by controller/adapters/rtnl.py.
 
 OVS builds the HTB (or HFSC) root 1: and a class 1:<queue+1> per queue on the port's device,
 both under a parent class 1:fffe. This module
@@ -10,9 +9,9 @@ reads their counters and adds two things OVS does not:
 - filters: u32 rules that send a DSCP mark to its class, because the userspace datapath ignores
   set_queue (every packet leaves through one AF_PACKET socket); one per mark for IPv4's DS field
   and one for IPv6's traffic class, at a prio each (the kernel keeps one protocol per prio).
-Disciplines other than FIFOs (sfq, codel, fq_codel, red) go through the `tc` command: pyroute2
-0.8 cannot encode all of them, and they are only set when a port asks for one.
-One lock serialises every netlink call: neither socket may be shared by two green or native threads
+Disciplines other than FIFOs (sfq, codel, fq_codel, red) go through the `tc` command, which knows
+how to encode each; they are only set when a port asks for one.
+One lock serialises every netlink call: the socket may not be shared by two green or native threads
 at once. Every failure, the kernel's refusals included, is an OSError.
 """
 from __future__ import annotations
@@ -28,16 +27,11 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from pyroute2 import IPRoute
-from pyroute2.netlink import NLM_F_ACK, NLM_F_DUMP, NLM_F_ECHO, NLM_F_REQUEST, nla
-from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl import RTM_GETQDISC, RTM_GETTFILTER, RTM_NEWQDISC, RTMGRP_TC
-from pyroute2.netlink.rtnl.tcmsg import tcmsg
-
-from controller.adapters.rtnl import Rtnl, messages, u32_key_selector
+from controller.adapters.rtnl import RTM_GETTFILTER, RTM_NEWQDISC, Rtnl, fifo_limit, messages, u32_key_selector
 from controller.core.plan import HTB_PARENT
 
 ROOT = 0x10000                  # 1: (OVS's HTB or HFSC root)
+RTMGRP_TC = 0x8                 # linux/rtnetlink.h: the group of qdisc, class and filter announcements
 QDISC_KINDS = ("htb", "hfsc")   # OVS's linux-htb and linux-hfsc
 
 
@@ -97,29 +91,16 @@ DEFAULT_LEAF = Leaf("pfifo", None)   # the kernel's own, as long as the device's
 
 class Tc:
     def __init__(self) -> None:
-        self._ipr = IPRoute()           # the rarer messages
-        self._rtnl = Rtnl()             # the ones sent by the thousand when a policy is applied
+        self._rtnl = Rtnl()
         self._lock = threading.Lock()   # green under os-ken's monkey patching, native elsewhere
 
     def close(self) -> None:
-        self._ipr.close()
         self._rtnl.close()
 
     @property
     def ports(self) -> frozenset[int]:
-        """Our netlink sockets' ports: the kernel's announcements of what our requests did carry them."""
-        with self._netlink() as ipr:
-            if not ipr.getsockname()[0]:
-                ipr.link("get", index=1)   # the kernel assigns the port on a socket's first message
-            return frozenset({ipr.getsockname()[0], self._rtnl.port})
-
-    @contextmanager
-    def _netlink(self) -> Iterator[IPRoute]:
-        with self._lock:
-            try:
-                yield self._ipr
-            except NetlinkError as err:
-                raise OSError(err.code, f"netlink: {err}") from None
+        """Our netlink socket's port: the kernel's announcements of what our requests did carry it."""
+        return frozenset({self._rtnl.port})
 
     @contextmanager
     def _raw(self) -> Iterator[Rtnl]:
@@ -128,7 +109,7 @@ class Tc:
 
     @staticmethod
     def ifindex(iface: str) -> int | None:
-        """One ioctl (pyroute2's link_lookup dumps every link of the host)."""
+        """One ioctl (a netlink link lookup by name would dump every link of the host)."""
         try:
             return socket.if_nametoindex(iface)
         except OSError:
@@ -156,24 +137,17 @@ class Tc:
         for cls in self.classes(iface) if classes is None else classes:
             if cls == HTB_PARENT:    # its children hold the leaves
                 continue
-            request = tcmsg()
-            request["index"], request["parent"] = index, parse_classid(cls)
             try:
-                with self._netlink() as ipr:
-                    # The kernel answers a qdisc GET as an announcement: ECHO sends it to us as well.
-                    replies = [m for m in ipr.nlm_request(request, RTM_GETQDISC,
-                                                          NLM_F_REQUEST | NLM_F_ACK | NLM_F_ECHO)
-                               if m.get_attr("TCA_KIND")]
+                with self._raw() as rtnl:
+                    qdisc = rtnl.qdisc(index, parse_classid(cls))
             except OSError:
                 continue                 # the class went while we asked
-            if not replies:
+            if qdisc is None:
                 found[cls] = DEFAULT_LEAF
                 continue
-            msg = replies[0]
-            kind, stats = msg.get_attr("TCA_KIND"), msg.get_attr("TCA_STATS2")
-            basic, queue = stats.get_attr("TCA_STATS_BASIC"), stats.get_attr("TCA_STATS_QUEUE")
-            found[cls] = Leaf(kind, _fifo_limit(msg) if kind in FIFO_KINDS else None,
-                              basic["packets"], queue["drops"], queue["backlog"], queue["qlen"])
+            kind, options, stats = qdisc
+            _, packets, drops, backlog, qlen = stats or (0, 0, 0, 0, 0)
+            found[cls] = Leaf(kind, fifo_limit(options) if kind in FIFO_KINDS else None, packets, drops, backlog, qlen)
         return found
 
     def filters(self, iface: str) -> set[tuple[str, int, str]]:
@@ -183,18 +157,10 @@ class Tc:
             return set()
         found = set()
         for family, spec in FILTERS.items():
-            request = tcmsg()
-            request["index"], request["parent"], request["info"] = index, ROOT, spec.prio << 16
-            with self._netlink() as ipr:
-                msgs = tuple(ipr.nlm_request(request, RTM_GETTFILTER, NLM_F_REQUEST | NLM_F_DUMP))
-            for msg in msgs:
-                options = msg.get_attr("TCA_OPTIONS")
-                if msg.get_attr("TCA_KIND") != "u32" or options is None:
-                    continue
-                sel, target = options.get_attr("TCA_U32_SEL"), options.get_attr("TCA_U32_CLASSID")
-                if sel is None or target is None:
-                    continue   # the u32 hash table entries
-                for value, mask, offset in _u32_keys(sel):
+            with self._raw() as rtnl:
+                filters = list(rtnl.u32_filters(index, ROOT, spec.prio))
+            for target, keys in filters:
+                for value, mask, offset in keys:
                     if mask == spec.mask and offset == 0:
                         found.add((family, (value & mask) >> spec.shift, classid(target)))
         return found
@@ -276,26 +242,3 @@ def tc_announcements(data: bytes, ours: frozenset[int]) -> set[int]:
     """The devices of the qdisc/class/filter messages in one netlink datagram not sent for the ports `ours`."""
     return {_TCMSG_INDEX.unpack_from(body)[0] for kind, _, sender, body in messages(data)
             if kind in TC_MESSAGES and sender not in ours and len(body) >= _TCMSG_INDEX.size}
-
-
-def _u32_keys(sel: nla) -> list[tuple[int, int, int]]:
-    """(value, mask, offset) of each key, read from the raw selector: pyroute2 0.8 decodes the keys
-    from the wrong offset."""
-    base, keys = sel.offset + 4 + 16, []   # nla header, then the 16-byte struct tc_u32_sel
-
-    for k in range(sel["nkeys"]):
-        mask, value = struct.unpack_from(">II", sel.data, base + 16 * k)
-        offset, = struct.unpack_from("=i", sel.data, base + 16 * k + 8)
-        keys.append((value, mask, offset))
-    return keys
-
-
-def _fifo_limit(msg: tcmsg) -> int | None:
-    options = msg.get_attr("TCA_OPTIONS")
-    if options is None:
-        return None
-    if isinstance(options, str):   # pfifo_head_drop: no pyroute2 plugin, the struct comes back as hex
-        return int.from_bytes(bytes.fromhex(options.replace(":", "")[:8]), "little")
-    limit: int | None = options.get("limit")
-    return limit
-

@@ -47,14 +47,15 @@ class Rival:
 
 
 class Controller:
-    def __init__(self, ovsdb: OvsdbReplica, *, owner: str, saved: ev.PolicyLoaded, pinned: Any = None,
+    def __init__(self, ovsdb: OvsdbReplica, *, owner: str, saved: ev.PolicyLoaded,
+                 pinned: tuple[Any, Policy] | None = None,
                  active: bool = True, standby: bool = False, cluster: Cluster | None = None,
                  wall: Callable[[], float], rng: random.Random | None = None):
-        """`saved`: the policy the store held at start; `pinned`: the configured policy file's document
-        (a bad one raises PolicyError), which wins over the saved one and a take-over alike."""
-        self.ovsdb, self.owner, self.pinned = ovsdb, owner, pinned
+        """`saved`: the policy the store held at start; `pinned`: the configured policy file's document and
+        its Policy, which win over the saved one and a take-over alike."""
+        self.ovsdb, self.owner, self.pinned = ovsdb, owner, pinned[0] if pinned else None
         self.wall, self.rng = wall, rng or random.Random()
-        self.keeper = PolicyKeeper(*(Mode.IN_FORCE, pinned, parse_policy(pinned), saved.revision)
+        self.keeper = PolicyKeeper(*(Mode.IN_FORCE, *pinned, saved.revision)
                                    if pinned is not None else from_saved(saved), shared=cluster is not None)
         self.authority = Authority(active, standby, cluster)
         self.switches: dict[int, Switch] = {}          # datapath id → the switch (its accepted connection)

@@ -53,6 +53,7 @@ class Switch:
         self.settled = False                              # nothing in flight: in sync, or failed until the next poll
         self.ovsdb_generation: tuple[int, ...] = ()       # what OVSDB held at the last reconcile
         self.learned = Learned()                          # under a policy's network: where each MAC is
+        self.taken_over = False                           # what the switch holds is read once it confirms us master
 
     @property
     def parts(self) -> tuple[SwitchPart, ...]:
@@ -86,6 +87,10 @@ class Switch:
                 self._poll_due(event, view, now)
             case ev.RoleReply():
                 if self.role.reply(event, view, now):
+                    if self.taken_over:      # read anew what another controller may have changed
+                        self.taken_over = False
+                        for part in self.parts:
+                            part.read_anew()
                     self.reconcile(view)
             case ev.ErrorReply():
                 self._error(event)
@@ -134,11 +139,12 @@ class Switch:
                 self.role.due(view)
             case ev.TakingOver():
                 if self.bridge is not None:   # read again; a fresh state adopts what is there
+                    # Only the claim now, the reads once the switch confirmed it: a hundred switches taken
+                    # over at once then answer their role requests first, not behind their flow tables.
+                    self.role.claim(view)
+                    self.taken_over = True
                     self.state = None
                     self._set_state(view)
-                    for part in self.parts:
-                        part.read_anew()
-                    self.role.claim(view)
                     self.poller.start(view, now)
             case ev.StandingDown():
                 for part in self.parts:

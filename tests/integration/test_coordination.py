@@ -187,6 +187,19 @@ def test_after_etcd_lost_its_data_the_newest_copy_of_the_policy_is_put_back_whoe
             assert m1.current_policy()[0] == {"name": "c"}
 
 
+def test_claims_sent_together_each_succeed_or_fail_alone(tmp_path):
+    with etcd(23792, tmp_path / "etcd.log") as url, connected((url, "m1"), (url, "m2")) as (m1, m2):
+        assert m2.claim(0xC2, renew=False) is not None
+        wanted = [(dp, False) for dp in range(0xC0, 0xC0 + 70)] + [(0xC1, True), (0xC2, True)]
+        got = m1.claims(wanted)                                       # 72 claims: two transactions
+        refused = [wanted[k] for k, revision in enumerate(got) if revision is None]
+        assert refused == [(0xC2, False), (0xC2, True)]               # m2's, whether absent or ours was asked
+        first, second = set(got[:64]) - {None}, set(got[64:]) - {None}
+        assert len(first) == len(second) == 1 and max(first) < min(second)   # one revision per transaction
+        owners = m1.read().owners
+        assert owners.pop(0xC2) == "m2" and set(owners.values()) == {"m1"} and len(owners) == 69
+
+
 def test_a_release_etcd_does_not_answer_is_tried_again_until_it_does(tmp_path):
     with one_member(tmp_path, 9) as (member, pid):
         assert member.claim(0xC1, renew=False) is not None and member.read().owners == {0xC1: "m1"}

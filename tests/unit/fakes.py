@@ -42,7 +42,7 @@ from controller.core.bridges import BridgeInfo
 from controller.core.controller import Controller
 from controller.core.flows import CLASSIFIED, COOKIE
 from controller.core.plan import ABSENT, FILTER_FAMILIES, htb_classid
-from controller.core.policy import load_document
+from controller.core.policy import Policy, load_document, parse_policy
 from controller.core.queues import OvsdbQos
 
 REPORT = "the app's report of the remotes"   # a timer of the Harness's own
@@ -393,7 +393,7 @@ class FakeTc:
         self._built: dict[str, Any] = {}
 
     def _may(self, operation: str) -> None:
-        """Netlink refuses the operation while the test says so, as pyroute2 raises it (an OSError)."""
+        """Netlink refuses the operation while the test says so, as Rtnl raises it (an OSError)."""
         if operation in self.fail:
             raise OSError(1, self.fail[operation])
 
@@ -460,7 +460,8 @@ class Harness:
         self.remotes.connect("fake")
         self.store = PairStore(self.remotes, StateFile(state_file, shared=True))   # a standby pair's (standby=True)
         self.core = Controller(self.remotes, owner="test", saved=self.store.load(),
-                               pinned=load_document(str(policy)) if policy else None, active=self.remotes.locked,
+                               pinned=_checked(load_document(str(policy))) if policy else None,
+                               active=self.remotes.locked,
                                standby=True, wall=lambda: self.clock, rng=random.Random(7))
         self.tc = tc or FakeTc(ovsdb)
         self.worker = Worker(self.remotes.view("fake"), self.tc, lambda results: None,
@@ -677,3 +678,7 @@ def flood(net, tcp_bps: float, udp_bps: float) -> None:
     meters) carrying these rates."""
     net.s1.load = {1: CAPACITY}
     net.s1.class_load = {COOKIE | CLASSIFIED | 3: udp_bps, COOKIE | CLASSIFIED | 4: tcp_bps}
+
+
+def _checked(document: Any) -> tuple[Any, Policy]:
+    return document, parse_policy(document)

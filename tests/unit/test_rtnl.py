@@ -2,7 +2,17 @@
 parent 1: prio 7 protocol ip u32 match ip dsfield 0xb8 0xfc flowid 1:4`, as strace -xx showed its sendmsg)."""
 import struct
 
-from controller.adapters.rtnl import TCA_KIND, TCA_STATS2, _stats, attr, attrs, tcmsg, u32_key_selector
+from controller.adapters.rtnl import (
+    TCA_KIND,
+    TCA_STATS2,
+    _stats,
+    attr,
+    attrs,
+    fifo_limit,
+    tcmsg,
+    u32_key_selector,
+    u32_keys,
+)
 
 # struct tc_u32_sel of that filter: terminal, one key; the key: mask 0x00fc0000, value 0x00b80000 (the DS
 # field 0xb8 is the second byte of the IPv4 header's first word), offset 0.
@@ -29,3 +39,13 @@ def test_a_classs_statistics_are_its_bytes_packets_drops_and_backlog():
 
 def test_a_tcmsg_names_the_device_handle_parent_and_prio():
     assert tcmsg(3, 0x1020000, 0x10002, 7 << 16) == struct.pack("=BxxxiIII", 0, 3, 0x1020000, 0x10002, 7 << 16)
+
+
+def test_a_u32_selectors_keys_are_read_back_as_value_mask_and_offset():
+    assert u32_keys(TC_SELECTOR) == [(0x00B80000, 0x00FC0000, 0)]
+    assert u32_keys(TC_SELECTOR[:16]) == []      # a key the message cut short is not read
+
+
+def test_a_fifos_limit_is_its_options_first_word():
+    assert fifo_limit(struct.pack("=I", 40)) == 40
+    assert fifo_limit(b"") is None

@@ -52,6 +52,19 @@ def test_the_standby_is_a_slave_that_changes_nothing_and_refuses_changes(pair):
     assert status["role"] == "standby" and standby.snapshot.role == "standby"
 
 
+def test_a_take_over_reads_the_switch_anew_and_puts_back_what_changed_while_it_was_standby(pair):
+    standby, net = pair.standby, pair.net
+    standby.poll()                                   # the standby has read s1's flow table ...
+    removed = max(net.s1.table)                      # ... and then one of the policy's entries goes by hand
+    del net.s1.table[removed]
+    pair.active.exit()
+    standby.advance(2.5)
+    net.ovsdb.holder = standby.session
+    standby.remotes_changed()
+    assert standby.authority.role == "active" and net.s1.role == MASTER
+    assert removed in net.s1.table                   # at the take-over, not at a later poll
+
+
 def test_the_standby_takes_over_when_the_lock_is_its_and_keeps_what_the_active_one_programmed(pair):
     standby, net = pair.standby, pair.net
     pair.active.exit()                               # the active one died: its lock is released to us
