@@ -4,9 +4,11 @@ written in a temporary folder (not shipped), `topo/run.py --topo FILE:NAME --tra
 table, no dp_id, no port written by anyone), and answers a flood at the one bottleneck the topology
 declared; what the user sees: goodput per flow, bytes in the HTB classes, the decision in the results."""
 import json
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import jsonschema
@@ -69,4 +71,40 @@ def test_a_users_topology_and_traffic_run_under_auto_which_answers_the_flood_whe
     # The probe (cam -> web) crosses no queued port: nothing of the flood delays it.
     assert flood["probe"]["probe_rtt_ms"]["median"] < 5 and flood["probe"]["probe_loss_percent"] == 0
     assert "upload" in (out / "table.md").read_text() and (out / "throughput.png").stat().st_size > 0
+    # Prometheus recorded the controller throughout: the slow port's sending rate, near the link's 4 Mbit/s
+    # while TCP filled it (about 3.5 of 6 s and more under the flood); the fast port queued nothing.
+    (query,) = summary["prometheus"]["queries"].values()
+    assert '"0000000000000002",port="2"' in query["expr"] and query["points"] >= 8, query
+    assert 2.5 < query["mean_mbps"] < 4.5, query
+    # ... and its dashboards are drawn from that data without Grafana.
+    drawn = subprocess.run([sys.executable, "topo/run.py", "report", str(out)], cwd=REPO, capture_output=True,
+                           text=True, timeout=120)
+    assert drawn.returncode == 0, drawn.stderr[-2000:]
+    assert (out / "report.html").stat().st_size > 0 and any((out / "report").glob("*.png"))
     assert leftovers() == NOTHING_LEFT
+
+
+@pytest.mark.timeout(200)
+def test_ctrl_c_during_the_second_policy_keeps_the_first_and_leaves_nothing_behind(tmp_path):
+    (tmp_path / "mine.py").write_text(textwrap.dedent(TOPO))
+    (tmp_path / "traffic.yaml").write_text(TRAFFIC)
+    out = tmp_path / "results"
+    assert leftovers() == NOTHING_LEFT
+    proc = subprocess.Popen([sys.executable, "topo/run.py", "--topo", f"{tmp_path / 'mine.py'}:vee", "--traffic",
+                             str(tmp_path / "traffic.yaml"), "--policy", "none", "auto", "--prometheus", "none",
+                             "--out", str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 150
+    # auto's traffic flowing, through the queues of its network
+    while not ((out / "raw" / "auto").exists() and leftovers()["iperf3"] and leftovers()["qos"]):
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "no traffic under auto within 150 s"
+        time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "summary.json keeps the 1 finished" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["complete"], summary["interrupted"], list(summary["policies"])) == (False, True, ["none"])
+    assert leftovers() == NOTHING_LEFT
+

@@ -173,7 +173,7 @@ def test_the_summary_schema_is_a_schema_and_refuses_a_summary_missing_its_steps(
     jsonschema.Draft202012Validator.check_schema(schema)
     broken = {"scenario": {"topo": "f.py:x", "topo_params": {}, "step_seconds": 10, "steps": 1, "settle_seconds": 1,
                            "flows": [], "links": []}, "environment": {}, "complete": True,
-              "policies": {"auto": {"decisions": []}}}
+              "policies": {"auto": {"t0": 1.8e9, "seconds": 10, "decisions": []}}}
     with pytest.raises(jsonschema.ValidationError, match="'steps' is a required property"):
         jsonschema.validate(broken, schema)
     broken["policies"]["auto"]["steps"] = []

@@ -70,7 +70,8 @@ class Study:
     """What a study provides; the driver (`run`) calls these in order."""
     name = ""
     description = ""
-    records = False           # Prometheus and the live exporter run alongside
+    records = False           # Prometheus records the controller while the trials run
+    live = False              # and the launcher's live exporter (the main study's flows and probe) beside it
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         pass
@@ -171,6 +172,7 @@ def _run_trials(study: Study, plan: Any, host: Host, args: argparse.Namespace, d
             if study.records:
                 members = [f"127.0.0.1:{m.metrics}" for m in cluster.members(controllers)] if controllers > 1 else []
                 url = stack.enter_context(prometheus(host.out / "prometheus", args.prometheus, host.record, members))
+            if study.live:
                 live = stack.enter_context(closing(LiveThroughput(args.metrics_port)))
             placed = {}
             if getattr(args, "ovs_instances", 1) == 2:   # the study's s2 on a second OVS, reached over TCP
@@ -311,6 +313,12 @@ def fidelity_notes(results: dict[str, dict[str, Any]]) -> str:
 def say_unavailable(what: str, reasons: dict[str, str]) -> None:
     if reasons:
         note(f"{what}: {reasons_text(reasons)}")
+
+
+def add_prometheus_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prometheus", choices=("auto", "none"), default="auto",
+                   help="auto: record series in the Prometheus on 127.0.0.1:9090, or start Debian's with its data in "
+                        "DIR/prometheus (then `topo/run.py report DIR` draws the dashboards); none: no time series")
 
 
 def add_trial_arguments(p: argparse.ArgumentParser, *, seconds: float, quick_seconds: float, bottleneck: str,

@@ -25,6 +25,7 @@ from controller.core.plan import HTB_PARENT, htb_classid
 from controller.core.policy import Policy, for_any_network, load_document, parse_policy
 from topo.harness import fidelity
 from topo.harness.launch import Host, note
+from topo.harness.prometheus import query_range
 from topo.harness.report import Panel, bar_figure, jain_index, markdown_table
 from topo.net import custom, iperf, probe, traffic, trafficfile
 from topo.net.network import Network, network
@@ -35,6 +36,7 @@ from topo.studies.base import (
     Trial,
     TrialContext,
     UsageError,
+    add_prometheus_argument,
     check_path,
     policy_path,
 )
@@ -57,6 +59,7 @@ class ExperimentStudy(Study):
     name = "experiment"
     description = "Your own network (a Mininet custom file) and traffic (a traffic file) under each policy."
     figure_name = "throughput.png"
+    records = True
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--topo", required=True, metavar="FILE:NAME",
@@ -65,6 +68,7 @@ class ExperimentStudy(Study):
         p.add_argument("--traffic", required=True, type=Path, metavar="FILE", help="the traffic file (YAML)")
         p.add_argument("--policy", nargs="+", default=list(POLICIES), metavar="NAME",
                        help="policies/NAME.yaml or a path, each run on its own network (default none reserve auto)")
+        add_prometheus_argument(p)
 
     def plan(self, args: argparse.Namespace) -> Plan:
         try:
@@ -90,14 +94,17 @@ class ExperimentStudy(Study):
 
     def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
         t = plan.traffic
-        return {"scenario": {"topo": plan.topo_spec, "topo_params": plan.params, "step_seconds": t.step_seconds,
-                             "steps": t.steps, "settle_seconds": SETTLE_SECONDS,
-                             "flows": [{"name": f.name, "from": f.src, "to": f.dst, "protocol": f.protocol,
-                                        "start_s": f.start, "end_s": f.end, "cc": f.cc,
-                                        "offered_mbps": list(f.mbps) if f.udp else None} for f in t.flows],
-                             "links": [{"ends": [f"{s}:{p}" for s, p in link.ends], "bps": link.bps}
-                                       for link in plan.loaded.links]},
-                "environment": host.environment, "policies": done}
+        scenario = {"topo": plan.topo_spec, "topo_params": plan.params, "step_seconds": t.step_seconds,
+                    "steps": t.steps, "settle_seconds": SETTLE_SECONDS,
+                    "flows": [{"name": f.name, "from": f.src, "to": f.dst, "protocol": f.protocol,
+                               "start_s": f.start, "end_s": f.end, "cc": f.cc,
+                               "offered_mbps": list(f.mbps) if f.udp else None} for f in t.flows],
+                    "links": [{"ends": [f"{s}:{p}" for s, p in link.ends], "bps": link.bps}
+                              for link in plan.loaded.links]}
+        summary: dict[str, Any] = {"scenario": scenario, "environment": host.environment, "policies": done}
+        if prometheus_url:
+            summary["prometheus"] = _recorded(prometheus_url, done, host.out / "prometheus")
+        return summary
 
     def table(self, summary: dict[str, Any]) -> str:
         return table(summary)
@@ -111,6 +118,21 @@ def policy_for_any_network(name: str) -> dict:
     document = for_any_network(load_document(policy_path(name)))
     parse_policy(document)
     return document
+
+
+def _recorded(url: str, done: dict[str, dict], data_dir: Path) -> dict[str, Any]:
+    """What Prometheus holds of each queued port's sending rate as the controller saw it, per policy: the
+    query, and its points over the policy's traffic."""
+    recorded: dict[str, Any] = {"url": url, "data_dir": str(data_dir), "queries": {}}
+    for name, result in done.items():
+        for port in result["steps"][0]["ports"] if result["steps"] else ():
+            dp_id, number = port.split(":")
+            expr = f'8 * rate(ovsqos_port_tx_bytes_total{{dp_id="{dp_id}",port="{number}"}}[5s]) / 1e6'
+            points = query_range(url, expr, result["t0"], result["t0"] + result["seconds"])
+            recorded["queries"][f"{name} {port}"] = {
+                "expr": expr, "start": result["t0"], "end": result["t0"] + result["seconds"], "points": len(points),
+                "mean_mbps": round(sum(v for _, v in points) / len(points), 3) if points else None}
+    return recorded
 
 
 def _rescaled(spec: trafficfile.Traffic, seconds: int) -> tuple[trafficfile.FlowSpec, ...]:
@@ -186,7 +208,7 @@ def result(spec: trafficfile.Traffic, ran: list[Ran], ports: list[tuple[str, int
                       **({"probe": probe.summary(trips, lo, hi)} if spec.probe else {})})
     decisions = [{**d, "at_s": round(d["time"] - t0, 3)} for d in status.get("decisions", [])
                  if t0 <= d["time"] <= t0 + spec.seconds + 30]
-    return {"steps": steps, "decisions": decisions}
+    return {"t0": round(t0, 3), "seconds": spec.seconds, "steps": steps, "decisions": decisions}
 
 
 def _flow_step(f: trafficfile.FlowSpec, k: int, ran: list[Ran], lo: float, hi: float, t0: float) -> dict[str, Any]:

@@ -28,7 +28,15 @@ from topo.harness.prometheus import query_range, tcp_throughput_query
 from topo.net import traffic
 from topo.net.bridges import IdleBridge, idle_bridges, policy_switches
 from topo.net.traffic import Flow, Pause, Probe
-from topo.studies.base import Study, Trial, TrialContext, UsageError, network_under, policy_document
+from topo.studies.base import (
+    Study,
+    Trial,
+    TrialContext,
+    UsageError,
+    add_prometheus_argument,
+    network_under,
+    policy_document,
+)
 from topo.studies.main import report
 from topo.studies.main.episodes import episodes
 from topo.studies.main.scenario import Scenario, ScenarioError, load_scenario, parse_delay
@@ -59,7 +67,7 @@ class Plan:
 class MainStudy(Study):
     name = "main"
     description = "TCP under a stepped UDP flood through a 5 Mbit/s bottleneck, per QoS policy."
-    records = True
+    records = live = True
     figure_name = "throughput.png"
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -96,9 +104,7 @@ class MainStudy(Study):
                             "starts, in each run (started again after it), to see what TCP gets through the failover")
         p.add_argument("--idle-ports", type=int, help="also put N idle auto ports (on bridges of 20) under the "
                                                       "controller, to see the study with a loaded controller")
-        p.add_argument("--prometheus", choices=("auto", "none"), default="auto",
-                       help="auto: record series in the Prometheus on 127.0.0.1:9090, or start Debian's "
-                            "with its data in DIR/prometheus; none: no time series")
+        add_prometheus_argument(p)
         p.add_argument("--metrics-port", type=int, default=9102, help="launcher exporter port on 127.0.0.1")
         p.add_argument("--probe", choices=("irtt", "none"), default="irtt",
                        help="irtt: a voice call's packets h2 -> h3 every 20 ms, marked EF, measured for RTT, "
