@@ -405,6 +405,8 @@ class Cluster:
 
 def spread(seconds: list[float]) -> str:
     """Median, 95th percentile (nearest rank) and max of some trials' times."""
+    if not seconds:
+        return "none run"
     ranked = sorted(seconds)
     p95 = ranked[max(0, -(-len(ranked) * 95 // 100) - 1)]
     return f"median {statistics.median(ranked):.2f} p95 {p95:.2f} max {ranked[-1]:.2f}"

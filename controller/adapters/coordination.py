@@ -45,7 +45,7 @@ from controller.core.keeper import SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY
 
 LOG = logging.getLogger(__name__)
 REFRESH_SECONDS = 1.0      # how often a member refreshes its lease (and reads the cluster, if no watch woke it)
-CONNECTIONS = 256          # kept open to etcd: a take-over claims each switch at once, on a greenthread of its own
+CONNECTIONS = 256          # kept open to etcd: a hand-over releases each switch at once, on a greenthread of its own
 CLAIM_BATCH = 64           # claims in one etcd transaction (etcd refuses more than 128 operations in one)
 COALESCE_SECONDS = 0.02    # after a watch wakes the loop: changes arriving this soon are read with it
 LEASE_GONE = "Not Found"   # what etcd's gateway answers a write on a lease it no longer has (HTTP 404)

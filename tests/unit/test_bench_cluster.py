@@ -51,3 +51,4 @@ def test_spread_gives_the_median_the_nearest_rank_95th_percentile_and_the_max():
     from bench.cluster import spread
     assert spread([0.3, 0.1, 0.2]) == "median 0.20 p95 0.30 max 0.30"
     assert spread([k / 100 for k in range(1, 22)]) == "median 0.11 p95 0.20 max 0.21"
+    assert spread([]) == "none run"                   # --kills 0

@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "prometheus" / "prometheus.yml"
 LISTEN = ("127.0.0.1", 9090)
 RESERVED_PORTS = {6653, 8080, 9090, 9101, 9102}   # the controller's, the study's and a user's Prometheus
+FIRST_SCRAPE_SECONDS = 15     # how long a Prometheus started here is given to begin scraping
 
 
 class PrometheusError(RuntimeError):
@@ -72,7 +73,12 @@ def prometheus(data_dir: Path, mode: str = "auto", record: RunRecord | None = No
         config.write_text(config_for(controllers))
     with _running(config, data_dir, LISTEN, data_dir / "prometheus.log", 30,
                   lambda: f"prometheus did not start; see {data_dir / 'prometheus.log'}", record=record,
-                  missing_hint="or pass --prometheus none", options=("--storage.tsdb.retention.time=3650d",)):
+                  missing_hint="or pass --prometheus none", options=("--storage.tsdb.retention.time=3650d",)) as url:
+        # Ready is not scraping: its service discovery hands the scrapers their first targets only at its first
+        # update, about 5 s after the start, and a run's first seconds would be missing from its series.
+        deadline = time.monotonic() + FIRST_SCRAPE_SECONDS
+        while not scraping(url) and time.monotonic() < deadline:
+            time.sleep(0.2)
         yield url
 
 
@@ -151,6 +157,15 @@ def _listening() -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
         return sock.connect_ex(LISTEN) == 0
+
+
+def scraping(url: str) -> bool:
+    """Whether every target has been scraped once (up or not: the controller may start only after)."""
+    try:
+        targets = api(url, "/api/v1/targets", timeout=1)["activeTargets"]
+    except (OSError, PrometheusError, ValueError):
+        return False
+    return bool(targets) and all(not t.get("lastScrape", "").startswith("0001-") for t in targets)
 
 
 def ready(url: str) -> bool:

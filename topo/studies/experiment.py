@@ -43,6 +43,8 @@ from topo.studies.base import (
 
 POLICIES = ("none", "reserve", "auto")
 QUICK_STEP_SECONDS = 4
+LOADED = 0.25               # a queued port this busy (of its capacity) at some step is a bottleneck in the results
+BOTTLENECK_FIGURE = "bottlenecks.png"
 STARVED_PRESSURE = 0.2       # share of a step the host's runnable tasks waited for a CPU: the emulator decided
 
 
@@ -264,15 +266,38 @@ def table(summary: dict[str, Any]) -> str:
         lines.append(f"† the host's CPU was short (pressure above {STARVED_PRESSURE:.0%}): the emulator, not the "
                      "policy, may have decided that step.\n")
     if any("probe" in s for res in policies.values() for s in res["steps"]):
-        cells = [[k] + [_rtt(res["steps"][k].get("probe")) for res in policies.values()]
-                 for k in range(summary["scenario"]["steps"])]
+        trips: list[list[Any]] = [[k, *(_rtt(res["steps"][k].get("probe")) for res in policies.values())]
+                                  for k in range(summary["scenario"]["steps"])]
         lines += ["The probe's round-trip time, median / p95 (ms), and its packets lost:", "",
-                  markdown_table(["step", *policies], cells)]
+                  markdown_table(["step", *policies], trips)]
+    ports = loaded_ports(summary)
+    if ports:
+        uses: list[list[Any]] = [[k, port, *(_port_cell(res["steps"][k]["ports"].get(port))
+                                             for res in policies.values())]
+                                 for port in ports for k in range(summary["scenario"]["steps"])]
+        lines += ["Each bottleneck (a queued port at least a quarter busy at some step), per step: its use of its "
+                  "capacity, and each class's Mbit/s (packets it dropped):", "",
+                  markdown_table(["step", "port", *policies], uses)]
     for p, res in policies.items():
         for d in res["decisions"]:
             lines.append(f"- {p}: switch {d['dp_id']} port {d['port']} {d['action']} at {d['at_s']:.2f} s "
                          f"({d['reason']})")
     return "\n".join(lines) + "\n"
+
+
+def loaded_ports(summary: dict[str, Any]) -> list[str]:
+    """The queued ports (dp_id:port) at least LOADED busy at some step under some policy: the bottlenecks, not
+    the ends of a link that only send back acknowledgements."""
+    return list(dict.fromkeys(port for res in summary["policies"].values() for step in res["steps"]
+                              for port, use in step["ports"].items() if (use["utilisation"] or 0) >= LOADED))
+
+
+def _port_cell(use: dict[str, Any] | None) -> str:
+    if not use or use["utilisation"] is None:
+        return "–"
+    classes = ", ".join(f"{name} {c['mbps']:.2f} ({c['drops']})" for name, c in use["classes"].items()
+                        if c["mbps"] >= 0.005 or c["drops"])
+    return f"{use['utilisation']:.0%}: {classes}" if classes else f"{use['utilisation']:.0%}"
 
 
 def _rtt(step: dict[str, Any] | None) -> str:
@@ -288,6 +313,20 @@ def figure(summary: dict[str, Any], path: Path) -> None:
     panels = [Panel(f"{p}: goodput (Mbit/s)", {f: [s["flows"][f]["mbps"] for s in res["steps"]] for f in flows})
               for p, res in summary["policies"].items()]
     bar_figure(path, f"Each flow per step, {summary['scenario']['topo']}", groups, panels)
+    ports = loaded_ports(summary)
+    if ports:   # a panel per bottleneck: what each class of each policy got through it
+        bar_figure(path.with_name(BOTTLENECK_FIGURE), f"Each bottleneck's classes, {summary['scenario']['topo']}",
+                   groups, [Panel(f"{port}: Mbit/s", _class_series(summary, port)) for port in ports])
+
+
+def _class_series(summary: dict[str, Any], port: str) -> dict[str, list[float | None]]:
+    """"policy: class" → its Mbit/s at `port` in each step, for the classes that carried anything there."""
+    series: dict[str, list[float | None]] = {}
+    for p, res in summary["policies"].items():
+        at = [s["ports"].get(port, {}).get("classes", {}) for s in res["steps"]]
+        for name in dict.fromkeys(n for classes in at for n, c in classes.items() if c["mbps"]):
+            series[f"{p}: {name}"] = [classes.get(name, {}).get("mbps") for classes in at]
+    return series
 
 
 STUDY = ExperimentStudy()

@@ -1,0 +1,45 @@
+"""Your experiment's table and figures (topo/studies/experiment.py) from a summary: every bottleneck, that is
+every queued port that carried traffic, gets its column of class rates and drops, and a panel of its own."""
+from topo.studies.experiment import BOTTLENECK_FIGURE, figure, loaded_ports, table
+
+
+def port(utilisation, **classes):
+    return {"utilisation": utilisation, "cpu_pressure": 0.01,
+            "classes": {name: {"mbps": mbps, "drops": drops} for name, (mbps, drops) in classes.items()}}
+
+
+def step(k, ports, mbps):
+    return {"step": k, "window_s": [k * 10 + 1, k * 10 + 10], "flows": {"bulk": {"mbps": mbps}}, "ports": ports,
+            "jain_tcp": None, "starved": False}
+
+
+SUMMARY = {
+    "scenario": {"topo": "t.py:line", "steps": 2, "step_seconds": 10, "flows": [{"name": "bulk"}]},
+    "policies": {
+        "none": {"steps": [step(0, {}, 3.7), step(1, {}, 0.1)], "decisions": []},
+        "auto": {"steps": [step(0, {"0000000000000002:2": port(0.93, default=(3.7, 0)),
+                                    "0000000000000003:1": port(0.01, default=(0.04, 0))}, 3.7),
+                           step(1, {"0000000000000002:2": port(0.95, tcp=(3.3, 0), udp=(0.4, 1200), voice=(0.0, 0)),
+                                    "0000000000000003:1": port(0.01, default=(0.04, 0))}, 3.3)],
+                 "decisions": []}},
+}
+
+
+def test_only_the_ports_that_carried_traffic_are_bottlenecks():
+    assert loaded_ports(SUMMARY) == ["0000000000000002:2"]
+
+
+def test_the_table_gives_each_bottleneck_its_use_and_each_class_its_rate_and_drops():
+    text = table(SUMMARY)
+    assert "| step | port | none | auto |" in text
+    assert "| 1 | 0000000000000002:2 | – | 95%: tcp 3.30 (0), udp 0.40 (1200) |" in text   # voice carried nothing
+    assert "0000000000000003:1" not in text
+
+
+def test_each_bottleneck_gets_a_panel_beside_the_flows_figure(tmp_path):
+    figure(SUMMARY, tmp_path / "throughput.png")
+    assert (tmp_path / BOTTLENECK_FIGURE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    idle = {**SUMMARY, "policies": {"none": SUMMARY["policies"]["none"]}}
+    (tmp_path / "idle").mkdir()
+    figure(idle, tmp_path / "idle" / "throughput.png")
+    assert not (tmp_path / "idle" / BOTTLENECK_FIGURE).exists()               # nothing queued: no such figure
