@@ -374,8 +374,11 @@ def test_etcd_restarted_empty_is_recovered_from_by_the_members_without_touching_
             with etcd(23791, tmp_path / "etcd-empty.log"):                    # the same etcd, empty
                 samples = []
                 started = time.monotonic()
+                # A lease at least: a member whose leases etcd lost may not write (a PUT gets 503, try again) from
+                # half a lease after its last refresh until its new lease's first one is confirmed.
                 while time.monotonic() - started < LEASE + 15 and not (
-                        etcd_policy(23791) and all(api(port)["role"] == "member" for port in (8080, 8081))):
+                        time.monotonic() - started >= LEASE and etcd_policy(23791)
+                        and all(api(port)["role"] == "member" for port in (8080, 8081))):
                     samples.append({b: (qos_rows([b])[b], flows(b)) for b in bridges})
                     time.sleep(0.25)
                 # The policy in force put back from the members (never nothing), and both members writing again.
