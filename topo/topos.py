@@ -21,12 +21,12 @@ def _delayed(delay, loss=None):
 
 
 class StudyTopo(Topo):
-    """h1, h2 on s1; h3, h4 on s2; s1–s2 is the bottleneck; `delay` one way and `loss` (percent) on each
-    direction of the h1–h4 path."""
+    """h1, h2 on s1; h3, h4 on s2; s1–s2 is the bottleneck (`bw` Mbit/s, declared for the controller when
+    given); `delay` one way and `loss` (percent) on each direction of the h1–h4 path."""
 
-    def build(self, delay=None, loss=None):
+    def build(self, delay=None, loss=None, bw=None):
         s1, s2 = self.addSwitch("s1", dpid="1"), self.addSwitch("s2", dpid="2")
-        self.addLink(s1, s2, port1=1, port2=1)
+        self.addLink(s1, s2, port1=1, port2=1, **({"bw": bw} if bw else {}))
         for name, switch, port, delayed in (("h1", s1, 3, True), ("h2", s1, 2, False),
                                             ("h3", s2, 3, False), ("h4", s2, 4, True)):
             self.addLink(self.addHost(name), switch, port2=port, **(_delayed(delay, loss) if delayed else {}))

@@ -37,7 +37,7 @@ topos = {"vee": Vee}
 TRAFFIC = """
 step_seconds: 6
 flows:
-  - {name: upload, from: web, to: sink, protocol: tcp}
+  - {name: upload, from: web, to: sink, protocol: tcp, duration: 16}
   - {name: video, from: cam, to: sink, protocol: udp, steps: [0, 12]}
 probe: {from: cam, to: web}
 """
@@ -55,24 +55,28 @@ def test_a_users_topology_and_traffic_run_under_auto_which_answers_the_flood_whe
     summary = json.loads((out / "summary.json").read_text())
     jsonschema.validate(summary, json.loads((REPO / "docs" / "schema" / "experiment-summary.json").read_text()))
     assert summary["scenario"]["links"] == [{"ends": ["b2:2", "c3:1"], "bps": 4_000_000}]
-    calm, flood = summary["policies"]["auto"]["steps"]
-    # Alone, TCP fills the 4 Mbit/s link; against 12 Mbit/s of UDP it keeps most of its 80 % (3.2 Mbit/s).
-    assert calm["flows"]["upload"]["mbps"] > 3.0
+    calm, flood, after = summary["policies"]["auto"]["steps"]
+    # Alone, TCP fills the 4 Mbit/s link; against 12 Mbit/s of UDP it keeps most of its 80 % (3.2 Mbit/s);
+    # past the steps (its duration carries it 4 s on) it is alone again.
+    assert calm["flows"]["upload"]["mbps"] > 3.0 and after["flows"]["upload"]["mbps"] > 3.0, after
+    assert after["window_s"] == [13, 16] and after["flows"]["video"]["mbps"] is None
     assert flood["flows"]["upload"]["mbps"] > 0.8 * 3.2, flood
     assert flood["flows"]["video"]["lost_percent"] > 50
     # The bytes went where the policy put them: TCP in its class on the slow port, UDP held in its own.
     port = flood["ports"]["0000000000000002:2"]["classes"]
     assert port["tcp"]["mbps"] > 2.5 and port["udp"]["mbps"] < 1.5 and port["udp"]["drops"] > 0
     # Auto answered at b2's port 2 (the declared link), once the flood began; the fast link was never queued.
-    (decision,) = summary["policies"]["auto"]["decisions"]
+    (decision,) = [d for d in summary["policies"]["auto"]["decisions"] if d["action"] == "program"]
     assert (decision["dp_id"], decision["port"], decision["action"]) == ("0000000000000002", 2, "program")
     assert 6 <= decision["at_s"] <= 9
     assert "0000000000000001:1" not in flood["ports"]
     # The probe (cam -> web) crosses no queued port: nothing of the flood delays it.
     assert flood["probe"]["probe_rtt_ms"]["median"] < 5 and flood["probe"]["probe_loss_percent"] == 0
+    assert summary["policies"]["auto"]["probe_unloaded"]["probe_rtt_ms"]["median"] < 5   # alone, before the flows
     assert "upload" in (out / "table.md").read_text() and (out / "throughput.png").stat().st_size > 0
     # The one bottleneck has its column of class rates and its panel; the fast link's ports have neither.
     assert "| 1 | 0000000000000002:2 | " in (out / "table.md").read_text()
+    assert "| after | 0000000000000002:2 | " in (out / "table.md").read_text()
     assert "0000000000000003:1" not in (out / "table.md").read_text()
     assert (out / "bottlenecks.png").stat().st_size > 0
     # Prometheus recorded the controller throughout, for both ends of the slow link: b2's sending rate near

@@ -160,7 +160,7 @@ def test_results_hold_raw_json_summary_table_and_figure(run):
         # median, and no interval is a whole poll long.
         seconds = [i["sum"]["seconds"] for i in intervals[:-1]]
         assert round(statistics.median(seconds), 2) == iperf.RECEIVER_SECONDS and max(seconds) < 0.5, seconds
-        assert json.loads((raw / "udp_12mbps.json").read_text())["end"]["sum"]["packets"] > 0
+        assert json.loads((raw / "udp_3.json").read_text())["end"]["sum"]["packets"] > 0   # step 3: 12 Mbit/s
     env = summary["environment"]
     assert {"kernel", "ovs_version", "datapath", "missing"} <= set(env)
     if not env["netem"]:

@@ -55,8 +55,39 @@ def test_steps_may_be_counted_without_a_steps_list():
 
 def test_a_flow_with_a_dscp_carries_it_as_its_tos_byte():
     t = parsed("flows: [{name: v, from: h1, to: h2, protocol: udp, rate: 80kbit, dscp: 46, duration: 4}]")
-    ((flow,),) = trafficfile.lanes(t)     # 4 s of the experiment's 10, then the lane is done
+    ((flow, rest),) = trafficfile.lanes(t)     # 4 s of the experiment's 10, then the lane rests
     assert (flow.tos, flow.udp_mbps, flow.seconds) == (46 << 2, 0.08, 4)
+    assert rest == Pause(6, "v done")
+
+
+def test_flows_may_run_past_the_steps_which_adds_a_period_after_them():
+    t = parsed("step_seconds: 5\nflows:\n"
+               "  - {name: tcp, from: h1, to: h4, protocol: tcp, duration: 14}\n"
+               "  - {name: udp, from: h1, to: h4, protocol: udp, steps: [0, 12]}\n"
+               "  - {name: alone, from: h1, to: h4, protocol: udp, rate: 4Mbit, start: 16, duration: 5}\n"
+               "probe: {from: h2, to: h3}")
+    assert (t.grid_seconds, t.seconds, t.periods()) == (10, 21, [(0, 5), (5, 10), (10, 21)])
+    tcp, udp, alone, probe = trafficfile.lanes(t)
+    assert tcp == [Flow("tcp", "h1", "h4", 14, label="tcp")]
+    assert udp == [Pause(5, "udp 0 Mbit/s"), Flow("udp_1", "h1", "h4", 5, udp_mbps=12, label="udp 12 Mbit/s"),
+                   Pause(11, "udp done")]
+    assert alone == [Pause(16, "alone waits"), Flow("alone_2", "h1", "h4", 5, udp_mbps=4, label="alone 4 Mbit/s")]
+    assert probe == [Probe("probe", "h2", "h3", 21, "probe")]
+    assert trafficfile.unloaded(t) == [[Probe("probe_unloaded", "h2", "h3", trafficfile.UNLOADED_SECONDS,
+                                              "unloaded RTT")]]
+    assert trafficfile.unloaded(parsed("flows: [{name: a, from: h1, to: h2}]")) == []
+
+
+def test_the_main_studys_traffic_is_the_shipped_traffic_file():
+    from topo.studies.main.scenario import Scenario
+    shipped = trafficfile.load(ROOT / "topo" / "examples" / "study.yaml")
+    assert shipped == trafficfile.parse(Scenario().traffic(), "study")
+    assert (shipped.seconds, [f.name for f in shipped.flows]) == (97, ["tcp", "udp", "udp_alone"])
+    # ... and it runs on the study's own network, its bottleneck declared by bw= as any topology's
+    loaded = custom.load(f"{ROOT / 'topo' / 'topos.py'}:qosstudy", {"bw": 5})
+    assert [(link.ends, link.bps) for link in loaded.links] == [((("s1", 1), ("s2", 1)), 5_000_000)] \
+        and shipped.hosts() <= set(loaded.topo.hosts())
+    assert custom.load(f"{ROOT / 'topo' / 'topos.py'}:qosstudy", {}).links == []
 
 
 @pytest.mark.parametrize("text, message", [
@@ -77,6 +108,11 @@ def test_a_flow_with_a_dscp_carries_it_as_its_tos_byte():
     ("flows: [{name: a, from: h1, to: h2, protocol: sctp}]", "t.yaml: flows[0] (a).protocol: 'sctp' is not tcp or udp"),
     ("flows: [{name: a, from: h1, to: h2, protocol: udp, steps: [1, '5 furlongs']}]",
      "t.yaml: flows[0] (a).steps[1]: '5 furlongs' is not a rate"),
+    ("flows: [{name: a, from: h1, to: h2, protocol: udp, steps: [1, 2], duration: 30}]",
+     "t.yaml: flows[0] (a).duration: a flow with steps ends with the last step, at 20 s"),
+    ("flows: [{name: a, from: h1, to: h2, start: 9}]",
+     "t.yaml: flows[0] (a).start: 9 s leaves the flow under 2 s before the last step ends at 10 s; start it "
+     "earlier or give it a duration"),
 ])
 def test_a_bad_traffic_file_is_refused_naming_the_field_and_the_fix(text, message):
     with pytest.raises(trafficfile.TrafficFileError) as err:
@@ -171,7 +207,8 @@ def test_the_summary_schema_is_a_schema_and_refuses_a_summary_missing_its_steps(
     import jsonschema
     schema = json.loads((ROOT / "docs" / "schema" / "experiment-summary.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
-    broken = {"scenario": {"topo": "f.py:x", "topo_params": {}, "step_seconds": 10, "steps": 1, "settle_seconds": 1,
+    broken = {"scenario": {"topo": "f.py:x", "topo_params": {}, "step_seconds": 10, "steps": 1, "seconds": 10,
+                           "settle_seconds": 1,
                            "flows": [], "links": []}, "environment": {}, "complete": True,
               "policies": {"auto": {"t0": 1.8e9, "seconds": 10, "decisions": []}}}
     with pytest.raises(jsonschema.ValidationError, match="'steps' is a required property"):

@@ -43,3 +43,14 @@ def test_each_bottleneck_gets_a_panel_beside_the_flows_figure(tmp_path):
     (tmp_path / "idle").mkdir()
     figure(idle, tmp_path / "idle" / "throughput.png")
     assert not (tmp_path / "idle" / BOTTLENECK_FIGURE).exists()               # nothing queued: no such figure
+
+
+def test_a_flow_past_the_steps_gets_an_after_row_and_the_idle_path_its_rtt():
+    rtt = {"probe_rtt_ms": {"median": 0.4, "p95": 0.6}, "probe_loss_percent": 0}
+    probed = {"probe": {"probe_rtt_ms": {"median": 9.0, "p95": 12.0}, "probe_loss_percent": 1.5}}
+    res = {"steps": [{**step(0, {}, 3.7), **probed}, {**step(1, {}, 3.1), **probed}, {**step(2, {}, 4.6), **probed}],
+           "decisions": [], "probe_unloaded": rtt}
+    text = table({**SUMMARY, "policies": {"auto": res}})
+    assert "| after | 4.60 |" in text and "(after: from the last step to the last flow's end)" in text
+    assert "| alone | 0.4 / 0.6, 0 % |" in text and "| after | 9.0 / 12.0, 1.5 % |" in text
+    assert "after" not in table(SUMMARY)     # no flow ran past the steps

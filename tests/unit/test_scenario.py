@@ -126,13 +126,16 @@ def test_idle_ports_become_auto_ports_beside_the_studys_own():
 
 
 def test_udp_alone_runs_after_tcp_in_a_lane_of_its_own():
-    from topo.studies.main import LONE_UDP, TCP_GONE_SECONDS, lanes
+    from topo.net.trafficfile import lanes
+    from topo.studies.main import study_traffic
+    from topo.studies.main.scenario import LONE_UDP, TCP_GONE_SECONDS
     scenario = parse_scenario({"udp_steps_mbps": [0, 4], "step_seconds": 5, "cooldown_seconds": 2})
     assert scenario.lone_udp == 4.0                              # 80 % of the 5 Mbit/s bottleneck
-    tcp_lane, steps, (wait, alone) = lanes(scenario)
-    assert wait.seconds == tcp_lane[0].seconds + TCP_GONE_SECONDS and not wait.label
-    assert (alone.name, alone.udp_mbps, alone.seconds) == (LONE_UDP, 4.0, 5)
-    assert len(lanes(parse_scenario({"lone_udp_mbps": 0}))) == 2
+    tcp_lane, steps, (wait, alone) = lanes(study_traffic(scenario, probe=False))
+    assert tcp_lane[0].seconds == 5 + 5 + 2 + 2                 # the steps, the cooldown, a slack second per step
+    assert wait.seconds == tcp_lane[0].seconds + TCP_GONE_SECONDS
+    assert (alone.name, alone.udp_mbps, alone.seconds) == (f"{LONE_UDP}_2", 4.0, 5)
+    assert len(lanes(study_traffic(parse_scenario({"lone_udp_mbps": 0}), probe=False))) == 2
 
 
 def test_a_trial_is_planned_as_long_as_it_runs_so_the_progress_bar_never_steps_back():
@@ -140,11 +143,14 @@ def test_a_trial_is_planned_as_long_as_it_runs_so_the_progress_bar_never_steps_b
 
     from topo.harness.progress import ProgressBar
     from topo.net.traffic import planned_seconds
-    from topo.studies.main import TCP_GONE_SECONDS, UNLOADED_SECONDS, lanes
+    from topo.net.trafficfile import UNLOADED_SECONDS, lanes
+    from topo.studies.main import study_traffic
+    from topo.studies.main.scenario import TCP_GONE_SECONDS
     scenario = parse_scenario({"udp_steps_mbps": [0, 4], "step_seconds": 5, "cooldown_seconds": 2})
-    tcp_lane, *_ = lanes(scenario, probe=True)
+    tcp_lane, *_ = lanes(study_traffic(scenario, probe=True))
     # UDP alone waits out TCP (its 12 s and a slack second per step), then runs its 5 s
-    assert planned_seconds(lanes(scenario, probe=True)) == tcp_lane[0].seconds + TCP_GONE_SECONDS + 5 == 21
+    assert planned_seconds(lanes(study_traffic(scenario, probe=True))) == \
+        tcp_lane[0].seconds + TCP_GONE_SECONDS + 5 == 21
     assert UNLOADED_SECONDS > 0
     out = io.StringIO()
     bar = ProgressBar(total=20, stream=out)
@@ -187,7 +193,7 @@ def test_a_scenario_file_that_is_not_a_regular_file_within_1_mib_is_refused_in_o
     (["--metrics-port", "0"], "--metrics-port: 0 is not a TCP port; give one from 1 to 65535"),
     (["--udp-steps", ""], "--udp-steps: '' is not a comma-separated list of numbers"),
     (["--cooldown-seconds", "2.5"], "--cooldown-seconds: 2.5 is not a whole number of seconds >= 0"),
-    (["--step-seconds", "0"], "--step-seconds: 0.0 is not a whole number of seconds >= 1"),
+    (["--step-seconds", "1"], "--step-seconds: 1.0 is not a whole number of seconds >= 2"),
     (["--out", "{file}/run"], "--out {file}/run: {file} is not a folder; choose a folder's path"),
     # /proc says root may write to it, but no folder can be made there: once a traceback at mkdir.
     (["--out", "/proc/x/y"], "--out /proc/x/y: no folder can be made in /proc (read-only, not yours, or not a real "
@@ -214,3 +220,15 @@ def test_a_scenario_file_delay_is_checked_too():
     with pytest.raises(ScenarioError, match=r"^delay: '5 ms' is not a delay"):
         parse_scenario({"delay": "5 ms"})
     assert parse_scenario({"delay": "0.5ms"}).delay == "0.5ms" and parse_scenario({"delay": "none"}).delay is None
+
+
+def test_the_flags_shape_the_studys_traffic_file_which_is_checked_as_any_other():
+    from topo.net.trafficfile import parse
+    scenario = parse_scenario({"udp_steps_mbps": [0, 2.5], "step_seconds": 4, "cooldown_seconds": 0,
+                               "tcp_congestion_control": "bbr", "tcp_flows": 2, "lone_udp_mbps": 0})
+    doc = scenario.traffic(probe=False)
+    assert doc["flows"][0] == {"name": "tcp", "from": "h1", "to": "h4", "protocol": "tcp", "duration": 8 + 2,
+                               "cc": "bbr", "streams": 2}
+    assert doc["flows"][1]["steps"] == [0, 2.5] and len(doc["flows"]) == 2 and "probe" not in doc
+    tcp, udp = parse(doc).flows
+    assert (tcp.cc, tcp.streams, tcp.end, udp.mbps, udp.end) == ("bbr", 2, 10, (0.0, 2.5), 8)

@@ -144,6 +144,14 @@ def query_range(url: str, expr: str, start: float, end: float, step: float = 1.0
     return [(float(t), float(v)) for series in data["result"] for t, v in series["values"]]
 
 
+def recorded(url: str, expr: str, start: float, end: float) -> dict[str, Any]:
+    """What Prometheus holds of `expr` (in Mbit/s) over [start, end]: the query, its points and their mean,
+    for a results file."""
+    points = query_range(url, expr, start, end)
+    return {"expr": expr, "start": start, "end": end, "points": len(points),
+            "mean_mbps": round(sum(v for _, v in points) / len(points), 3) if points else None}
+
+
 def _spare_port() -> int:
     while True:
         with socket.socket() as sock:

@@ -9,16 +9,20 @@
 
 The experiment has `steps` steps, or as many as the longest `steps` list (every such list must have
 that length), or one. A flow runs from its start (`start_step`, or `start` in seconds) for `duration` seconds or to
-the end. A UDP flow sends `rate` (a rate with its unit) or, step by step, the Mbit/s of `steps` (0: it
-rests that step). TCP takes `cc` (the kernel's congestion control) and `streams`. `dscp` marks the
-flow's packets. Every problem is one TrafficFileError naming the file, the field and the fix.
+the end of the last step. A flow's `start` and `duration` may carry it past the last step (e.g. TCP alone
+after a flood, then UDP alone after TCP): the experiment then lasts until its last flow ends, and that
+time after the steps is reported as one more period. A UDP flow sends `rate` (a rate with its unit) or,
+step by step, the Mbit/s of `steps` (0: it rests that step; such a flow ends with the last step). TCP
+takes `cc` (the kernel's congestion control) and `streams`. `dscp` marks the flow's packets. With a
+`probe`, the probe first runs alone for UNLOADED_SECONDS (the path's own RTT), then beside the flows
+for the whole experiment. Every problem is one TrafficFileError naming the file, the field and the fix.
 
 Pure: a document in, a Traffic out; turning it into the traffic runner's lanes is lanes().
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,7 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(bit|kbit|mbit|gbit)\s*$", re.IGNORECASE)
 _UNITS = {"bit": 1e-6, "kbit": 1e-3, "mbit": 1.0, "gbit": 1e3}
 MAX_SECONDS = 24 * 3600
+UNLOADED_SECONDS = 4         # the probe alone before the flows: the path's RTT with nothing queued
 
 
 class TrafficFileError(ValueError):
@@ -46,7 +51,7 @@ class FlowSpec:
     end: int                             # seconds from the experiment's start
     cc: str | None = None
     streams: int = 1
-    mbps: tuple[float, ...] = ()         # UDP: the rate of each step (a constant rate: the same in every step)
+    mbps: tuple[float, ...] = ()         # UDP: the rate in each period (a constant rate: the same in every one)
     dscp: int | None = None
 
     @property
@@ -62,8 +67,20 @@ class Traffic:
     probe: tuple[str, str] | None
 
     @property
-    def seconds(self) -> int:
+    def grid_seconds(self) -> int:
+        """Where the last step ends."""
         return self.step_seconds * self.steps
+
+    @property
+    def seconds(self) -> int:
+        """How long the experiment lasts: its steps, or longer if a flow runs past them."""
+        return max([self.grid_seconds, *(f.end for f in self.flows)])
+
+    def periods(self) -> list[tuple[int, int]]:
+        """(start, end) in seconds of each step, and of the time after the last step if a flow runs on."""
+        size = self.step_seconds
+        spans = [(k * size, (k + 1) * size) for k in range(self.steps)]
+        return spans + ([(self.grid_seconds, self.seconds)] if self.seconds > self.grid_seconds else [])
 
     def hosts(self) -> set[str]:
         return {h for f in self.flows for h in (f.src, f.dst)} | set(self.probe or ())
@@ -95,6 +112,9 @@ def parse(doc: Any, where: str = "traffic") -> Traffic:
     lengths = [len(f["steps"]) for f in flows_doc if isinstance(f, dict) and isinstance(f.get("steps"), list)]
     steps = _whole(doc["steps"], f"{where}: steps", 1, 1000) if "steps" in doc else max(lengths, default=1)
     flows = tuple(_flow(f, f"{where}: flows[{i}]", step_seconds, steps) for i, f in enumerate(flows_doc))
+    seconds = max([step_seconds * steps, *(f.end for f in flows)])
+    if seconds > step_seconds * steps:   # a constant rate goes on past the steps
+        flows = tuple(replace(f, mbps=f.mbps + f.mbps[-1:]) if f.udp and len(set(f.mbps)) == 1 else f for f in flows)
     names = [f.name for f in flows]
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice:
@@ -121,12 +141,15 @@ def _flow(doc: Any, where: str, step_seconds: int, steps: int) -> FlowSpec:
     protocol = doc.get("protocol", "tcp")
     if protocol not in ("tcp", "udp"):
         raise TrafficFileError(f"{where}.protocol: {protocol!r} is not tcp or udp")
-    total = step_seconds * steps
+    grid = step_seconds * steps
     if "start" in doc and "start_step" in doc:
         raise TrafficFileError(f"{where}.start: give start or start_step, not both")
-    start = _whole(doc["start"], f"{where}.start", 0, total - 2) if "start" in doc else \
+    start = _whole(doc["start"], f"{where}.start", 0, MAX_SECONDS - 2) if "start" in doc else \
         _whole(doc.get("start_step", 0), f"{where}.start_step", 0, steps - 1) * step_seconds
-    end = start + _whole(doc["duration"], f"{where}.duration", 2, total - start) if "duration" in doc else total
+    end = start + _whole(doc["duration"], f"{where}.duration", 2, MAX_SECONDS - start) if "duration" in doc else grid
+    if end - start < 2:
+        raise TrafficFileError(f"{where}.start: {start} s leaves the flow under 2 s before the last step ends at "
+                               f"{grid} s; start it earlier or give it a duration")
     dscp = _whole(doc["dscp"], f"{where}.dscp", 0, 63) if "dscp" in doc else None
     if protocol == "tcp":
         for key in ("rate", "steps"):
@@ -153,33 +176,44 @@ def _flow(doc: Any, where: str, step_seconds: int, steps: int) -> FlowSpec:
             raise TrafficFileError(f"{where}.steps: {have} steps where the experiment has {steps}; give every steps "
                                    f"list {steps} rates")
         mbps = tuple(_step(v, f"{where}.steps[{i}]") for i, v in enumerate(values))
+        if end > grid:
+            raise TrafficFileError(f"{where}.duration: a flow with steps ends with the last step, at {grid} s; "
+                                   "shorten it, or give it a rate to run past the steps")
     return FlowSpec(name, src, dst, "udp", start, end, mbps=mbps, dscp=dscp)
 
 
 def lanes(traffic: Traffic) -> list[list[Item]]:
-    """The runner's lanes: one a flow (a UDP flow's steps one after the other), and the probe's."""
+    """The runner's lanes, in the order of the flows: a UDP flow's periods one after the other (and a
+    rest to the end once it stopped); then the probe's."""
     out: list[list[Item]] = []
-    size = traffic.step_seconds
     for f in traffic.flows:
         lane: list[Item] = [Pause(f.start, f"{f.name} waits")] if f.start else []
         if not f.udp:
             lane.append(Flow(f.name, f.src, f.dst, f.end - f.start, congestion_control=f.cc, parallel=f.streams,
                              label=f.name, tos=_tos(f.dscp)))
         else:
-            # A part of the flow in each step it covers, from its start to its end.
-            for k in range(traffic.steps):
-                a, b = max(f.start, k * size), min(f.end, (k + 1) * size)
+            # A part of the flow in each period it covers, from its start to its end.
+            for k, (lo, hi) in enumerate(traffic.periods()):
+                a, b = max(f.start, lo), min(f.end, hi)
                 if b - a < 1:
                     continue
+                label = f"{f.name} {f.mbps[k]:g} Mbit/s"
                 if f.mbps[k] > 0 and b - a >= 2:
-                    lane.append(Flow(f"{f.name}_{k}", f.src, f.dst, b - a, udp_mbps=f.mbps[k], label=f.name,
+                    lane.append(Flow(f"{f.name}_{k}", f.src, f.dst, b - a, udp_mbps=f.mbps[k], label=label,
                                      tos=_tos(f.dscp)))
                 else:
-                    lane.append(Pause(b - a, f.name))
+                    lane.append(Pause(b - a, label))
+            if f.end < traffic.seconds:
+                lane.append(Pause(traffic.seconds - f.end, f"{f.name} done"))
         out.append(lane)
     if traffic.probe:
         out.append([Probe("probe", *traffic.probe, traffic.seconds, "probe")])
     return out
+
+
+def unloaded(traffic: Traffic) -> list[list[Item]]:
+    """The probe alone, before the flows: the path's RTT with nothing queued (no lane without a probe)."""
+    return [[Probe("probe_unloaded", *traffic.probe, UNLOADED_SECONDS, "unloaded RTT")]] if traffic.probe else []
 
 
 def _tos(dscp: int | None) -> int | None:

@@ -32,7 +32,7 @@ from topo.harness.fidelity import Sample
 from topo.harness.launch import Host
 from topo.harness.report import Panel, bar_figure, jain_index, markdown_table, reasons_text
 from topo.net import probe
-from topo.net.traffic import Flow, Item, Ping, Probe, Ran
+from topo.net.traffic import Ping, Probe, Ran
 from topo.studies.base import (
     Settings,
     Study,
@@ -42,6 +42,7 @@ from topo.studies.base import (
     UsageError,
     add_trial_arguments,
     common_window,
+    equal_trial,
     faithful_cell,
     fidelity_notes,
     flows_of,
@@ -236,12 +237,11 @@ def figure(summary: dict[str, Any], path) -> None:
 def _one_discipline(discipline: str, plan: Plan, ctx: TrialContext) -> dict[str, Any]:
     pairs = [(f"snd{i}", f"rcv{i}") for i in range(1, PAIRS + 1)]
     seconds = plan.setup.seconds
-    lanes: list[list[Item]] = [[Flow(f"{s}-{d}", s, d, seconds, congestion_control=plan.cc, label=discipline)]
-                               for s, d in pairs]
-    lanes.append([Ping("ping", "snd1", "rcv1", seconds + 1, PING_INTERVAL)])
-    lanes.append([Probe("probe", "snd1", "rcv1", seconds + 1)])
+    flows = [{"name": f"{s}-{d}", "from": s, "to": d, "protocol": "tcp", "cc": plan.cc} for s, d in pairs]
+    traffic = equal_trial(plan.setup, flows, probe={"from": "snd1", "to": "rcv1"})
     with network_under(ctx, DumbbellTopo(n=PAIRS), plan.documents[discipline], pairs) as net:
-        ran, monitor = measure(ctx, net, lanes, plan.setup)
+        ran, monitor = measure(ctx, net, traffic, plan.setup, [[Ping("ping", "snd1", "rcv1", seconds + 1,
+                                                                     PING_INTERVAL)]])
     kind, seen = tc_kind(discipline, ctx.host.datapath), monitor.queues.get(QUEUED_CLASS, set())
     if seen != {kind}:
         raise StudyError(f"{BOTTLENECK}: the queue under {QUEUED_CLASS} was not {kind} throughout the run "

@@ -30,7 +30,7 @@ from topo.harness.live import LiveThroughput
 from topo.harness.progress import ProgressBar
 from topo.harness.prometheus import PrometheusError, prometheus
 from topo.harness.report import reasons_text, write_json
-from topo.net import iperf, traffic
+from topo.net import iperf, traffic, trafficfile
 from topo.net.network import Network, network
 from topo.net.ovs_instance import CONTROLLER_ADDRESS, InstanceError, OvsInstance, ovs_instance
 from topo.net.traffic import Flow, Ran, TrafficError
@@ -258,9 +258,16 @@ def check_path(net: Network, src: str, dst: str) -> None:
     raise StudyError(f"{src} cannot reach {dst}: the flows or the switches are not forwarding")
 
 
-def measure(ctx: TrialContext, net: Network, lanes: list[list[traffic.Item]],
-            setup: Settings) -> tuple[list[Ran], fidelity.Monitor]:
-    """Run the traffic while the fidelity monitor samples the bottleneck; every flow's test must succeed."""
+def equal_trial(setup: Settings, flows: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    """A trial's traffic as a traffic file (topo/net/trafficfile.py): `flows` for the trial's seconds, in one step."""
+    return {"step_seconds": setup.seconds, "flows": flows, **extra}
+
+
+def measure(ctx: TrialContext, net: Network, document: dict[str, Any], setup: Settings,
+            also: list[list[traffic.Item]] | None = None) -> tuple[list[Ran], fidelity.Monitor]:
+    """Run a traffic file's flows (its lanes, then `also`'s) while the fidelity monitor samples the
+    bottleneck; every flow's test must succeed."""
+    lanes = trafficfile.lanes(trafficfile.parse(document, "the study's traffic")) + (also or [])
     with fidelity.Monitor(BOTTLENECK) as monitor:
         ran = traffic.run(net, lanes, ctx.raw_dir, traffic.connect_seconds(setup.bottleneck_bps, setup.queue_packets),
                           ctx.tick)

@@ -22,7 +22,6 @@ from typing import Any
 from topo.harness import capabilities
 from topo.harness.launch import Host
 from topo.harness.report import Panel, bar_figure, markdown_table
-from topo.net.traffic import Flow
 from topo.studies.base import (
     Settings,
     Study,
@@ -31,6 +30,7 @@ from topo.studies.base import (
     UsageError,
     add_trial_arguments,
     common_window,
+    equal_trial,
     faithful_cell,
     fidelity_notes,
     measure,
@@ -122,8 +122,8 @@ class CcStudy(Study):
 def _one_algorithm(algorithm: str, plan: Plan, ctx: TrialContext) -> dict[str, Any]:
     topo = StudyTopo(delay=plan.delay, loss=plan.loss)
     with network_under(ctx, topo, plan.document, [("h1", "h4")]) as net:
-        ran, monitor = measure(ctx, net, [[Flow(f"h1-h4_{algorithm}", "h1", "h4", plan.setup.seconds,
-                                                congestion_control=algorithm, label=f"TCP {algorithm}")]], plan.setup)
+        flow = {"name": f"h1-h4_{algorithm}", "from": "h1", "to": "h4", "protocol": "tcp", "cc": algorithm}
+        ran, monitor = measure(ctx, net, equal_trial(plan.setup, [flow]), plan.setup)
     return {**sender_metrics(ran[0].require()),
             **trial_fidelity(monitor.samples, common_window(ran, plan.setup.seconds), plan.setup.bottleneck_bps, ran,
                              2 * delay_seconds(plan.delay), plan.setup.queue_packets, plan.loss)}

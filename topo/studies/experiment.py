@@ -23,9 +23,8 @@ from typing import Any
 from controller.core.bridges import CAPACITY_KEY
 from controller.core.plan import HTB_PARENT, htb_classid
 from controller.core.policy import Policy, for_any_network, load_document, parse_policy
-from topo.harness import fidelity
+from topo.harness import fidelity, prometheus
 from topo.harness.launch import Host, note
-from topo.harness.prometheus import query_range
 from topo.harness.report import Panel, bar_figure, jain_index, markdown_table
 from topo.net import custom, iperf, probe, traffic, trafficfile
 from topo.net.network import Network, network
@@ -45,6 +44,7 @@ POLICIES = ("none", "reserve", "auto")
 QUICK_STEP_SECONDS = 4
 LOADED = 0.25               # a queued port this busy (of its capacity) at some step is a bottleneck in the results
 BOTTLENECK_FIGURE = "bottlenecks.png"
+AFTER = "after"              # the row of the time after the last step, when a flow runs on
 STARVED_PRESSURE = 0.2       # share of a step the host's runnable tasks waited for a CPU: the emulator decided
 
 
@@ -92,12 +92,13 @@ class ExperimentStudy(Study):
         if plan.loaded.delays:
             note(f"link delay not applied (this launcher does not yet put netem on switch links): "
                  f"{', '.join(plan.loaded.delays)}")
-        return [Trial(name, name, plan.traffic.seconds, partial(_one_policy, name, plan)) for name in plan.documents]
+        seconds = plan.traffic.seconds + (trafficfile.UNLOADED_SECONDS if plan.traffic.probe else 0)
+        return [Trial(name, name, seconds, partial(_one_policy, name, plan)) for name in plan.documents]
 
     def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
         t = plan.traffic
         scenario = {"topo": plan.topo_spec, "topo_params": plan.params, "step_seconds": t.step_seconds,
-                    "steps": t.steps, "settle_seconds": SETTLE_SECONDS,
+                    "steps": t.steps, "seconds": t.seconds, "settle_seconds": SETTLE_SECONDS,
                     "flows": [{"name": f.name, "from": f.src, "to": f.dst, "protocol": f.protocol,
                                "start_s": f.start, "end_s": f.end, "cc": f.cc,
                                "offered_mbps": list(f.mbps) if f.udp else None} for f in t.flows],
@@ -130,10 +131,8 @@ def _recorded(url: str, done: dict[str, dict], data_dir: Path) -> dict[str, Any]
         for port in result["steps"][0]["ports"] if result["steps"] else ():
             dp_id, number = port.split(":")
             expr = f'8 * rate(ovsqos_port_tx_bytes_total{{dp_id="{dp_id}",port="{number}"}}[5s]) / 1e6'
-            points = query_range(url, expr, result["t0"], result["t0"] + result["seconds"])
-            recorded["queries"][f"{name} {port}"] = {
-                "expr": expr, "start": result["t0"], "end": result["t0"] + result["seconds"], "points": len(points),
-                "mean_mbps": round(sum(v for _, v in points) / len(points), 3) if points else None}
+            recorded["queries"][f"{name} {port}"] = prometheus.recorded(url, expr, result["t0"],
+                                                                        result["t0"] + result["seconds"])
     return recorded
 
 
@@ -164,11 +163,14 @@ def _one_policy(name: str, plan: Plan, ctx: TrialContext) -> dict[str, Any]:
             check_path(net, *plan.traffic.probe)
         lanes = trafficfile.lanes(plan.traffic)
         slowest = min(bps for _, _, _, bps in ports) if ports else 10**9
+        wait = traffic.connect_seconds(slowest, 25)
+        unloaded = traffic.run(net, trafficfile.unloaded(plan.traffic), ctx.raw_dir, wait, ctx.tick)
+        before = trafficfile.UNLOADED_SECONDS if unloaded else 0
         with ExitStack() as stack:
             monitors = {iface: stack.enter_context(fidelity.Monitor(iface)) for _, _, iface, _ in ports}
-            ran = traffic.run(net, lanes, ctx.raw_dir, traffic.connect_seconds(slowest, 25), ctx.tick)
+            ran = traffic.run(net, lanes, ctx.raw_dir, wait, lambda label, t: ctx.tick(label, before + t))
         status = ctx.client.status()
-    return result(plan.traffic, ran, ports, monitors, status, parse_policy(document))
+    return result(plan.traffic, ran, ports, monitors, status, parse_policy(document), *unloaded)
 
 
 def _declare(net: Network, links: list[custom.DeclaredLink]) -> list[tuple[str, int, str, int]]:
@@ -185,9 +187,11 @@ def _declare(net: Network, links: list[custom.DeclaredLink]) -> list[tuple[str, 
 
 
 def result(spec: trafficfile.Traffic, ran: list[Ran], ports: list[tuple[str, int, str, int]],
-           monitors: dict[str, fidelity.Monitor], status: dict[str, Any], policy: Policy) -> dict[str, Any]:
-    """Per step: each flow, Jain's index over the TCP flows, each queued port's classes (by name: the
-    default class is `default`), and whether the host starved; and what the controller decided."""
+           monitors: dict[str, fidelity.Monitor], status: dict[str, Any], policy: Policy,
+           unloaded: Ran | None = None) -> dict[str, Any]:
+    """Per step (and the time after the steps, if a flow ran on): each flow, Jain's index over the TCP
+    flows, each queued port's classes (by name: the default class is `default`), and whether the host
+    starved; what the controller decided; and the probe's RTT alone on the path before the flows."""
     names = {htb_classid(c.queue): c.name for c in policy.classes} | {htb_classid(0): "default"}
     for r in ran:
         if isinstance(r.item, Flow):
@@ -195,10 +199,9 @@ def result(spec: trafficfile.Traffic, ran: list[Ran], ports: list[tuple[str, int
     t0 = min(min(r.launched or r.started, r.started) for r in ran)
     probed = next((r for r in ran if isinstance(r.item, Probe)), None)
     trips = probe.round_trips(probed.doc) if probed is not None and probed.doc else []
-    size = spec.step_seconds
     steps = []
-    for k in range(spec.steps):
-        lo, hi = t0 + k * size + SETTLE_SECONDS, t0 + (k + 1) * size
+    for k, (a, b) in enumerate(spec.periods()):
+        lo, hi = t0 + a + SETTLE_SECONDS, t0 + b
         flows = {f.name: _flow_step(f, k, ran, lo, hi, t0) for f in spec.flows}
         tcp = [v["mbps"] for f, v in zip(spec.flows, flows.values()) if not f.udp and v["mbps"] is not None]
         queued = {f"{dp}:{port}": _port_step(monitors[iface].samples, lo, hi, bps, names)
@@ -210,7 +213,13 @@ def result(spec: trafficfile.Traffic, ran: list[Ran], ports: list[tuple[str, int
                       **({"probe": probe.summary(trips, lo, hi)} if spec.probe else {})})
     decisions = [{**d, "at_s": round(d["time"] - t0, 3)} for d in status.get("decisions", [])
                  if t0 <= d["time"] <= t0 + spec.seconds + 30]
-    return {"t0": round(t0, 3), "seconds": spec.seconds, "steps": steps, "decisions": decisions}
+    return {"t0": round(t0, 3), "seconds": spec.seconds, "steps": steps, "decisions": decisions,
+            **({"probe_unloaded": _unloaded(unloaded)} if unloaded is not None else {})}
+
+
+def _unloaded(ran: Ran) -> dict[str, Any]:
+    trips = probe.round_trips(ran.doc) if ran.doc else []
+    return probe.summary(trips, trips[0].sent, trips[-1].sent) if trips else {"error": ran.error or "no packet sent"}
 
 
 def _flow_step(f: trafficfile.FlowSpec, k: int, ran: list[Ran], lo: float, hi: float, t0: float) -> dict[str, Any]:
@@ -252,29 +261,32 @@ def table(summary: dict[str, Any]) -> str:
     flows = [f["name"] for f in summary["scenario"]["flows"]]
     head = ["step"] + [f"{p}: {f}" for p in policies for f in flows]
     rows = []
-    for k in range(summary["scenario"]["steps"]):
-        row: list[Any] = [k]
+    for k, label in enumerate(periods(summary)):
+        row: list[Any] = [label]
         for res in policies.values():
             step = res["steps"][k]
             mark = " †" if step["starved"] else ""
             row += [("–" if step["flows"][f]["mbps"] is None else f"{step['flows'][f]['mbps']:.2f}") + mark
                     for f in flows]
         rows.append(row)
+    after = " (after: from the last step to the last flow's end)" if AFTER in periods(summary) else ""
     lines = [f"Goodput per flow (Mbit/s), each step of {summary['scenario']['step_seconds']} s past its first "
-             f"{SETTLE_SECONDS:g} s, on {summary['scenario']['topo']}:", "", markdown_table(head, rows)]
+             f"{SETTLE_SECONDS:g} s{after}, on {summary['scenario']['topo']}:", "", markdown_table(head, rows)]
     if any(s["starved"] for res in policies.values() for s in res["steps"]):
         lines.append(f"† the host's CPU was short (pressure above {STARVED_PRESSURE:.0%}): the emulator, not the "
                      "policy, may have decided that step.\n")
     if any("probe" in s for res in policies.values() for s in res["steps"]):
-        trips: list[list[Any]] = [[k, *(_rtt(res["steps"][k].get("probe")) for res in policies.values())]
-                                  for k in range(summary["scenario"]["steps"])]
-        lines += ["The probe's round-trip time, median / p95 (ms), and its packets lost:", "",
-                  markdown_table(["step", *policies], trips)]
+        trips: list[list[Any]] = [[label, *(_rtt(res["steps"][k].get("probe")) for res in policies.values())]
+                                  for k, label in enumerate(periods(summary))]
+        if any("probe_unloaded" in res for res in policies.values()):
+            trips.insert(0, ["alone", *(_rtt(res.get("probe_unloaded")) for res in policies.values())])
+        lines += ["The probe's round-trip time, median / p95 (ms), and its packets lost (alone: on the idle path "
+                  "before the flows):", "", markdown_table(["step", *policies], trips)]
     ports = loaded_ports(summary)
     if ports:
-        uses: list[list[Any]] = [[k, port, *(_port_cell(res["steps"][k]["ports"].get(port))
-                                             for res in policies.values())]
-                                 for port in ports for k in range(summary["scenario"]["steps"])]
+        uses: list[list[Any]] = [[label, port, *(_port_cell(res["steps"][k]["ports"].get(port))
+                                                 for res in policies.values())]
+                                 for port in ports for k, label in enumerate(periods(summary))]
         lines += ["Each bottleneck (a queued port at least a quarter busy at some step), per step: its use of its "
                   "capacity, and each class's Mbit/s (packets it dropped):", "",
                   markdown_table(["step", "port", *policies], uses)]
@@ -283,6 +295,13 @@ def table(summary: dict[str, Any]) -> str:
             lines.append(f"- {p}: switch {d['dp_id']} port {d['port']} {d['action']} at {d['at_s']:.2f} s "
                          f"({d['reason']})")
     return "\n".join(lines) + "\n"
+
+
+def periods(summary: dict[str, Any]) -> list[int | str]:
+    """The results' rows: each step by its number, then `after` if a flow ran past the last step."""
+    steps = summary["scenario"]["steps"]
+    count = max((len(res["steps"]) for res in summary["policies"].values()), default=steps)
+    return [*range(steps), *([AFTER] if count > steps else [])]
 
 
 def loaded_ports(summary: dict[str, Any]) -> list[str]:
@@ -309,7 +328,7 @@ def _rtt(step: dict[str, Any] | None) -> str:
 
 def figure(summary: dict[str, Any], path: Path) -> None:
     flows = [f["name"] for f in summary["scenario"]["flows"]]
-    groups = [f"step {k}" for k in range(summary["scenario"]["steps"])]
+    groups = [f"step {k}" if isinstance(k, int) else k for k in periods(summary)]
     panels = [Panel(f"{p}: goodput (Mbit/s)", {f: [s["flows"][f]["mbps"] for s in res["steps"]] for f in flows})
               for p, res in summary["policies"].items()]
     bar_figure(path, f"Each flow per step, {summary['scenario']['topo']}", groups, panels)

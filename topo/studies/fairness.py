@@ -17,7 +17,7 @@ from typing import Any
 from topo.harness import capabilities
 from topo.harness.launch import Host
 from topo.harness.report import Panel, bar_figure, jain_index, markdown_table, reasons_text
-from topo.net.traffic import Flow, Ran
+from topo.net.traffic import Ran
 from topo.studies.base import (
     Settings,
     Study,
@@ -26,6 +26,7 @@ from topo.studies.base import (
     UsageError,
     add_trial_arguments,
     common_window,
+    equal_trial,
     faithful_cell,
     fidelity_notes,
     flows_of,
@@ -76,16 +77,13 @@ class FairnessStudy(Study):
         if plan.tcp_vs_udp in lacking:
             raise UsageError(f"--tcp-vs-udp {plan.tcp_vs_udp}: {lacking[plan.tcp_vs_udp]}")
         say_unavailable("pairs with an algorithm this kernel lacks, skipped", _skipped(plan, lacking))
-        udp_mbps = 2 * plan.setup.bottleneck_bps / 1e6
-        cases = {f"{a} vs {b}": [Flow(f"{'-'.join(FIRST)}_{a}", *FIRST, plan.setup.seconds, congestion_control=a),
-                                 Flow(f"{'-'.join(SECOND)}_{b}", *SECOND, plan.setup.seconds, congestion_control=b)]
+        udp = {"name": f"{'-'.join(SECOND)}_udp", "from": SECOND[0], "to": SECOND[1], "protocol": "udp",
+               "rate": f"{2 * plan.setup.bottleneck_bps / 1e6:g}Mbit"}
+        cases = {f"{a} vs {b}": [_flow(FIRST, a), _flow(SECOND, b)]
                  for a, b in plan.pairs if a not in lacking and b not in lacking}
-        cases[f"{plan.tcp_vs_udp} vs UDP"] = [
-            Flow(f"{'-'.join(FIRST)}_{plan.tcp_vs_udp}", *FIRST, plan.setup.seconds,
-                 congestion_control=plan.tcp_vs_udp),
-            Flow(f"{'-'.join(SECOND)}_udp", *SECOND, plan.setup.seconds, udp_mbps=udp_mbps)]
-        return [Trial(name, name.replace(" ", "_"), plan.setup.seconds, partial(_one_case, name, flows, plan))
-                for name, flows in cases.items()]
+        cases[f"{plan.tcp_vs_udp} vs UDP"] = [_flow(FIRST, plan.tcp_vs_udp), udp]
+        return [Trial(name, name.replace(" ", "_"), plan.setup.seconds,
+                      partial(_one_case, name, equal_trial(plan.setup, flows), plan)) for name, flows in cases.items()]
 
     def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
         return {"scenario": plan.setup.scenario(policy="shared", udp_offered_mbps=2 * plan.setup.bottleneck_bps / 1e6,
@@ -159,9 +157,14 @@ def _skipped(plan: Plan, lacking: dict[str, str]) -> dict[str, str]:
             for a, b in plan.pairs if a in lacking or b in lacking}
 
 
-def _one_case(name: str, flows: list[Flow], plan: Plan, ctx: TrialContext) -> dict[str, Any]:
+def _flow(ends: tuple[str, str], cc: str) -> dict[str, Any]:
+    """A TCP flow between `ends` with congestion control `cc`, as a traffic file names it."""
+    return {"name": f"{'-'.join(ends)}_{cc}", "from": ends[0], "to": ends[1], "protocol": "tcp", "cc": cc}
+
+
+def _one_case(name: str, traffic: dict[str, Any], plan: Plan, ctx: TrialContext) -> dict[str, Any]:
     with network_under(ctx, StudyTopo(), plan.document, [FIRST, SECOND]) as net:
-        ran, monitor = measure(ctx, net, [[flow] for flow in flows], plan.setup)
+        ran, monitor = measure(ctx, net, traffic, plan.setup)
     span = common_window(ran, plan.setup.seconds)
     return {**case_result(name, ran, span), **trial_fidelity(monitor.samples, span, plan.setup.bottleneck_bps, ran)}
 

@@ -19,13 +19,13 @@ from typing import Any
 
 from controller.adapters.tc import Tc
 from controller.core.policy import PolicyError, parse_policy, parse_rate
-from topo.harness import cluster
+from topo.harness import cluster, prometheus
 from topo.harness.fault import Fault
 from topo.harness.fidelity import Monitor
 from topo.harness.launch import Host, note
 from topo.harness.onsets import UdpOnsets
-from topo.harness.prometheus import query_range, tcp_throughput_query
-from topo.net import traffic
+from topo.harness.prometheus import tcp_throughput_query
+from topo.net import traffic, trafficfile
 from topo.net.bridges import IdleBridge, idle_bridges, policy_switches
 from topo.net.traffic import Flow, Pause, Probe
 from topo.studies.base import (
@@ -44,14 +44,9 @@ from topo.topos import BOTTLENECK, StudyTopo
 
 UDP_INGRESS = "s1-eth3"      # s1's port to h1: where the UDP flood enters the switch
 BOTTLENECK_DP_ID = f"{1:016x}"   # s1's (StudyTopo), whose owner --fault kills
-SLACK_PER_STEP = 1           # TCP outlasts the steps: a UDP test's control exchange may start late
 IDLE_PORTS_PER_BRIDGE = 20   # --idle-ports: as bench/scale.py lays them out
 IDLE_CAPACITY = "100Mbit"
-LONE_UDP = "udp_alone"
-PROBE, UNLOADED = "probe", "probe_unloaded"
-TCP_GONE_SECONDS = 2         # after TCP's -t: its last segments and close are through
 LATENCY_FIGURE = "latency.png"
-UNLOADED_SECONDS = 4         # the probe alone before the traffic: the path's own RTT
 
 
 @dataclass(frozen=True)
@@ -140,7 +135,8 @@ class MainStudy(Study):
         if scenario.delay and not delay:
             note(f"netem is missing from this kernel: the {scenario.delay} delay is NOT applied")
         repeat = scenario.repeat
-        seconds = (UNLOADED_SECONDS if plan.probe else 0) + traffic.planned_seconds(lanes(scenario, plan.probe))
+        spec = study_traffic(scenario, plan.probe)
+        seconds = traffic.planned_seconds(trafficfile.unloaded(spec)) + traffic.planned_seconds(trafficfile.lanes(spec))
         return [Trial(label=name if repeat == 1 else f"{name} {r}/{repeat}", raw=f"{name}/{r}", seconds=seconds,
                       run=partial(_run_policy, name, doc, scenario, delay, plan.probe, plan.fault))
                 for name, doc in plan.documents.items() for r in range(1, repeat + 1)]
@@ -215,26 +211,6 @@ def _controllers(args: argparse.Namespace) -> int:
     return count
 
 
-def lanes(scenario: Scenario, probe: bool = False) -> list[list[traffic.Item]]:
-    """TCP for the whole run; beside it the UDP steps one after the other, then TCP alone; once TCP has
-    ended, UDP alone (a lane of its own that waits out TCP); with `probe`, the probe throughout TCP."""
-    tcp_length = int(scenario.tcp_seconds + SLACK_PER_STEP * len(scenario.udp_steps_mbps))
-    tcp = Flow("tcp", "h1", "h4", tcp_length, congestion_control=scenario.tcp_congestion_control,
-               parallel=scenario.tcp_flows)
-    steps: list[traffic.Item] = [
-        Pause(scenario.step_seconds, label="UDP 0 Mbit/s") if rate == 0 else
-        Flow(f"udp_{rate:g}mbps", "h1", "h4", int(scenario.step_seconds), udp_mbps=rate, label=f"UDP {rate:g} Mbit/s")
-        for rate in scenario.udp_steps_mbps]
-    ran: list[list[traffic.Item]] = [[tcp], [*steps, Pause(scenario.cooldown_seconds, label="cooldown, TCP alone")]]
-    if scenario.lone_udp:
-        ran.append([Pause(tcp_length + TCP_GONE_SECONDS),
-                    Flow(LONE_UDP, "h1", "h4", int(scenario.step_seconds), udp_mbps=scenario.lone_udp,
-                         label=f"UDP {scenario.lone_udp:g} Mbit/s alone")])
-    if probe:
-        ran.append([Probe(PROBE, "h2", "h3", tcp_length)])
-    return ran
-
-
 def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None, probe: bool, after: float | None,
                 ctx: TrialContext) -> dict:
     policy = parse_policy(document)
@@ -253,11 +229,11 @@ def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None
             network_under(ctx, StudyTopo(delay=delay), with_idle_ports(document, idle), reach) as net:
         owners = owned(ctx.client.status(), {f"{sw.dp_id:016x}" for sw in policy.switches}, name)
         wait = traffic.connect_seconds(scenario.bottleneck_bps, scenario.queue_packets)
-        unloaded = traffic.run(net, [[Probe(UNLOADED, "h2", "h3", UNLOADED_SECONDS, label="unloaded RTT")]],
-                               ctx.raw_dir, wait, ctx.tick)[0] if probe else None
-        before = UNLOADED_SECONDS if probe else 0.0
+        spec = study_traffic(scenario, probe)
+        unloaded = traffic.run(net, trafficfile.unloaded(spec), ctx.raw_dir, wait, ctx.tick)[0] if probe else None
+        before = trafficfile.UNLOADED_SECONDS if probe else 0.0
         started = time.time()
-        planned = lanes(scenario, probe)
+        planned = trafficfile.lanes(spec)
         auto = any(p.queues == "auto" for sw in policy.switches for p in sw.ports)
         udp = UdpOnsets(UDP_INGRESS)
         fault = Fault(ctx.client, BOTTLENECK_DP_ID, after, name) \
@@ -274,9 +250,9 @@ def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None
     by_item = {id(r.item): r for r in ran}
     tcp = by_item[id(planned[0][0])]
     tcp.require()
-    steps = [by_item[id(item)] for item in planned[1][:len(scenario.udp_steps_mbps)]]
-    alone = next((by_item[id(lane[1])] for lane in planned[2:] if isinstance(lane[0], Pause)), None)
-    probed = next((by_item[id(lane[0])] for lane in planned[2:] if isinstance(lane[0], Probe)), None)
+    steps = [by_item[id(item)] for item in planned[1][:len(scenario.udp_steps_mbps)]]   # a period each
+    alone = by_item[id(planned[2][-1])] if scenario.lone_udp else None
+    probed = by_item[id(planned[-1][0])] if probe else None
     result = report.summarise_run(scenario.bottleneck_bps, scenario.settle_seconds, scenario.udp_steps_mbps, policy,
                                   tcp, steps, monitor.samples, classes, leaves, decisions, alone, probed, unloaded)
     if fault is not None and (happened := fault.result(tcp.started)):
@@ -287,6 +263,11 @@ def _run_policy(name: str, document: dict, scenario: Scenario, delay: str | None
         result["episodes"] = episodes([round(t - tcp.started, 3) for t in udp.starts], result["decisions"],
                                       result["tcp_series"], reservation, arrivals)
     return {"policy": name, **result, **({"owners": owners} if owners else {})}
+
+
+def study_traffic(scenario: Scenario, probe: bool) -> trafficfile.Traffic:
+    """The scenario's traffic, checked as any traffic file is: lanes in the order tcp, udp, udp_alone, probe."""
+    return trafficfile.parse(scenario.traffic(probe), "the study's traffic")
 
 
 @contextlib.contextmanager
@@ -320,11 +301,8 @@ def _recorded(url: str, policies: dict[str, dict], data_dir: Path) -> dict[str, 
     recorded: dict[str, Any] = {"url": url, "data_dir": str(data_dir), "queries": {}}
     for name, result in policies.items():
         runs = result["repetitions"]
-        expr = tcp_throughput_query(name)
-        start, end = runs[0]["t0"], runs[-1]["t0"] + runs[-1]["cooldown"]["end_s"]
-        points = query_range(url, expr, start, end)
-        recorded["queries"][name] = {"expr": expr, "start": start, "end": end, "points": len(points),
-                                     "mean_mbps": round(sum(v for _, v in points) / len(points), 3) if points else None}
+        recorded["queries"][name] = prometheus.recorded(url, tcp_throughput_query(name), runs[0]["t0"],
+                                                        runs[-1]["t0"] + runs[-1]["cooldown"]["end_s"])
     return recorded
 
 

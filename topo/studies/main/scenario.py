@@ -16,6 +16,9 @@ from controller.core.document import read_file
 from controller.core.policy import PolicyError, parse_rate
 
 _DELAY = re.compile(r"^\d+(\.\d+)?(us|ms|s)$")   # what netem's `delay` takes
+SLACK_PER_STEP = 1          # TCP outlasts the steps: a UDP test's control exchange may start it late
+TCP_GONE_SECONDS = 2        # after TCP's -t: its last segments and close are through
+LONE_UDP = "udp_alone"
 
 
 class ScenarioError(ValueError):
@@ -49,7 +52,7 @@ class Scenario:
 
     def __post_init__(self) -> None:
         # iperf3 reads -t as a whole number of seconds: 2.5 would silently run 2.
-        for key, low in (("step_seconds", 1), ("cooldown_seconds", 0)):
+        for key, low in (("step_seconds", 2), ("cooldown_seconds", 0)):   # a UDP step is an iperf3 test of 2 s or more
             value = getattr(self, key)
             if value != int(value) or value < low:
                 raise ScenarioError(f"{key}: {value!r} is not a whole number of seconds >= {low}")
@@ -71,6 +74,22 @@ class Scenario:
     @property
     def tcp_seconds(self) -> float:
         return len(self.udp_steps_mbps) * self.step_seconds + self.cooldown_seconds
+
+    def traffic(self, probe: bool = True) -> dict[str, Any]:
+        """The study's traffic as a traffic file (topo/net/trafficfile.py) holds it: TCP h1 → h4 through the
+        steps, the cooldown and a slack second per step; beside it UDP h1 → h4 stepping up; UDP alone once
+        TCP has ended; with `probe`, the probe h2 → h3."""
+        step = int(self.step_seconds)
+        tcp_end = int(self.tcp_seconds) + SLACK_PER_STEP * len(self.udp_steps_mbps)
+        tcp: dict[str, Any] = {"name": "tcp", "from": "h1", "to": "h4", "protocol": "tcp", "duration": tcp_end,
+                               **({"cc": self.tcp_congestion_control} if self.tcp_congestion_control else {}),
+                               **({"streams": self.tcp_flows} if self.tcp_flows > 1 else {})}
+        flows = [tcp, {"name": "udp", "from": "h1", "to": "h4", "protocol": "udp",
+                       "steps": [int(r) if r == int(r) else r for r in self.udp_steps_mbps]}]
+        if self.lone_udp:
+            flows.append({"name": LONE_UDP, "from": "h1", "to": "h4", "protocol": "udp",
+                          "rate": f"{self.lone_udp:g}Mbit", "start": tcp_end + TCP_GONE_SECONDS, "duration": step})
+        return {"step_seconds": step, "flows": flows, **({"probe": {"from": "h2", "to": "h3"}} if probe else {})}
 
     def quick(self) -> Scenario:
         """The same steps held about 3 s: a whole run well under 2 minutes."""
