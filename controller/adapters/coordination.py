@@ -275,12 +275,16 @@ class Coordination:
         if not keepalive.expired:
             at, self._reported_lease = keepalive.confirmed
             return at
+        sent = _time.monotonic()
         try:
             self._coord.heartbeat()          # tooz's membership lease, made anew if it ran out
             if self._lease.refresh() == -1:
                 self._lease = self._coord.client.lease(self.lease_seconds)
         except Exception as err:   # noqa: BLE001
             raise CoordinationError(_why(err)) from None
+        # etcd granted (or refreshed) both leases for a whole term from no earlier than `sent`: that confirms
+        # them as a refresh would, so the core may write as soon as it has heard of them, not a refresh later.
+        keepalive.confirmed = (sent, self._lease.id)
         keepalive.expired = False
         return None
 
@@ -588,7 +592,7 @@ class Coordination:
     def _turn(self, post: Callable[[ev.Event], None], failing: str | None, watches: list[Any]) -> str | None:
         """One pass: connect if need be, take the keepalive's word on our leases (new ones if they ran out), read
         the cluster and post it; what failed (None: nothing)."""
-        sent = time.monotonic()
+        sent = _time.monotonic()
         if sent - self._read_at >= REFRESH_SECONDS:
             self._read_at = sent                 # read again a second later, whatever follows
         try:

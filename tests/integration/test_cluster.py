@@ -375,7 +375,7 @@ def test_etcd_restarted_empty_is_recovered_from_by_the_members_without_touching_
                 samples = []
                 started = time.monotonic()
                 # A lease at least: a member whose leases etcd lost may not write (a PUT gets 503, try again) from
-                # half a lease after its last refresh until its new lease's first one is confirmed.
+                # half a lease after its last refresh until etcd has granted it new ones.
                 while time.monotonic() - started < LEASE + 15 and not (
                         time.monotonic() - started >= LEASE and etcd_policy(23791)
                         and all(api(port)["role"] == "member" for port in (8080, 8081))):
