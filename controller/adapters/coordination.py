@@ -528,7 +528,8 @@ class Coordination:
     def save_policy(self, document: Any, expect: int | None = None) -> ev.PolicySaved:
         """The cluster's policy (None: cleared), in one transaction that etcd decides: without `expect`, kept
         unless the key holds this very document (then unchanged, at its revision); with it, kept only if the
-        key is still at that revision (0: absent), else refused with the revision it is at."""
+        key is still at that revision (0: absent; ANY_POLICY: holds a policy, not a cleared one), else refused
+        with the revision it is at."""
         key, value = _b64(self._policy_key), _policy_value(document)
         read, put = {"request_range": {"key": key}}, {"request_put": {"key": key, "value": value}}
         if expect is None:
@@ -543,7 +544,10 @@ class Coordination:
                     return self._saved(document, answer)
             raise CoordinationError(f"the policy changed {SAVE_ATTEMPTS} times while this one was being stored; "
                                     "nothing of it was stored")
-        if 0 < expect <= self._base:       # a revision from before etcd lost its data: none is at it now
+        condition: dict[str, Any]
+        if expect == ev.ANY_POLICY:        # a policy stored, not a cleared one (etcd fails a value compare on no key)
+            condition = {"key": key, "result": "NOT_EQUAL", "target": "VALUE", "value": _policy_value(None)}
+        elif 0 < expect <= self._base:     # a revision from before etcd lost its data: none is at it now
             condition = {"key": key, "result": "LESS", "target": "MOD", "mod_revision": 0}   # never true
         else:
             condition = _absent(key) if expect == 0 else {"key": key, "result": "EQUAL", "target": "MOD",

@@ -6,9 +6,9 @@
   GET    /qos/v1/status   switches, ports, queues in force, what is not in sync, decisions
   GET    /qos/v1/openapi.json   this API as an OpenAPI 3.0 document (openapi.json beside this file)
 
-A PUT or DELETE with `If-Match: "N"` changes the policy only if it is still at revision N, else 412 names
-the revision in force; a change whose outcome is unknown (the store's answer was lost) is 504. In a cluster
-GET reads etcd, never this member's copy.
+A PUT or DELETE with `If-Match: "N"` changes the policy only if it is still at revision N (`*`: only if a
+policy is in force), else 412 names the revision in force; a change whose outcome is unknown (the store's
+answer was lost) is 504. In a cluster GET reads etcd, never this member's copy.
 
 Every method but GET needs `Authorization: Bearer <api_token>` when a token is configured (and one
 must be where the API listens beyond loopback). A body may come with Content-Length or chunked; over
@@ -220,11 +220,13 @@ def _set_policy(expect: int | None, document: Any) -> MakeRequest:
 
 
 def _if_match(req: Request) -> int | None:
-    """The revision an If-Match header names (None: no condition); `*` asks only that a policy exist, which
-    any revision but 0 means, so it is taken as no condition on a PUT."""
+    """The revision an If-Match header names (None: no condition); `*` asks only that a policy be in force
+    (RFC 9110: a resource with no current representation fails it)."""
     given = req.headers.get("If-Match")
-    if given is None or given.strip() == "*":
+    if given is None:
         return None
+    if given.strip() == "*":
+        return ev.ANY_POLICY
     tag = given.strip()
     if len(tag) < 3 or tag[0] != '"' or tag[-1] != '"' or not tag[1:-1].isdigit():
         raise BodyError(400, f"If-Match: {given!r} is not a revision; send the ETag a GET gave, e.g. If-Match: "

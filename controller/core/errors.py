@@ -17,6 +17,10 @@ class Conflict(RuntimeError):
     """A change conditioned on the policy's revision (If-Match) found another revision in force."""
 
     def __init__(self, current: int, expected: int):
-        super().__init__(f"If-Match: the policy in force is at revision {current}, not {expected}; GET it, and send "
-                         f"the change again with If-Match: \"{current}\" if it still applies")
+        if expected < 0:   # If-Match: * (events.ANY_POLICY)
+            super().__init__(f"If-Match: *: no policy is in force (revision {current}); send the change without "
+                             "If-Match to make one")
+        else:
+            super().__init__(f"If-Match: the policy in force is at revision {current}, not {expected}; GET it, and "
+                             f"send the change again with If-Match: \"{current}\" if it still applies")
         self.current = current

@@ -159,6 +159,9 @@ class GetPolicy:
     token: Any
 
 
+ANY_POLICY = -1                    # If-Match: *: the change holds only if some policy is in force
+
+
 @dataclass(frozen=True)
 class SetPolicy:
     token: Any

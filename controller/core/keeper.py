@@ -81,7 +81,7 @@ class PolicyKeeper:
                 return [act.Answer(req.token, error=err)]
             self.load_error = False
         if not self.shared and not self.saving:
-            if req.expect is not None and req.expect != self.revision:
+            if req.expect is not None and not self._holds(req.expect):
                 return [act.Answer(req.token, error=Conflict(self.revision, req.expect))]
             if policy is not None and self.mode is Mode.IN_FORCE and policy == self.policy:
                 return self._confirm(req.token, {"applied": policy.name, "changed": False}, policy, now)
@@ -89,6 +89,10 @@ class PolicyKeeper:
         self.saving.append((req, policy))
         return [act.SavePolicy(req.document if isinstance(req, ev.SetPolicy) else None,
                                self.revision + len(self.saving), req.expect if self.shared else None)]
+
+    def _holds(self, expect: int) -> bool:
+        """Whether the policy in force meets If-Match: at revision `expect`, or any policy for ANY_POLICY."""
+        return self.policy is not None if expect == ev.ANY_POLICY else expect == self.revision
 
     def saved(self, saved: ev.PolicySaved, now: float) -> tuple[list[act.Action], bool]:
         """The oldest save's outcome; whether its change is now in force."""

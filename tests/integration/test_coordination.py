@@ -107,6 +107,19 @@ def test_the_leases_outlive_a_loop_busy_for_longer_than_they_last_but_not_a_wedg
             member.leave()
 
 
+def test_if_match_any_holds_only_while_etcd_stores_a_policy(tmp_path):
+    from controller.core.events import ANY_POLICY
+    with etcd(23792, tmp_path / "etcd.log") as url, connected((url, "m1")) as (member,):
+        assert member.save_policy({"name": "a"}, ANY_POLICY).conflict               # nothing stored yet
+        stored = member.save_policy({"name": "a"}).revision
+        saved = member.save_policy({"name": "b"}, ANY_POLICY)
+        assert not saved.conflict and saved.revision > stored and member.read().policy == (saved.revision, {"name": "b"})
+        cleared = member.save_policy(None, ANY_POLICY)                               # a DELETE with If-Match: *
+        assert not cleared.conflict and member.read().policy == (cleared.revision, None)
+        refused = member.save_policy({"name": "c"}, ANY_POLICY)                      # cleared: no policy in force
+        assert refused.conflict and refused.revision == cleared.revision and member.read().policy[1] is None
+
+
 def test_the_policy_register_is_a_compare_and_swap_that_etcd_decides_never_a_members_copy(tmp_path):
     with etcd(23792, tmp_path / "etcd.log") as url, connected((url, "m1"), (url, "m2")) as (m1, m2):
         assert m2.current_policy() == (None, 0)

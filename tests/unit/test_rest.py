@@ -327,6 +327,12 @@ def test_each_answer_carries_the_revision_and_if_match_changes_only_the_revision
     assert response(app, "DELETE", headers={"If-Match": '"1"'}).status_code == 412 and holder.policy.name == "reserve"
     assert response(app, "DELETE", headers={"If-Match": "*"}).json == {"cleared": "reserve", "revision": 3,
                                                                         "in_sync": True}
+    # `*` asks for a policy in force (RFC 9110): with none, nothing changes and the answer is 412.
+    for method, body in (("PUT", shipped("reserve")), ("DELETE", None)):
+        none = response(app, method, body, {"If-Match": "*"})
+        assert (none.status_code, none.json["revision"]) == (412, 3) and holder.policy is None, none.json
+        assert none.json["error"] == "If-Match: *: no policy is in force (revision 3); send the change without " \
+                                     "If-Match to make one"
 
 
 @pytest.mark.parametrize("tag", ["1", 'W/"1"', '"one"', '""', '"1", "2"'])
