@@ -1,8 +1,9 @@
 """Every study behind one small interface, run by one driver.
 
 A study turns its command line into a plan (checked before anything starts: a bad flag or policy
-exits 2 and touches nothing), the plan into trials (each on a fresh network, with its traffic on the
-one traffic runner, topo/net/traffic.py), and their results into a summary, a table and a figure.
+exits 2 and touches nothing), the plan into trials (each on a fresh network, with its traffic described
+as a traffic file, topo/net/trafficfile.py, and run by the one traffic runner, topo/net/traffic.py), and
+their results into a summary, a table and a figure.
 The driver does the rest for every study: the host lock and probes (topo/harness/launch.py), the
 controller, Prometheus and the live exporter where the study records series, the progress bar,
 summary.json rewritten after every trial (an interrupted run keeps what finished), exit codes
