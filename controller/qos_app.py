@@ -42,7 +42,7 @@ from controller.adapters.listeners import (  # noqa: E402
 )
 from controller.adapters.metrics import CachedExposition, ControllerCollector  # noqa: E402
 from controller.adapters.ovsdb import LockHeld, Ovsdb  # noqa: E402
-from controller.adapters.process import EXIT_FAILED, fail, stop, throw  # noqa: E402
+from controller.adapters.process import EXIT_FAILED, fail, stop, throw, wake_on_signals  # noqa: E402
 from controller.adapters.remotes import Remotes, on_this_host  # noqa: E402
 from controller.adapters.rest import MakeRequest, Ticket, make_app  # noqa: E402
 from controller.adapters.store import policy_store  # noqa: E402
@@ -172,7 +172,7 @@ class QosController(App):
                                      SwitchLocks.beside(name, hub.sleep) if on_this_host(name) else None)
                         for name in self.ovsdb.names}
         self._threads += [*(hub.spawn(w.run) for w in self.workers.values()), hub.spawn(self._watch_tc),
-                          hub.spawn(self._save_policies),
+                          hub.spawn(self._save_policies), hub.spawn(wake_on_signals),
                           hub.spawn(self._watch_remotes), hub.spawn(Heap().run, hub.sleep),
                           *([hub.spawn(self.coordination.run, self._post)] if self.coordination else []),
                           hub.spawn(serve, self._api_sock, make_app(self, self.settings.api_token)),

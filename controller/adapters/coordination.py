@@ -191,7 +191,9 @@ class Coordination:
         import requests.adapters  # type: ignore[import-untyped]  # etcd3gw's HTTP client
         from tooz import coordination  # only a cluster's member needs it (and it is not in Ryu's venv)
         try:
-            coord: Any = coordination.get_coordinator(self.url, self.member.encode())   # its etcd3gw driver
+            # Its etcd3gw driver, each call made by the caller: we wait for every one at once anyway, and tooz's
+            # default pool thread polls its queue each second, which held a stopping member a second longer.
+            coord: Any = coordination.get_coordinator(self.url, self.member.encode(), executor="synchronous")
             if "ca_cert" in self.url:
                 # The URL's CA is the trust for etcd: requests would let REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE
                 # in the environment override it (its session's verify loses to them), and refuse etcd.

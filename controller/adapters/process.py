@@ -5,6 +5,8 @@ raised in, whatever greenthread runs when it comes, so that the manager closes e
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
 from types import FrameType
@@ -21,6 +23,26 @@ _MAIN = greenlet.getcurrent()   # the manager's greenlet
 def fail(err: Exception, code: int) -> NoReturn:
     print(f"error: {err}", file=sys.stderr, flush=True)
     raise SystemExit(code)
+
+
+def wake_on_signals() -> None:
+    """Run as a greenthread: a signal wakes the event hub at once. A signal may land on another OS thread (the
+    etcd keepalive's, the peers' watch), which leaves the main thread asleep in epoll until its next timer, up
+    to a second, and its Python handler (stop, above) waits for it; CPython writes every signal's number to
+    the wakeup fd from the C handler, and that fd is one the hub polls."""
+    read, write = os.pipe()
+    for fd in (read, write):
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(write)
+    try:
+        while True:
+            eventlet.hubs.trampoline(read, read=True)
+            with contextlib.suppress(BlockingIOError):
+                os.read(read, 512)
+    finally:
+        signal.set_wakeup_fd(-1)
+        os.close(read)
+        os.close(write)
 
 
 def stop(signum: int, frame: FrameType | None) -> None:
