@@ -67,6 +67,13 @@ def round_trips(doc: dict[str, Any]) -> list[RoundTrip]:
     return found
 
 
+def alone(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """A probe run on its own (the idle path, before any traffic): the summary of all its round trips; None if
+    it sent nothing."""
+    trips = round_trips(doc)
+    return summary(trips, trips[0].sent, trips[-1].sent) if trips else None
+
+
 def summary(trips: list[RoundTrip], start: float, end: float) -> dict[str, Any]:
     """The round trips of packets sent in [start, end] (wall clock): RTT median, p95 and max, IPDV p95 (ms),
     the share lost, and how many were lost on the way back; None where there was nothing to measure."""

@@ -112,8 +112,7 @@ def parse(doc: Any, where: str = "traffic") -> Traffic:
     lengths = [len(f["steps"]) for f in flows_doc if isinstance(f, dict) and isinstance(f.get("steps"), list)]
     steps = _whole(doc["steps"], f"{where}: steps", 1, 1000) if "steps" in doc else max(lengths, default=1)
     flows = tuple(_flow(f, f"{where}: flows[{i}]", step_seconds, steps) for i, f in enumerate(flows_doc))
-    seconds = max([step_seconds * steps, *(f.end for f in flows)])
-    if seconds > step_seconds * steps:   # a constant rate goes on past the steps
+    if Traffic(step_seconds, steps, flows, None).seconds > step_seconds * steps:   # a constant rate goes on past them
         flows = tuple(replace(f, mbps=f.mbps + f.mbps[-1:]) if f.udp and len(set(f.mbps)) == 1 else f for f in flows)
     names = [f.name for f in flows]
     twice = next((n for n in names if names.count(n) > 1), None)

@@ -218,8 +218,7 @@ def result(spec: trafficfile.Traffic, ran: list[Ran], ports: list[tuple[str, int
 
 
 def _unloaded(ran: Ran) -> dict[str, Any]:
-    trips = probe.round_trips(ran.doc) if ran.doc else []
-    return probe.summary(trips, trips[0].sent, trips[-1].sent) if trips else {"error": ran.error or "no packet sent"}
+    return (probe.alone(ran.doc) if ran.doc else None) or {"error": ran.error or "no packet sent"}
 
 
 def _flow_step(f: trafficfile.FlowSpec, k: int, ran: list[Ran], lo: float, hi: float, t0: float) -> dict[str, Any]:

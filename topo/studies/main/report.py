@@ -114,8 +114,7 @@ def _unloaded(ran: Ran) -> dict[str, Any]:
     """The probe alone on the path, before any traffic."""
     if not ran.doc:
         return {"error": ran.error}
-    trips = probe.round_trips(ran.doc)
-    return probe.summary(trips, trips[0].sent, trips[-1].sent) if trips else {"error": "no packet sent"}
+    return probe.alone(ran.doc) or {"error": "no packet sent"}
 
 
 def _tcp_rtt_ms(doc: dict[str, Any], t0: float, start: float, end: float) -> float | None:
