@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             if done.returncode != 0:
                 print(f"run {run + 1} failed: {done.stderr.strip()[-500:]}", file=sys.stderr)
                 return 1
-            summary = json.loads((out / "summary.json").read_text())["policies"]["auto"]
+            summary = json.loads((out / "summary.json").read_text())["trials"]["auto"]
             found, wrong = reactions(summary)
             false += wrong
             for name, delay in found.items():

@@ -4,6 +4,7 @@
   topo/run.py cc | fairness | aqm ...        the other studies (docs/other-studies.md)
   topo/run.py --topo FILE:NAME --traffic FILE [--policy ...]
                                              your own network and traffic (docs/experiments.md)
+  topo/run.py --experiment FILE              the same, with its trials, from an experiment file
   topo/run.py doctor                         what this host can emulate
   topo/run.py clean                          remove what a killed run left behind
   topo/run.py report RESULTS_DIR             the dashboards drawn from a run's own Prometheus data, for a host
@@ -13,7 +14,8 @@
 
 Each study runs its trials on fresh Mininet networks under the QoS controller (one already on
 127.0.0.1:6653, or one it starts and stops), and writes raw iperf3 JSON, summary.json, a table and
-a figure to --out (default results/<timestamp>[-<study>]/).
+a figure to --out (default results/<timestamp>[-<study>]/). cc, fairness and aqm are experiments
+(topo/studies/experiment.py) with tables of their own, and write their experiment file there too.
 """
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ def entry(argv: list[str]) -> int:
     from topo.studies.base import run
     if command in STUDIES:
         return run(STUDIES[command], argv[1:], f"topo/run.py {command}")
-    if any(a == "--topo" or a.startswith("--topo=") for a in argv):   # your own network: docs/experiments.md
+    if any(a.split("=")[0] in ("--topo", "--experiment") for a in argv):   # your own network: docs/experiments.md
         return run(STUDIES["experiment"], argv, "topo/run.py")
     return run(STUDIES["main"], argv, "topo/run.py")
 

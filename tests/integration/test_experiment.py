@@ -55,7 +55,8 @@ def test_a_users_topology_and_traffic_run_under_auto_which_answers_the_flood_whe
     summary = json.loads((out / "summary.json").read_text())
     jsonschema.validate(summary, json.loads((REPO / "docs" / "schema" / "experiment-summary.json").read_text()))
     assert summary["scenario"]["links"] == [{"ends": ["b2:2", "c3:1"], "bps": 4_000_000}]
-    calm, flood, after = summary["policies"]["auto"]["steps"]
+    auto = summary["trials"]["auto"]
+    calm, flood, after = auto["steps"]
     # Alone, TCP fills the 4 Mbit/s link; against 12 Mbit/s of UDP it keeps most of its 80 % (3.2 Mbit/s);
     # past the steps (its duration carries it 4 s on) it is alone again.
     assert calm["flows"]["upload"]["mbps"] > 3.0 and after["flows"]["upload"]["mbps"] > 3.0, after
@@ -66,14 +67,17 @@ def test_a_users_topology_and_traffic_run_under_auto_which_answers_the_flood_whe
     port = flood["ports"]["0000000000000002:2"]["classes"]
     assert port["tcp"]["mbps"] > 2.5 and port["udp"]["mbps"] < 1.5 and port["udp"]["drops"] > 0
     # Auto answered at b2's port 2 (the declared link), once the flood began; the fast link was never queued.
-    (decision,) = [d for d in summary["policies"]["auto"]["decisions"] if d["action"] == "program"]
+    (decision,) = [d for d in summary["trials"]["auto"]["decisions"] if d["action"] == "program"]
     assert (decision["dp_id"], decision["port"], decision["action"]) == ("0000000000000002", 2, "program")
     assert 6 <= decision["at_s"] <= 9
     assert "0000000000000001:1" not in flood["ports"]
     # The probe (cam -> web) crosses no queued port: nothing of the flood delays it.
     assert flood["probe"]["probe_rtt_ms"]["median"] < 5 and flood["probe"]["probe_loss_percent"] == 0
-    assert summary["policies"]["auto"]["probe_unloaded"]["probe_rtt_ms"]["median"] < 5   # alone, before the flows
+    assert summary["trials"]["auto"]["probe_unloaded"]["probe_rtt_ms"]["median"] < 5   # alone, before the flows
     assert "upload" in (out / "table.md").read_text() and (out / "throughput.png").stat().st_size > 0
+    # The TCP flow's sender over the run, and the fidelity monitor's verdict at the busiest port.
+    assert auto["tcp"]["upload"]["rtt_mean_ms"] > 0 and auto["tcp"]["upload"]["packets_sent"] > 1000
+    assert auto["fidelity"]["port"] == "0000000000000002:2" and auto["fidelity"]["fidelity"]["samples"] > 20
     # The one bottleneck has its column of class rates and its panel; the fast link's ports have neither.
     assert "| 1 | 0000000000000002:2 | " in (out / "table.md").read_text()
     assert "| after | 0000000000000002:2 | " in (out / "table.md").read_text()
@@ -96,15 +100,15 @@ def test_a_users_topology_and_traffic_run_under_auto_which_answers_the_flood_whe
 
 
 @pytest.mark.timeout(200)
-def test_ctrl_c_during_the_second_policy_keeps_the_first_and_leaves_nothing_behind(tmp_path):
+def test_ctrl_c_during_the_second_trial_of_an_experiment_file_keeps_the_first_and_leaves_nothing_behind(tmp_path):
     (tmp_path / "mine.py").write_text(textwrap.dedent(TOPO))
     (tmp_path / "traffic.yaml").write_text(TRAFFIC)
+    (tmp_path / "experiment.yaml").write_text("topo: mine.py:vee\npolicy: [none, auto]\ntraffic: traffic.yaml\n")
     out = tmp_path / "results"
     assert leftovers() == NOTHING_LEFT
-    proc = subprocess.Popen([sys.executable, "topo/run.py", "--topo", f"{tmp_path / 'mine.py'}:vee", "--traffic",
-                             str(tmp_path / "traffic.yaml"), "--policy", "none", "auto", "--prometheus", "none",
-                             "--out", str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "topo/run.py", "--experiment", str(tmp_path / "experiment.yaml"),
+                             "--prometheus", "none", "--out", str(out)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 150
     # auto's traffic flowing, through the queues of its network
     while not ((out / "raw" / "auto").exists() and leftovers()["iperf3"] and leftovers()["qos"]):
@@ -116,6 +120,6 @@ def test_ctrl_c_during_the_second_policy_keeps_the_first_and_leaves_nothing_behi
     assert proc.returncode == 130, err[-2000:]
     assert "summary.json keeps the 1 finished" in err
     summary = json.loads((out / "summary.json").read_text())
-    assert (summary["complete"], summary["interrupted"], list(summary["policies"])) == (False, True, ["none"])
+    assert (summary["complete"], summary["interrupted"], list(summary["trials"])) == (False, True, ["none"])
+    assert summary["trials"]["none"]["policy"] == "none" and summary["trials"]["none"]["steps"]
     assert leftovers() == NOTHING_LEFT
-

@@ -1,5 +1,6 @@
-"""The cc, fairness and aqm commands for real, each once in a short run (about 3 minutes in all):
-what they report, and that they leave no bridge, QoS row or iperf3 behind, even when interrupted."""
+"""The cc, fairness and aqm commands for real, each once in a short run (about 3 minutes in all): each
+an experiment run by the experiment's driver, what they report, and that they leave no bridge, QoS
+row or iperf3 behind, even when interrupted."""
 import json
 import signal
 import subprocess
@@ -10,6 +11,7 @@ from tests.integration.conftest import leftovers as new_leftovers
 from tests.integration.conftest import requires_ovs
 from topo.harness import capabilities as cap
 from topo.harness.report import jain_index
+from topo.net import experimentfile
 from topo.studies.aqm import DISCIPLINES, tc_kind
 
 pytestmark = requires_ovs
@@ -54,6 +56,10 @@ def test_cc_measures_every_algorithm_of_the_kernel(tmp_path):
     assert done.stderr.count("skipped") == 1 if lacking else "skipped" not in done.stderr
     assert (tmp_path / "table.md").read_text().count("| reno |") == 2       # measured and published
     assert (tmp_path / "cc.png").stat().st_size > 0
+    # The run was an experiment, and wrote its file: one trial per algorithm it asked for.
+    written = experimentfile.load(tmp_path / "experiment.yaml")
+    assert {t.name for t in written.trials} >= {"reno", "cubic", "bbr"} and list(summary["trials"]) == \
+        list(summary["algorithms"])
 
 
 def test_fairness_reports_each_case_and_its_index(tmp_path):
@@ -68,11 +74,16 @@ def test_fairness_reports_each_case_and_its_index(tmp_path):
     tcp_cases = [c for c in summary["cases"] if all(f["protocol"] == "tcp" for f in c["flows"])]
     # What the study shows (docs/other-studies.md): a UDP flood takes nearly all from TCP (about 0.5: for two
     # flows 0.5 is one flow getting everything, so "> 0.5" alone would pass nearly any outcome), while two
-    # TCP flows share one FIFO far more fairly, though not always equally: cubic against reno measured 0.848
-    # in a short run on a fresh clone (1.38 vs 3.40 Mbit/s), and the published cubic pair 0.69.
+    # loss-based TCP flows share one FIFO far more fairly, though not always equally: cubic against reno
+    # measured 0.848 in a short run on a fresh clone (1.38 vs 3.40 Mbit/s), and the published cubic pair 0.69.
+    # BBR against a loss-based flow may take most of a queue this short (bbr 4.27, cubic 0.53 Mbit/s, J = 0.623,
+    # in one of five 10 s runs: BBR kept the 25 packets full, cubic's window stayed at 2-3 packets), so its
+    # pairs are held only to beating the flood.
     udp_case = summary["cases"][-1]
     assert udp_case["jain_index"] < 0.6, udp_case
-    assert all(c["jain_index"] >= udp_case["jain_index"] + 0.15 for c in tcp_cases), (tcp_cases, udp_case)
+    (loss_based,) = [c for c in tcp_cases if c["name"] == "cubic vs reno"]
+    assert loss_based["jain_index"] >= udp_case["jain_index"] + 0.15, (loss_based, udp_case)
+    assert all(c["jain_index"] > udp_case["jain_index"] for c in tcp_cases), (tcp_cases, udp_case)
     udp = summary["cases"][-1]["flows"][1]
     assert udp["protocol"] == "udp" and udp["offered_mbps"] == 10
     assert (tmp_path / "fairness.png").stat().st_size > 0

@@ -113,6 +113,9 @@ def test_the_main_studys_traffic_is_the_shipped_traffic_file():
     ("flows: [{name: a, from: h1, to: h2, start: 9}]",
      "t.yaml: flows[0] (a).start: 9 s leaves the flow under 2 s before the last step ends at 10 s; start it "
      "earlier or give it a duration"),
+    ("flows: [{name: a, from: h1, to: h2}]\nping: {from: h1, to: h2, interval: 0}",
+     "t.yaml: ping.interval: 0 is not seconds from 0.01 to 10; e.g. 0.2"),
+    ("flows: [{name: a, from: h1, to: h2}]\nping: {from: h1, too: h2}", "t.yaml: ping.too: unknown key"),
 ])
 def test_a_bad_traffic_file_is_refused_naming_the_field_and_the_fix(text, message):
     with pytest.raises(trafficfile.TrafficFileError) as err:
@@ -208,10 +211,10 @@ def test_the_summary_schema_is_a_schema_and_refuses_a_summary_missing_its_steps(
     schema = json.loads((ROOT / "docs" / "schema" / "experiment-summary.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     broken = {"scenario": {"topo": "f.py:x", "topo_params": {}, "step_seconds": 10, "steps": 1, "seconds": 10,
-                           "settle_seconds": 1,
-                           "flows": [], "links": []}, "environment": {}, "complete": True,
-              "policies": {"auto": {"t0": 1.8e9, "seconds": 10, "decisions": []}}}
+                           "settle_seconds": 1, "links": []}, "environment": {}, "complete": True,
+              "trials": {"auto": {"policy": "auto", "flows": [], "t0": 1.8e9, "seconds": 10, "tcp": {}, "leaves": {},
+                                  "decisions": [], "fidelity": None}}}
     with pytest.raises(jsonschema.ValidationError, match="'steps' is a required property"):
         jsonschema.validate(broken, schema)
-    broken["policies"]["auto"]["steps"] = []
+    broken["trials"]["auto"]["steps"] = []
     jsonschema.validate(broken, schema)

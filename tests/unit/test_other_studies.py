@@ -1,20 +1,20 @@
-"""The pure parts of the cc, fairness and aqm studies, on input shaped like the real tools' output."""
+"""The pure parts of the cc, fairness and aqm studies, on input shaped like the real tools' output and
+like the experiment's results they read (topo/studies/experiment.py)."""
 from pathlib import Path
 
 import pytest
 
-from controller.adapters.tc import ClassCounters
 from controller.core.policy import SPECIAL_OUTPUTS, load_policy
 from topo.harness import capabilities as cap
 from topo.harness.capabilities import choose_tcp
-from topo.harness.fidelity import Sample
 from topo.harness.report import Panel, bar_figure, group_reasons, jain_index, markdown_table
-from topo.net.traffic import Flow, Ping, Probe, Ran
+from topo.net import ping
+from topo.net.iperf import sender_metrics
 from topo.studies import STUDIES
-from topo.studies.aqm import discipline_result, parse_ping
+from topo.studies.aqm import discipline_result
 from topo.studies.aqm import table as aqm_table
-from topo.studies.base import UsageError, common_window, parser_for, received_mbps, settings
-from topo.studies.cc import delay_seconds, sender_metrics
+from topo.studies.base import UsageError, parser_for, settings
+from topo.studies.cc import delay_seconds
 from topo.studies.cc import table as cc_table
 from topo.studies.fairness import case_result, parse_pairs
 from topo.studies.fairness import table as fairness_table
@@ -100,6 +100,18 @@ def test_sender_metrics_from_iperf3_json():
     assert m["cwnd_mean_packets"] == round((33304 + 34752 + 27512) / 3 / MSS, 1) == 22.0
     assert m["cwnd_max_packets"] == 24.0
     assert m["retransmits"] == 3 and m["mss_bytes"] == MSS and m["congestion_control"] == "cubic"
+    assert m["packets_sent"] == 1000
+
+
+def test_sender_metrics_cover_every_stream_of_a_test():
+    doc = iperf_tcp(cwnds=[MSS * 10, MSS * 20], rttvars=[2000, 4000], received_bps=4e6)
+    for interval in doc["intervals"]:   # a second stream, with twice the first's window
+        interval["streams"].append({**interval["streams"][0], "snd_cwnd": interval["streams"][0]["snd_cwnd"] * 2})
+    doc["end"]["streams"].append({"sender": {**doc["end"]["streams"][0]["sender"], "max_snd_cwnd": MSS * 40,
+                                             "min_rtt": 30000, "mean_rtt": 60163}})
+    m = sender_metrics(doc)
+    assert (m["cwnd_mean_packets"], m["cwnd_max_packets"]) == (22.5, 40.0)
+    assert (m["rtt_min_ms"], m["rtt_mean_ms"]) == (30.0, 56.163)
 
 
 def caps_with(available: dict[str, bool]) -> dict[str, cap.Capability]:
@@ -159,38 +171,40 @@ def test_parse_pairs():
             parse_pairs([bad])
 
 
-def ran(name, src, dst, doc, started, launched=None, **flow):
-    return Ran(Flow(name, src, dst, 4, **flow), started, started + 4, doc,
-               launched=started if launched is None else launched)
+PORT = "0000000000000001:1"
+FIDELITY = {"port": PORT, "faithful": True, "fidelity_notes": [], "fidelity": {"samples": 30}}
 
 
-def test_window_and_receiver_rate_follow_the_start_times():
-    first = ran("a", "h1", "h4", iperf_tcp([1] * 8, [1] * 8, 0, server_bps=[1e6, 2e6, 3e6, 4e6]), 100.0,
-                congestion_control="cubic")
-    second = ran("b", "h2", "h3", iperf_tcp([1] * 8, [1] * 8, 0, server_bps=[4e6] * 4), 100.5,
-                 congestion_control="reno")
-    span = common_window([first, second, Ran(Ping("p", "h1", "h4", 9), 50.0, 60.0)], 4)
-    assert span == (101.5, 104.0)
-    assert received_mbps(first, span) == pytest.approx((0.5 * 2 + 1 * 3 + 1 * 4) / 2.5, abs=1e-3)
+def trial(flows, step_flows, tcp, ports=None, leaves=None, **step):
+    """A trial's result as the experiment writes it, of one step."""
+    return {"policy": "none", "flows": flows, "tcp": tcp, "leaves": leaves or {}, "fidelity": FIDELITY,
+            "steps": [{"step": 0, "window_s": [1.0, 10.0], "flows": step_flows, "ports": ports or {}, **step}]}
+
+
+def tcp_flow(name, src, dst, cc):
+    return {"name": name, "from": src, "to": dst, "protocol": "tcp", "cc": cc}
 
 
 def test_case_result_gives_each_flow_and_the_index():
-    tcp = ran("h1-h4_cubic", "h1", "h4", iperf_tcp([1] * 8, [1] * 8, 0, retransmits=7, server_bps=[0.6e6] * 4), 10.0,
-              congestion_control="cubic")
-    udp = ran("h2-h3_udp", "h2", "h3", iperf_udp([4.4e6] * 4), 10.0, 8.75, udp_mbps=10)   # its SYN sent again
-    case = case_result("cubic vs UDP", [tcp, udp], (11.0, 14.0))
+    flows = [tcp_flow("h1-h4_cubic", "h1", "h4", "cubic"),
+             {"name": "h2-h3_udp", "from": "h2", "to": "h3", "protocol": "udp", "cc": None, "offered_mbps": [10.0]}]
+    res = trial(flows, {"h1-h4_cubic": {"mbps": 0.6, "retransmits": 5},
+                        "h2-h3_udp": {"mbps": 4.4, "offered_mbps": 10.0, "lost_percent": 48.0}},
+                {"h1-h4_cubic": {"retransmits": 7}})
+    case = case_result("cubic-vs-UDP", res)
+    assert case["name"] == "cubic vs UDP"
     assert case["flows"][0] == {"flow": "h1 -> h4", "mbps": 0.6, "protocol": "tcp", "congestion_control": "cubic",
-                                "retransmits": 7, "start_delay_s": 0.0}
-    assert case["flows"][1] == {"flow": "h2 -> h3", "mbps": 4.4, "protocol": "udp", "offered_mbps": 10,
-                                "start_delay_s": 1.25, "lost_percent": 48.0, "connect_restarts": 0}
+                                "retransmits": 7}
+    assert case["flows"][1] == {"flow": "h2 -> h3", "mbps": 4.4, "protocol": "udp", "offered_mbps": 10.0,
+                                "lost_percent": 48.0}
     assert case["jain_index"] == round(jain_index([0.6, 4.4]), 3) == 0.634
-    assert case["window_s"] == [1.0, 4.0]
+    assert case["window_s"] == [1.0, 10.0] and case["faithful"] is True
 
 
 def test_case_result_of_two_silent_flows_has_no_index():
-    runs = [ran(n, "h1", "h4", iperf_tcp([1] * 8, [1] * 8, 0, server_bps=[0] * 4), 0.0, congestion_control="reno")
-            for n in "ab"]
-    assert case_result("reno vs reno", runs, (1.0, 4.0))["jain_index"] is None
+    flows = [tcp_flow("a", "h1", "h4", "reno"), tcp_flow("b", "h2", "h3", "reno")]
+    res = trial(flows, {"a": {"mbps": 0.0}, "b": {"mbps": None}}, {"a": {"retransmits": 0}, "b": {"retransmits": 0}})
+    assert case_result("reno-vs-reno", res)["jain_index"] is None
 
 
 def test_fairness_table():
@@ -211,43 +225,44 @@ def test_fairness_table():
 # --- aqm ------------------------------------------------------------------------------------
 
 def test_parse_ping():
-    replies, transmitted, received = parse_ping(PING_TEXT)
+    replies, transmitted, received = ping.parse(PING_TEXT)
     assert replies == [(100.5, 0.058), (101.5, 60.5), (102.5, 80.5)]
     assert (transmitted, received) == (4, 3)
-    assert parse_ping("") == ([], 0, 0)
+    assert ping.parse("") == ([], 0, 0)
+    assert ping.summary(PING_TEXT, 101.0, 104.0) == {"min": 60.5, "mean": 70.5, "max": 80.5, "replies": 2,
+                                                     "ping_transmitted": 4, "ping_received": 3}
+    assert ping.summary("", 0, 1)["mean"] is None
+
+
+def aqm_trial(leaf_drops, probe=None):
+    flows = [tcp_flow(f"snd{i}-rcv{i}", f"snd{i}", f"rcv{i}", "cubic") for i in range(1, 6)]
+    sender = {"retransmits": 10, "packets_sent": 1000, "congestion_control": "cubic"}
+    ports = {PORT: {"utilisation": 1.0, "cpu_pressure": 0.0, "classes": {"default": {
+        "mbps": 10.0, "drops": 12, "backlog_packets": {"mean": 20.0, "max": 30, "samples": 35}}}},
+             "0000000000000002:1": {"utilisation": 0.05, "cpu_pressure": 0.0, "classes": {}}}
+    delay = {"min": 60.5, "mean": 70.5, "max": 80.5, "replies": 2, "ping_transmitted": 4, "ping_received": 3}
+    return trial(flows, {f["name"]: {"mbps": 2.0} for f in flows}, {f["name"]: sender for f in flows}, ports,
+                 {PORT: {"default": {"kinds": ["pfifo"], "drops": leaf_drops}}}, ping_rtt_ms=delay,
+                 **({"probe": probe} if probe else {}))
 
 
 def test_discipline_result():
-    runs = [ran(f"snd{i}-rcv{i}", f"snd{i}", f"rcv{i}",
-                iperf_tcp([1] * 8, [1] * 8, 0, retransmits=10, sent_bytes=1000 * MSS, server_bps=[2e6] * 4), 100.0,
-                congestion_control="cubic") for i in range(1, 6)]
-    # the link sends 10 Mbit/s: 1.25 MB a second on the class's byte counter
-    queue = lambda t, packets: ClassCounters(int(t * 1_250_000), 900, 12, packets * 1514, packets)  # noqa: E731
-    samples = [Sample(t, {"1:1": queue(t, n)}, None, None) for t, n in ((100.2, 5), (101.5, 10), (102.0, 30),
-                                                                        (104.5, 0))]
-    r = discipline_result([*runs, Ran(Ping("ping", "snd1", "rcv1", 5), 100.0, 105.0)], (101.0, 104.0), 10_000_000,
-                          samples, PING_TEXT, {"pfifo"})
+    r = discipline_result(aqm_trial(leaf_drops=3))
     assert r["throughput_mbps"] == 10.0 and r["utilisation"] == 1.0 and r["jain_index"] == 1.0
     assert r["flows_mbps"] == [2.0] * 5
     assert (r["retransmits"], r["packets_sent"], r["loss_rate"]) == (50, 5000, 0.01)
-    assert (r["queue_drops"], r["queue_packets_sent"]) == (12, 900)
-    assert r["delay_ms"] == {"min": 60.5, "mean": 70.5, "max": 80.5, "replies": 2, "ping_transmitted": 4,
-                             "ping_received": 3}
-    assert r["backlog"] == {"mean_packets": 20, "max_packets": 30, "mean_bytes": 20 * 1514, "max_bytes": 30 * 1514,
-                            "samples": 2}
+    assert r["queue_drops"] == 12                                   # the class saw more than the queue itself
+    assert discipline_result(aqm_trial(leaf_drops=40))["queue_drops"] == 40     # an AQM's dequeue drops
+    assert r["delay_ms"]["mean"] == 70.5
+    assert r["backlog"] == {"mean_packets": 20.0, "max_packets": 30, "samples": 35}
     assert r["leaf_kinds_seen"] == ["pfifo"] and r["congestion_control"] == ["cubic"]
-    assert "probe_rtt_ms" not in r                 # a run without the probe
+    assert r["faithful"] is True and "probe_rtt_ms" not in r        # a run without the probe
 
 
-def test_discipline_result_reads_the_probe_over_the_common_window():
-    runs = [ran(f"snd{i}-rcv{i}", f"snd{i}", f"rcv{i}", iperf_tcp([1] * 8, [1] * 8, 0, server_bps=[2e6] * 4), 100.0)
-            for i in range(1, 6)]
-    trips = [{"lost": "false", "timestamps": {"client": {"send": {"wall": int((100.01 + k * 0.02) * 1e9)}}},
-              "delay": {"rtt": int((90 if k < 50 else 40) * 1e6)}} for k in range(250)]    # 40 ms from 101 s on
-    probed = Ran(Probe("probe", "snd1", "rcv1", 5), 100.0, 105.0, {"round_trips": trips})
-    r = discipline_result([*runs, probed], (101.0, 104.0), 10_000_000, [], "", {"pfifo"}, probed=probed)
-    assert (r["probe_rtt_ms"]["median"], r["probe_rtt_ms"]["p95"]) == (40.0, 40.0)
-    assert (r["probe_packets"], r["probe_loss_percent"]) == (150, 0.0)
+def test_discipline_result_carries_the_probe():
+    probe = {"probe_rtt_ms": {"median": 40.0, "p95": 40.0}, "probe_loss_percent": 0.0, "probe_packets": 150}
+    r = discipline_result(aqm_trial(0, probe))
+    assert (r["probe_rtt_ms"]["median"], r["probe_packets"]) == (40.0, 150)
 
 
 def test_aqm_table_lists_unavailable_disciplines():

@@ -71,6 +71,30 @@ def sent(doc: dict[str, Any]) -> list[Interval]:
             for i in doc.get("intervals", [])]
 
 
+def sender_metrics(doc: dict[str, Any]) -> dict[str, Any]:
+    """A TCP test's whole-run numbers from its client JSON (with --get-server-output), over all its streams.
+
+    cwnd is iperf3's snd_cwnd (bytes) over the MSS; RTT figures are the kernel's smoothed RTT as iperf3
+    sampled it; "RTT var" is the mean of the per-interval rttvar (the kernel's mean deviation of RTT).
+    """
+    mss = doc["start"]["tcp_mss_default"]
+    streams = [s for i in doc["intervals"] for s in i["streams"] if not s.get("omitted")]
+    senders = [s["sender"] for s in doc["end"]["streams"]]
+    return {
+        "throughput_mbps": round(doc["server_output_json"]["end"]["sum_received"]["bits_per_second"] / 1e6, 3),
+        "rtt_mean_ms": sum(s["mean_rtt"] for s in senders) / len(senders) / 1000,
+        "rtt_min_ms": min(s["min_rtt"] for s in senders) / 1000,
+        "rtt_max_ms": max(s["max_rtt"] for s in senders) / 1000,
+        "rttvar_mean_ms": round(sum(s["rttvar"] for s in streams) / len(streams) / 1000, 3),
+        "cwnd_mean_packets": round(sum(s["snd_cwnd"] for s in streams) / len(streams) / mss, 1),
+        "cwnd_max_packets": round(max(s["max_snd_cwnd"] for s in senders) / mss, 1),
+        "retransmits": doc["end"]["sum_sent"]["retransmits"],
+        "packets_sent": round(doc["end"]["sum_sent"]["bytes"] / mss),
+        "mss_bytes": mss,
+        "congestion_control": doc["end"].get("sender_tcp_congestion"),
+    }
+
+
 def error(doc: dict[str, Any]) -> str | None:
     return doc.get("error")
 

@@ -6,6 +6,7 @@
       - {name: flood, from: h3, to: h6, protocol: udp, steps: [0, 4, 8, 12]}
       - {name: cross, from: h2, to: h4, protocol: udp, rate: 12Mbit, start_step: 2}
     probe: {from: h2, to: h6}
+    ping: {from: h1, to: h5, interval: 0.2}
 
 The experiment has `steps` steps, or as many as the longest `steps` list (every such list must have
 that length), or one. A flow runs from its start (`start_step`, or `start` in seconds) for `duration` seconds or to
@@ -15,7 +16,8 @@ time after the steps is reported as one more period. A UDP flow sends `rate` (a 
 step by step, the Mbit/s of `steps` (0: it rests that step; such a flow ends with the last step). TCP
 takes `cc` (the kernel's congestion control) and `streams`. `dscp` marks the flow's packets. With a
 `probe`, the probe first runs alone for UNLOADED_SECONDS (the path's own RTT), then beside the flows
-for the whole experiment. Every problem is one TrafficFileError naming the file, the field and the fix.
+for the whole experiment. A `ping` (ICMP echo every `interval` seconds, 0.2 by default) runs beside
+the flows for the whole experiment too. Every problem is one TrafficFileError naming the file, the field and the fix.
 
 Pure: a document in, a Traffic out; turning it into the traffic runner's lanes is lanes().
 """
@@ -28,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from topo.net.traffic import Flow, Item, Pause, Probe
+from topo.net.traffic import Flow, Item, Pause, Ping, Probe
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(bit|kbit|mbit|gbit)\s*$", re.IGNORECASE)
@@ -65,6 +67,7 @@ class Traffic:
     steps: int
     flows: tuple[FlowSpec, ...]
     probe: tuple[str, str] | None
+    ping: tuple[str, str, float] | None = None      # from, to, interval (s)
 
     @property
     def grid_seconds(self) -> int:
@@ -83,7 +86,7 @@ class Traffic:
         return spans + ([(self.grid_seconds, self.seconds)] if self.seconds > self.grid_seconds else [])
 
     def hosts(self) -> set[str]:
-        return {h for f in self.flows for h in (f.src, f.dst)} | set(self.probe or ())
+        return {h for f in self.flows for h in (f.src, f.dst)} | set(self.probe or ()) | set((self.ping or ())[:2])
 
 
 def load(path: Path) -> Traffic:
@@ -103,7 +106,7 @@ def load(path: Path) -> Traffic:
 
 def parse(doc: Any, where: str = "traffic") -> Traffic:
     doc = _mapping(doc, where)
-    _keys(doc, where, ("step_seconds", "steps", "flows", "probe"))
+    _keys(doc, where, ("step_seconds", "steps", "flows", "probe", "ping"))
     step_seconds = _whole(doc.get("step_seconds", 10), f"{where}: step_seconds", 2, MAX_SECONDS)
     flows_doc = doc.get("flows")
     if not isinstance(flows_doc, list) or not flows_doc:
@@ -123,7 +126,15 @@ def parse(doc: Any, where: str = "traffic") -> Traffic:
         p = _mapping(doc["probe"], f"{where}: probe")
         _keys(p, f"{where}: probe", ("from", "to"))
         probe = (_host(p.get("from"), f"{where}: probe.from"), _host(p.get("to"), f"{where}: probe.to"))
-    return Traffic(step_seconds, steps, flows, probe)
+    ping = None
+    if doc.get("ping") is not None:
+        p = _mapping(doc["ping"], f"{where}: ping")
+        _keys(p, f"{where}: ping", ("from", "to", "interval"))
+        interval = p.get("interval", 0.2)
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.01 <= interval <= 10:
+            raise TrafficFileError(f"{where}: ping.interval: {interval!r} is not seconds from 0.01 to 10; e.g. 0.2")
+        ping = (_host(p.get("from"), f"{where}: ping.from"), _host(p.get("to"), f"{where}: ping.to"), float(interval))
+    return Traffic(step_seconds, steps, flows, probe, ping)
 
 
 def _flow(doc: Any, where: str, step_seconds: int, steps: int) -> FlowSpec:
@@ -183,7 +194,7 @@ def _flow(doc: Any, where: str, step_seconds: int, steps: int) -> FlowSpec:
 
 def lanes(traffic: Traffic) -> list[list[Item]]:
     """The runner's lanes, in the order of the flows: a UDP flow's periods one after the other (and a
-    rest to the end once it stopped); then the probe's."""
+    rest to the end once it stopped); then the probe's, then the ping's."""
     out: list[list[Item]] = []
     for f in traffic.flows:
         lane: list[Item] = [Pause(f.start, f"{f.name} waits")] if f.start else []
@@ -207,6 +218,9 @@ def lanes(traffic: Traffic) -> list[list[Item]]:
         out.append(lane)
     if traffic.probe:
         out.append([Probe("probe", *traffic.probe, traffic.seconds, "probe")])
+    if traffic.ping:
+        src, dst, interval = traffic.ping
+        out.append([Ping("ping", src, dst, traffic.seconds, interval, "ping")])
     return out
 
 

@@ -1,7 +1,7 @@
 """Queue disciplines at the bottleneck:  topo/run.py aqm [--quick] [--disciplines D ...]
 
 The study (docs/references.md, section 4) compared RED, SFQ and REM on an ns-2 dumbbell. Here: five TCP flows
-sndI → rcvI at once through the 10 Mbit/s bottleneck of policy `dumbbell`, and a ping from snd1 to
+sndI → rcvI at once through the 10 Mbit/s bottleneck of topo/topos.py's dumbbell, and a ping from snd1 to
 rcv1 every 0.2 s for the delay under load, once per discipline on a fresh network; beside the ping,
 the main study's latency probe (a voice call's packets, topo/net/probe.py) from snd1 to rcv1, so that
 disciplines and reservations are read on one scale.
@@ -13,73 +13,60 @@ which the controller puts under the HTB class on both ends of the bottleneck; th
 rate, the discipline decides which packet waits or is dropped. On the userspace datapath "fifo" is
 a head-drop FIFO (controller/core/queues.py says why).
 Disciplines the kernel lacks are reported as unavailable and not run; nothing stands in for them.
+
+The study is an experiment (topo/studies/experiment.py) of one trial per discipline, written to the
+results as experiment.yaml: `topo/run.py --experiment results/.../experiment.yaml` runs it again.
 """
 from __future__ import annotations
 
 import argparse
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from statistics import mean
 from typing import Any
 
-from controller.adapters.tc import ClassCounters
-from controller.core.plan import htb_classid
 from controller.core.policy import DISCIPLINES
 from topo.harness import capabilities
-from topo.harness.fidelity import Sample
 from topo.harness.launch import Host
 from topo.harness.report import Panel, bar_figure, jain_index, markdown_table, reasons_text
-from topo.net import probe
-from topo.net.traffic import Ping, Probe, Ran
 from topo.studies.base import (
     Settings,
-    Study,
     StudyError,
     Trial,
     TrialContext,
     UsageError,
     add_trial_arguments,
-    common_window,
+    check_algorithms,
     equal_trial,
     faithful_cell,
     fidelity_notes,
-    flows_of,
-    measure,
-    network_under,
-    policy_document,
-    received_mbps,
     say_unavailable,
     settings,
-    trial_fidelity,
 )
-from topo.topos import BOTTLENECK, DumbbellTopo
+from topo.studies.experiment import ExperimentStudy, Plan, study_experiment, study_plan
 
-PAIRS = 5                              # DumbbellTopo(n=5), as policies/dumbbell.yaml forwards
+PAIRS = 5                              # DumbbellTopo(n=5)
 PING_INTERVAL = 0.2
-QUEUED_CLASS = htb_classid(0)          # a fifo port has the one class; s1-eth1 carries the data, s2-eth1 the ACKs
+QUEUED_CLASS = "default"               # a fifo port's one class, as the experiment's results name it
 # docs/references.md, section 4, as published (ns-2, 10 Mbit/s, 100 s).
 PUBLISHED = {"RED": ("5.53", "60.03/67.25", "37157 / 151", "0.41", "59.45"),
              "SFQ": ("6.64", "60.03/90.01", "42554 / 56", "0.13", "68.08"),
              "REM": ("7.51", "60.03/92.96", "49117 / 66", "0.13", "78.58")}
-_PING_REPLY = re.compile(r"^\[(\d+\.\d+)\].* time=([\d.]+) ms")
-_PING_TOTALS = re.compile(r"(\d+) packets transmitted, (\d+) received")
-
 
 
 @dataclass(frozen=True)
-class Plan:
+class Extra:
     setup: Settings
-    documents: dict[str, dict]          # discipline → the dumbbell policy queued by it
     disciplines: list[str]
     cc: str
 
 
-class AqmStudy(Study):
+class AqmStudy(ExperimentStudy):
+    """An experiment of one trial per discipline (study_experiment), with its own table."""
     name = "aqm"
     description = "Queue disciplines at a 10 Mbit/s bottleneck shared by five TCP flows."
     figure_name = "aqm.png"
+    records = False
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         add_trial_arguments(p, seconds=30, quick_seconds=10, bottleneck="10Mbit", queue_packets=100)
@@ -89,31 +76,42 @@ class AqmStudy(Study):
 
     def plan(self, args: argparse.Namespace) -> Plan:
         setup = settings(args)
-        documents = {d: policy_document("dumbbell", setup.bottleneck_bps, setup.queue_packets, d) for d in DISCIPLINES}
-        return Plan(setup, documents, list(args.disciplines or DISCIPLINES), args.cc)
+        check_algorithms("--cc", [args.cc])
+        disciplines = list(dict.fromkeys(args.disciplines or DISCIPLINES))
+        flows = [{"name": f"snd{i}-rcv{i}", "from": f"snd{i}", "to": f"rcv{i}", "protocol": "tcp", "cc": args.cc}
+                 for i in range(1, PAIRS + 1)]
+        traffic = equal_trial(setup, flows, probe={"from": "snd1", "to": "rcv1"},
+                              ping={"from": "snd1", "to": "rcv1", "interval": PING_INTERVAL})
+        document = study_experiment(setup, "dumbbell", {"n": PAIRS}, {"queue_packets": setup.queue_packets}, [
+            {"name": d, "ports": {"discipline": d}, "traffic": traffic} for d in disciplines])
+        return study_plan(document, self.name, study=Extra(setup, disciplines, args.cc))
 
     def trials(self, plan: Plan, host: Host) -> list[Trial]:
-        _, lacking = capabilities.choose_tcp([plan.cc], capabilities.tcp_algorithms(), host.capabilities)
+        extra: Extra = plan.study
+        _, lacking = capabilities.choose_tcp([extra.cc], capabilities.tcp_algorithms(), host.capabilities)
         if lacking:
-            raise UsageError(f"--cc {plan.cc}: {lacking[plan.cc]}")
-        absent = _absent(plan, host)
+            raise UsageError(f"--cc {extra.cc}: {lacking[extra.cc]}")
+        absent = _absent(extra, host)
         say_unavailable("queue disciplines this kernel lacks, not run", absent)
-        runnable = [d for d in plan.disciplines if d not in absent]
+        runnable = [t for t in super().trials(plan, host) if t.label not in absent]
         if not runnable:
             raise UsageError("none of the requested disciplines is available in this kernel")
-        return [Trial(d, d, plan.setup.seconds, partial(_one_discipline, d, plan)) for d in runnable]
+        return [replace(t, run=partial(_checked, t.run, tc_kind(t.label, host.datapath))) for t in runnable]
 
     def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
-        return {"scenario": plan.setup.scenario(
-            policy="dumbbell", congestion_control=plan.cc, flows=[f"snd{i} -> rcv{i}" for i in range(1, PAIRS + 1)],
-            placement=f"the queue under OVS linux-htb's class {QUEUED_CLASS} on both ends of the bottleneck, put "
-                      "there by the controller from the policy's discipline; the HTB class holds the bottleneck "
-                      "rate (OVS's classless linux-sfq/-codel/-fq_codel QoS types put the qdisc at the port's root "
-                      "without a rate limit, so cannot shape it)",
+        extra: Extra = plan.study
+        summary = super().summary(plan, host, done, prometheus_url)
+        summary["scenario"] |= extra.setup.scenario(
+            policy="none", congestion_control=extra.cc, flows=[f"snd{i} -> rcv{i}" for i in range(1, PAIRS + 1)],
+            placement="the queue under OVS linux-htb's one class on both ends of the bottleneck, put there by the "
+                      "controller from the policy's discipline; the HTB class holds the bottleneck rate (OVS's "
+                      "classless linux-sfq/-codel/-fq_codel QoS types put the qdisc at the port's root without a "
+                      "rate limit, so cannot shape it)",
             loss_rate="TCP retransmits / packets sent (bytes sent / MSS), from iperf3",
             delay=f"ping -i {PING_INTERVAL} snd1 -> rcv1 under load",
-            backlog=f"{BOTTLENECK}'s queue, sampled every 0.25 s"),
-            "environment": host.environment, "disciplines": done, "unavailable": _absent(plan, host)}
+            backlog="the bottleneck's queue, sampled every 0.25 s")
+        return {**summary, "disciplines": {d: discipline_result(res) for d, res in done.items()},
+                "unavailable": _absent(extra, host)}
 
     def table(self, summary: dict[str, Any]) -> str:
         return table(summary)
@@ -122,8 +120,19 @@ class AqmStudy(Study):
         figure(summary, path)
 
 
-def _absent(plan: Plan, host: Host) -> dict[str, str]:
-    kinds = {d: tc_kind(d, host.datapath) for d in plan.disciplines}
+def _checked(run, kind: str, ctx: TrialContext) -> dict[str, Any]:
+    """A discipline's trial, refused unless the discipline was the bottleneck's queue throughout."""
+    res = run(ctx)
+    port = (res["fidelity"] or {}).get("port")
+    seen = res["leaves"].get(port, {}).get(QUEUED_CLASS, {}).get("kinds", [])
+    if seen != [kind]:
+        raise StudyError(f"{port}: the queue under the bottleneck's class was not {kind} throughout the run "
+                         f"(seen: {seen or 'nothing'})")
+    return res
+
+
+def _absent(extra: Extra, host: Host) -> dict[str, str]:
+    kinds = {d: tc_kind(d, host.datapath) for d in extra.disciplines}
     missing = capabilities.unavailable(host.capabilities, list(kinds.values()), "qdisc")
     return {d: missing[kind] for d, kind in kinds.items() if kind in missing}
 
@@ -135,58 +144,35 @@ def tc_kind(discipline: str, datapath: str) -> str:
     return discipline
 
 
-def parse_ping(text: str) -> tuple[list[tuple[float, float]], int, int]:
-    """(reply time, RTT ms) of each reply of `ping -D`, and the packets transmitted and received."""
-    replies = [(float(m.group(1)), float(m.group(2))) for m in map(_PING_REPLY.match, text.splitlines()) if m]
-    totals = _PING_TOTALS.search(text)
-    return replies, int(totals.group(1)) if totals else 0, int(totals.group(2)) if totals else 0
-
-
-def _link_bps(counted: list[tuple[float, ClassCounters]]) -> float | None:
-    """What the bottleneck's class sent per second between its first and last sample (headers included).
-    The receivers' means cannot say it: over a window of a few seconds a receiver that read late
-    reports a burst, and on a busy host their sum exceeded the link by a fifth."""
-    if len(counted) < 2 or counted[-1][0] <= counted[0][0]:
-        return None
-    (t0, first), (t1, last) = counted[0], counted[-1]
-    return (last.bytes - first.bytes) * 8 / (t1 - t0)
-
-
-def discipline_result(ran: list[Ran], span: tuple[float, float], bottleneck_bps: int,
-                      samples: list[Sample], ping_text: str, queues_seen: set[str],
-                      leaf_drops: int = 0, probed: Ran | None = None) -> dict[str, Any]:
-    """Throughput, utilisation, loss, delay and backlog of one discipline's run, over `span`. A queue's
-    drops are the most of its class's count and its own (`leaf_drops`): HTB counts what the queue
-    refuses at enqueue, an AQM counts what it drops at dequeue too."""
-    runs = flows_of(ran)
-    flows = [received_mbps(run, span) for run in runs]
-    docs = [run.require() for run in runs]
-    sent_packets = sum(doc["end"]["sum_sent"]["bytes"] / doc["start"]["tcp_mss_default"] for doc in docs)
-    retransmits = sum(doc["end"]["sum_sent"]["retransmits"] for doc in docs)
-    counted = [(s.t, s.classes[QUEUED_CLASS]) for s in samples if QUEUED_CLASS in s.classes]
-    inside = [(t, c) for t, c in counted if span[0] <= t <= span[1]]
-    queued = [c for _, c in inside]
-    replies, transmitted, received = parse_ping(ping_text)
-    rtts = [rtt for t, rtt in replies if span[0] <= t <= span[1]]
-    last: ClassCounters | None = counted[-1][1] if counted else None
-    link = _link_bps(inside)
+def discipline_result(res: dict[str, Any]) -> dict[str, Any]:
+    """A discipline's row, from its trial's result (one step): throughput and utilisation at the
+    bottleneck (its busiest port), loss, delay under load, backlog, Jain's index over the flows. A
+    queue's drops are the most of its class's count and its own: HTB counts what the queue refuses at
+    enqueue, an AQM counts what it drops at dequeue too."""
+    (step,) = res["steps"]
+    port = res["fidelity"]["port"]
+    use = step["ports"][port]
+    queued = use["classes"].get(QUEUED_CLASS, {})
+    leaf = res["leaves"].get(port, {}).get(QUEUED_CLASS, {})
+    flows = [step["flows"][f["name"]]["mbps"] or 0.0 for f in res["flows"]]
+    senders = list(res["tcp"].values())
+    sent = sum(s["packets_sent"] for s in senders)
+    retransmits = sum(s["retransmits"] for s in senders)
+    backlog = queued.get("backlog_packets", {})
+    throughput = queued.get("mbps")
     return {
-        "flows_mbps": flows, "throughput_mbps": None if link is None else round(link / 1e6, 3),
-        "utilisation": None if link is None else round(link / bottleneck_bps, 3),
+        "flows_mbps": flows, "throughput_mbps": throughput, "utilisation": use["utilisation"],
         "jain_index": round(jain_index(flows), 3) if any(flows) else None,
-        "retransmits": retransmits, "packets_sent": round(sent_packets),
-        "loss_rate": round(retransmits / sent_packets, 5) if sent_packets else None,
-        "queue_drops": max(last.drops, leaf_drops) if last else None,
-        "queue_packets_sent": last.packets if last else None,
-        "delay_ms": {"min": min(rtts, default=None), "mean": _mean(rtts), "max": max(rtts, default=None),
-                     "replies": len(rtts), "ping_transmitted": transmitted, "ping_received": received},
-        "backlog": {"mean_packets": _mean([q.backlog_packets for q in queued]),
-                    "max_packets": max((q.backlog_packets for q in queued), default=None),
-                    "mean_bytes": _mean([q.backlog_bytes for q in queued]),
-                    "max_bytes": max((q.backlog_bytes for q in queued), default=None), "samples": len(queued)},
-        **(probe.summary(probe.round_trips(probed.doc), *span) if probed is not None and probed.doc else {}),
-        "leaf_kinds_seen": sorted(queues_seen),
-        "congestion_control": sorted({doc["end"].get("sender_tcp_congestion") for doc in docs}),
+        "retransmits": retransmits, "packets_sent": sent,
+        "loss_rate": round(retransmits / sent, 5) if sent else None,
+        "queue_drops": max(queued.get("drops", 0), leaf.get("drops") or 0) if queued else None,
+        "delay_ms": step["ping_rtt_ms"],
+        "backlog": {"mean_packets": backlog.get("mean"), "max_packets": backlog.get("max"),
+                    "samples": backlog.get("samples", 0)},
+        **(step.get("probe") or {}),
+        "leaf_kinds_seen": leaf.get("kinds", []),
+        "congestion_control": sorted({s["congestion_control"] for s in senders}),
+        **res["fidelity"],
     }
 
 
@@ -234,38 +220,12 @@ def figure(summary: dict[str, Any], path) -> None:
     ])
 
 
-def _one_discipline(discipline: str, plan: Plan, ctx: TrialContext) -> dict[str, Any]:
-    pairs = [(f"snd{i}", f"rcv{i}") for i in range(1, PAIRS + 1)]
-    seconds = plan.setup.seconds
-    flows = [{"name": f"{s}-{d}", "from": s, "to": d, "protocol": "tcp", "cc": plan.cc} for s, d in pairs]
-    traffic = equal_trial(plan.setup, flows, probe={"from": "snd1", "to": "rcv1"})
-    with network_under(ctx, DumbbellTopo(n=PAIRS), plan.documents[discipline], pairs) as net:
-        ran, monitor = measure(ctx, net, traffic, plan.setup, [[Ping("ping", "snd1", "rcv1", seconds + 1,
-                                                                     PING_INTERVAL)]])
-    kind, seen = tc_kind(discipline, ctx.host.datapath), monitor.queues.get(QUEUED_CLASS, set())
-    if seen != {kind}:
-        raise StudyError(f"{BOTTLENECK}: the queue under {QUEUED_CLASS} was not {kind} throughout the run "
-                         f"(seen: {sorted(seen) or 'nothing'})")
-    span = common_window(ran, seconds)
-    ping = next(r for r in ran if isinstance(r.item, Ping))
-    probed = next(r for r in ran if isinstance(r.item, Probe))
-    leaf_drops = monitor.leaf_drops.get(QUEUED_CLASS, 0)
-    result = discipline_result(ran, span, plan.setup.bottleneck_bps, monitor.samples, ping.text or "", seen, leaf_drops,
-                               probed)
-    return {**result,
-            **trial_fidelity(monitor.samples, span, plan.setup.bottleneck_bps, ran, leaf_drops=leaf_drops)}
-
-
 def _probe_cell(result: dict[str, Any]) -> str:
     rtt = result.get("probe_rtt_ms")
     if not rtt:
         return "–"
     lost = result.get("probe_loss_percent")
     return f"{_num(rtt['median'])}/{_num(rtt['p95'])}, {'–' if lost is None else f'{lost:g} %'}"
-
-
-def _mean(values: list[float]) -> float | None:
-    return round(mean(values), 3) if values else None
 
 
 def _scaled(value: float | None, factor: float) -> float | None:

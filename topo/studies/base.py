@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import time
@@ -31,13 +32,13 @@ from topo.harness.live import LiveThroughput
 from topo.harness.progress import ProgressBar
 from topo.harness.prometheus import PrometheusError, prometheus
 from topo.harness.report import reasons_text, write_json
-from topo.net import iperf, traffic, trafficfile
+from topo.net import iperf
 from topo.net.network import Network, network
 from topo.net.ovs_instance import CONTROLLER_ADDRESS, InstanceError, OvsInstance, ovs_instance
 from topo.net.traffic import Flow, Ran, TrafficError
-from topo.topos import BOTTLENECK
 
 REPO = Path(__file__).resolve().parents[2]
+_ALGORITHM = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 SETTLE_SECONDS = 1.0          # left out of every mean: connection set-up and slow start
 
 
@@ -264,32 +265,8 @@ def equal_trial(setup: Settings, flows: list[dict[str, Any]], **extra: Any) -> d
     return {"step_seconds": setup.seconds, "flows": flows, **extra}
 
 
-def measure(ctx: TrialContext, net: Network, document: dict[str, Any], setup: Settings,
-            also: list[list[traffic.Item]] | None = None) -> tuple[list[Ran], fidelity.Monitor]:
-    """Run a traffic file's flows (its lanes, then `also`'s) while the fidelity monitor samples the
-    bottleneck; every flow's test must succeed."""
-    lanes = trafficfile.lanes(trafficfile.parse(document, "the study's traffic")) + (also or [])
-    with fidelity.Monitor(BOTTLENECK) as monitor:
-        ran = traffic.run(net, lanes, ctx.raw_dir, traffic.connect_seconds(setup.bottleneck_bps, setup.queue_packets),
-                          ctx.tick)
-    for flow in flows_of(ran):
-        flow.require()
-    return ran, monitor
-
-
 def flows_of(ran: list[Ran]) -> list[Ran]:
     return [r for r in ran if isinstance(r.item, Flow)]
-
-
-def common_window(ran: list[Ran], seconds: float) -> tuple[float, float]:
-    """When every flow was running, past its settling second (launcher clock)."""
-    flows = flows_of(ran)
-    return max(r.started for r in flows) + SETTLE_SECONDS, min(r.started for r in flows) + seconds
-
-
-def received_mbps(ran: Ran, span: tuple[float, float]) -> float:
-    """The receiver's mean rate over `span`."""
-    return round((iperf.window_mean_bps(iperf.received(ran.require()), ran.started, *span) or 0.0) / 1e6, 3)
 
 
 def trial_fidelity(samples: list[fidelity.Sample], span: tuple[float, float], capacity_bps: int,
@@ -327,6 +304,13 @@ def add_prometheus_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prometheus", choices=("auto", "none"), default="auto",
                    help="auto: record series in the Prometheus on 127.0.0.1:9090, or start Debian's with its data in "
                         "DIR/prometheus (then `topo/run.py report DIR` draws the dashboards); none: no time series")
+
+
+def check_algorithms(flag: str, names: list[str]) -> None:
+    """TCP congestion-control names as the kernel spells them (lowercase)."""
+    for name in names:
+        if not _ALGORITHM.match(name):
+            raise UsageError(f"{flag}: {name!r} is not a congestion control's name; e.g. cubic, reno or bbr")
 
 
 def add_trial_arguments(p: argparse.ArgumentParser, *, seconds: float, quick_seconds: float, bottleneck: str,

@@ -8,15 +8,16 @@ section 3 compares Reno and Cubic at 15 and 150 ms, with and without 1 % loss); 
 netem refuses them (run it in the VM: topo/run.py vm -- cc --delay 150ms). Everything is read from
 iperf3's JSON: the sender's per-interval cwnd and rttvar, its RTT summary and retransmits, and the
 receiver's throughput.
+
+The study is an experiment (topo/studies/experiment.py) of one trial per algorithm, written to the
+results as experiment.yaml: `topo/run.py --experiment results/.../experiment.yaml` runs it again.
 """
 from __future__ import annotations
 
 import argparse
 import re
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from statistics import mean
 from typing import Any
 
 from topo.harness import capabilities
@@ -24,23 +25,17 @@ from topo.harness.launch import Host
 from topo.harness.report import Panel, bar_figure, markdown_table
 from topo.studies.base import (
     Settings,
-    Study,
     Trial,
-    TrialContext,
     UsageError,
     add_trial_arguments,
-    common_window,
+    check_algorithms,
     equal_trial,
     faithful_cell,
     fidelity_notes,
-    measure,
-    network_under,
-    policy_document,
     say_unavailable,
     settings,
-    trial_fidelity,
 )
-from topo.topos import StudyTopo
+from topo.studies.experiment import ExperimentStudy, Plan, study_experiment, study_plan
 
 # docs/references.md, section 2, as published (10 Gbit/s tbf): cwnd (packets), RTT (ms), RTT var (ms), Mbit/s.
 PUBLISHED = {"bbr": (552.6, 82.7, 75.6, 1150), "cubic": (1276.5, 391.9, 156.1, 919),
@@ -61,19 +56,12 @@ def delay_seconds(delay: str | None) -> float:
     return float(number) * _DELAY_UNIT[unit]
 
 
-@dataclass(frozen=True)
-class Plan:
-    setup: Settings
-    document: dict
-    algorithms: list[str] | None
-    delay: str | None
-    loss: float | None
-
-
-class CcStudy(Study):
+class CcStudy(ExperimentStudy):
+    """An experiment of one trial per algorithm (study_experiment), with its own table."""
     name = "cc"
     description = "TCP congestion-control algorithms, one flow each through the bottleneck."
     figure_name = "cc.png"
+    records = False
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         add_trial_arguments(p, seconds=30, quick_seconds=8, bottleneck="5Mbit", queue_packets=25)
@@ -90,27 +78,34 @@ class CcStudy(Study):
             raise UsageError(f"--delay: {args.delay!r} is not a delay; write e.g. 15ms")
         if args.loss is not None and not 0 < args.loss < 100:
             raise UsageError(f"--loss: {args.loss:g} is not a percentage above 0 and below 100")
-        return Plan(setup, policy_document("none", setup.bottleneck_bps, setup.queue_packets), args.algorithms,
-                    args.delay, args.loss)
+        check_algorithms("--algorithms", args.algorithms or [])
+        # Every algorithm that may run; those this kernel lacks are left out once its capabilities are known.
+        algorithms = args.algorithms or list(dict.fromkeys([*capabilities.STUDY_TCP, *capabilities.tcp_algorithms()]))
+        path = {k: v for k, v in (("delay", args.delay), ("loss", args.loss)) if v is not None}
+        document = study_experiment(setup, "qosstudy", path, {"queue_packets": setup.queue_packets}, [
+            {"name": a, "traffic": equal_trial(setup, [_flow(a)])} for a in algorithms])
+        return study_plan(document, self.name, path_rtt_seconds=2 * delay_seconds(args.delay),
+                          path_loss_percent=args.loss, study=Extra(setup, args.algorithms, args.delay, args.loss))
 
     def trials(self, plan: Plan, host: Host) -> list[Trial]:
-        if (plan.delay or plan.loss) and not host.environment["netem"]:
+        extra: Extra = plan.study
+        if (extra.delay or extra.loss) and not host.environment["netem"]:
             raise UsageError("--delay/--loss need netem, which this kernel lacks; run the study in the VM: "
                              "python3 topo/run.py vm -- cc ...")
-        algorithms, skipped = capabilities.choose_tcp(plan.algorithms, capabilities.tcp_algorithms(),
-                                                      host.capabilities)
+        algorithms, skipped = _chosen(plan, host)
         say_unavailable("TCP algorithms this kernel lacks, skipped", skipped)
         if not algorithms:
             raise UsageError(f"none of the requested algorithms is available here (see {capabilities.TCP_AVAILABLE})")
-        return [Trial(a, a, plan.setup.seconds, partial(_one_algorithm, a, plan)) for a in algorithms]
+        return [t for t in super().trials(plan, host) if t.label in algorithms]
 
     def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
-        return {"scenario": plan.setup.scenario(flow="h1 -> h4", policy="none", delay=plan.delay,
-                                                loss_percent=plan.loss,
-                                                rtt_variance="mean of iperf3's per-interval rttvar"),
-                "environment": host.environment, "algorithms": done,
-                "skipped": capabilities.choose_tcp(plan.algorithms, capabilities.tcp_algorithms(),
-                                                   host.capabilities)[1]}
+        extra: Extra = plan.study
+        summary = super().summary(plan, host, done, prometheus_url)
+        summary["scenario"] |= extra.setup.scenario(flow="h1 -> h4", policy="none", delay=extra.delay,
+                                                    loss_percent=extra.loss,
+                                                    rtt_variance="mean of iperf3's per-interval rttvar")
+        return {**summary, "algorithms": {name: _row(name, res) for name, res in done.items()},
+                "skipped": _chosen(plan, host)[1]}
 
     def table(self, summary: dict[str, Any]) -> str:
         return table(summary)
@@ -119,36 +114,26 @@ class CcStudy(Study):
         figure(summary, path)
 
 
-def _one_algorithm(algorithm: str, plan: Plan, ctx: TrialContext) -> dict[str, Any]:
-    topo = StudyTopo(delay=plan.delay, loss=plan.loss)
-    with network_under(ctx, topo, plan.document, [("h1", "h4")]) as net:
-        flow = {"name": f"h1-h4_{algorithm}", "from": "h1", "to": "h4", "protocol": "tcp", "cc": algorithm}
-        ran, monitor = measure(ctx, net, equal_trial(plan.setup, [flow]), plan.setup)
-    return {**sender_metrics(ran[0].require()),
-            **trial_fidelity(monitor.samples, common_window(ran, plan.setup.seconds), plan.setup.bottleneck_bps, ran,
-                             2 * delay_seconds(plan.delay), plan.setup.queue_packets, plan.loss)}
+@dataclass(frozen=True)
+class Extra:
+    setup: Settings
+    algorithms: list[str] | None         # as asked for; None: every one the kernel offers
+    delay: str | None
+    loss: float | None
 
 
-def sender_metrics(doc: dict[str, Any]) -> dict[str, Any]:
-    """One TCP flow's numbers from its iperf3 client JSON (with --get-server-output).
+def _flow(algorithm: str) -> dict[str, Any]:
+    return {"name": f"h1-h4_{algorithm}", "from": "h1", "to": "h4", "protocol": "tcp", "cc": algorithm}
 
-    cwnd is iperf3's snd_cwnd (bytes) over the MSS; RTT figures are the kernel's smoothed RTT as iperf3
-    sampled it; "RTT var" is the mean of the per-interval rttvar (the kernel's mean deviation of RTT).
-    """
-    mss = doc["start"]["tcp_mss_default"]
-    streams = [i["streams"][0] for i in doc["intervals"] if not i["streams"][0].get("omitted")]
-    sender = doc["end"]["streams"][0]["sender"]
-    return {
-        "throughput_mbps": round(doc["server_output_json"]["end"]["sum_received"]["bits_per_second"] / 1e6, 3),
-        "rtt_mean_ms": sender["mean_rtt"] / 1000, "rtt_min_ms": sender["min_rtt"] / 1000,
-        "rtt_max_ms": sender["max_rtt"] / 1000,
-        "rttvar_mean_ms": round(mean(s["rttvar"] for s in streams) / 1000, 3),
-        "cwnd_mean_packets": round(mean(s["snd_cwnd"] for s in streams) / mss, 1),
-        "cwnd_max_packets": round(sender["max_snd_cwnd"] / mss, 1),
-        "retransmits": doc["end"]["sum_sent"]["retransmits"],
-        "mss_bytes": mss,
-        "congestion_control": doc["end"].get("sender_tcp_congestion"),
-    }
+
+def _chosen(plan: Plan, host: Host) -> tuple[list[str], dict[str, str]]:
+    extra: Extra = plan.study
+    return capabilities.choose_tcp(extra.algorithms, capabilities.tcp_algorithms(), host.capabilities)
+
+
+def _row(name: str, res: dict[str, Any]) -> dict[str, Any]:
+    """An algorithm's row: its flow's sender numbers and the fidelity monitor's verdict."""
+    return {**res["tcp"][f"h1-h4_{name}"], **(res["fidelity"] or {})}
 
 
 def table(summary: dict[str, Any]) -> str:

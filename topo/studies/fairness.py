@@ -2,62 +2,57 @@
 
 Cases (docs/references.md, section 3): two TCP flows of different algorithms at once, h1 → h4 and h2 → h3, for
 every pair among cubic, reno and bbr that this kernel has; and one TCP flow against a UDP flow
-offered at twice the bottleneck rate. Both flows share the single FIFO of policy `shared`. Each
-flow's throughput is what its receiver got while both ran (past the first second); fairness is
+offered at twice the bottleneck rate. Both flows share the single FIFO of policy `none`. Each
+flow's throughput is what its receiver got over the run (past the first second); fairness is
 Jain's index J = (Σx)² / (n·Σx²): 1 when the flows got the same, 1/n when one got everything.
+
+The study is an experiment (topo/studies/experiment.py) of one trial per case, written to the
+results as experiment.yaml: `topo/run.py --experiment results/.../experiment.yaml` runs it again.
 """
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from topo.harness import capabilities
 from topo.harness.launch import Host
 from topo.harness.report import Panel, bar_figure, jain_index, markdown_table, reasons_text
-from topo.net.traffic import Ran
 from topo.studies.base import (
     Settings,
-    Study,
     Trial,
-    TrialContext,
     UsageError,
     add_trial_arguments,
-    common_window,
+    check_algorithms,
     equal_trial,
     faithful_cell,
     fidelity_notes,
-    flows_of,
-    measure,
-    network_under,
-    policy_document,
-    received_mbps,
     say_unavailable,
     settings,
-    trial_fidelity,
 )
-from topo.topos import StudyTopo
+from topo.studies.experiment import ExperimentStudy, Plan, study_experiment, study_plan
 
 MIXED_PAIRS = (("cubic", "reno"), ("bbr", "cubic"), ("bbr", "reno"))
 FIRST, SECOND = ("h1", "h4"), ("h2", "h3")
 # docs/references.md, section 3, as published (Mbit/s of each flow): the study's pairs were of one algorithm.
 PUBLISHED = {"cubic vs cubic": (8.32, 1.61), "reno vs reno": (9.14, 0.154), "TCP vs UDP at 10 Mbit/s": (0.537, 9.30)}
+VERSUS = "-vs-"       # a case's trial is named A-vs-B, its row "A vs B"
 
 
 @dataclass(frozen=True)
-class Plan:
+class Extra:
     setup: Settings
-    document: dict
     pairs: list[tuple[str, str]]
     tcp_vs_udp: str
 
 
-class FairnessStudy(Study):
+class FairnessStudy(ExperimentStudy):
+    """An experiment of one trial per case (study_experiment), with its own table."""
     name = "fairness"
     description = "Two flows through one FIFO bottleneck: throughputs and Jain's index."
     figure_name = "fairness.png"
+    records = False
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         add_trial_arguments(p, seconds=30, quick_seconds=10, bottleneck="5Mbit", queue_packets=25)
@@ -70,27 +65,33 @@ class FairnessStudy(Study):
     def plan(self, args: argparse.Namespace) -> Plan:
         setup = settings(args)
         pairs = parse_pairs(args.pairs) if args.pairs else list(MIXED_PAIRS)
-        return Plan(setup, policy_document("shared", setup.bottleneck_bps, setup.queue_packets), pairs, args.tcp_vs_udp)
+        check_algorithms("--pairs", [a for pair in pairs for a in pair])
+        check_algorithms("--tcp-vs-udp", [args.tcp_vs_udp])
+        udp = {"name": f"{'-'.join(SECOND)}_udp", "from": SECOND[0], "to": SECOND[1], "protocol": "udp",
+               "rate": f"{2 * setup.bottleneck_bps / 1e6:g}Mbit"}
+        cases = {f"{a}{VERSUS}{b}": [_flow(FIRST, a), _flow(SECOND, b)] for a, b in pairs}
+        cases[f"{args.tcp_vs_udp}{VERSUS}UDP"] = [_flow(FIRST, args.tcp_vs_udp), udp]
+        document = study_experiment(setup, "qosstudy", {}, {"queue_packets": setup.queue_packets}, [
+            {"name": name, "traffic": equal_trial(setup, flows)} for name, flows in cases.items()])
+        return study_plan(document, self.name, study=Extra(setup, pairs, args.tcp_vs_udp))
 
     def trials(self, plan: Plan, host: Host) -> list[Trial]:
-        lacking = _lacking(plan, host)
-        if plan.tcp_vs_udp in lacking:
-            raise UsageError(f"--tcp-vs-udp {plan.tcp_vs_udp}: {lacking[plan.tcp_vs_udp]}")
-        say_unavailable("pairs with an algorithm this kernel lacks, skipped", _skipped(plan, lacking))
-        udp = {"name": f"{'-'.join(SECOND)}_udp", "from": SECOND[0], "to": SECOND[1], "protocol": "udp",
-               "rate": f"{2 * plan.setup.bottleneck_bps / 1e6:g}Mbit"}
-        cases = {f"{a} vs {b}": [_flow(FIRST, a), _flow(SECOND, b)]
-                 for a, b in plan.pairs if a not in lacking and b not in lacking}
-        cases[f"{plan.tcp_vs_udp} vs UDP"] = [_flow(FIRST, plan.tcp_vs_udp), udp]
-        return [Trial(name, name.replace(" ", "_"), plan.setup.seconds,
-                      partial(_one_case, name, equal_trial(plan.setup, flows), plan)) for name, flows in cases.items()]
+        extra: Extra = plan.study
+        lacking = _lacking(extra, host)
+        if extra.tcp_vs_udp in lacking:
+            raise UsageError(f"--tcp-vs-udp {extra.tcp_vs_udp}: {lacking[extra.tcp_vs_udp]}")
+        say_unavailable("pairs with an algorithm this kernel lacks, skipped", _skipped(extra, lacking))
+        return [t for t in super().trials(plan, host)
+                if not set(t.label.split(VERSUS)) & set(lacking)]
 
     def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
-        return {"scenario": plan.setup.scenario(policy="shared", udp_offered_mbps=2 * plan.setup.bottleneck_bps / 1e6,
-                                                throughput="receiver's mean while both flows ran, first second "
-                                                           "left out"),
-                "environment": host.environment, "cases": list(done.values()),
-                "skipped": _skipped(plan, _lacking(plan, host))}
+        extra: Extra = plan.study
+        summary = super().summary(plan, host, done, prometheus_url)
+        summary["scenario"] |= extra.setup.scenario(
+            policy="none", udp_offered_mbps=2 * extra.setup.bottleneck_bps / 1e6,
+            throughput="receiver's mean over the run, first second left out")
+        return {**summary, "cases": [case_result(name, res) for name, res in done.items()],
+                "skipped": _skipped(extra, _lacking(extra, host))}
 
     def table(self, summary: dict[str, Any]) -> str:
         return table(summary)
@@ -109,13 +110,15 @@ def parse_pairs(texts: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def case_result(name: str, ran: list[Ran], span: tuple[float, float]) -> dict[str, Any]:
-    """Each flow's throughput over `span` (launcher clock) and their Jain's index."""
-    flows = [_flow_numbers(r, span) for r in flows_of(ran)]
-    rates = [f["mbps"] for f in flows]
-    first = min(r.started for r in flows_of(ran))
-    return {"name": name, "flows": flows, "jain_index": round(jain_index(rates), 3) if any(rates) else None,
-            "window_s": [round(span[0] - first, 3), round(span[1] - first, 3)]}
+def case_result(name: str, res: dict[str, Any]) -> dict[str, Any]:
+    """A case's row, from its trial's result: each flow's throughput over the run (its one step) and
+    their Jain's index, and the fidelity monitor's verdict."""
+    (step,) = res["steps"]
+    flows = [_flow_numbers(f, step["flows"][f["name"]], res["tcp"].get(f["name"])) for f in res["flows"]]
+    rates = [f["mbps"] or 0.0 for f in flows]
+    return {"name": name.replace(VERSUS, " vs "), "flows": flows,
+            "jain_index": round(jain_index(rates), 3) if any(rates) else None, "window_s": step["window_s"],
+            **(res["fidelity"] or {})}
 
 
 def table(summary: dict[str, Any]) -> str:
@@ -147,14 +150,14 @@ def figure(summary: dict[str, Any], path) -> None:
     ])
 
 
-def _lacking(plan: Plan, host: Host) -> dict[str, str]:
-    wanted = sorted({a for pair in plan.pairs for a in pair} | {plan.tcp_vs_udp})
+def _lacking(extra: Extra, host: Host) -> dict[str, str]:
+    wanted = sorted({a for pair in extra.pairs for a in pair} | {extra.tcp_vs_udp})
     return capabilities.choose_tcp(wanted, capabilities.tcp_algorithms(), host.capabilities)[1]
 
 
-def _skipped(plan: Plan, lacking: dict[str, str]) -> dict[str, str]:
+def _skipped(extra: Extra, lacking: dict[str, str]) -> dict[str, str]:
     return {f"{a} vs {b}": "; ".join(f"{x}: {lacking[x]}" for x in dict.fromkeys((a, b)) if x in lacking)
-            for a, b in plan.pairs if a in lacking or b in lacking}
+            for a, b in extra.pairs if a in lacking or b in lacking}
 
 
 def _flow(ends: tuple[str, str], cc: str) -> dict[str, Any]:
@@ -162,22 +165,12 @@ def _flow(ends: tuple[str, str], cc: str) -> dict[str, Any]:
     return {"name": f"{'-'.join(ends)}_{cc}", "from": ends[0], "to": ends[1], "protocol": "tcp", "cc": cc}
 
 
-def _one_case(name: str, traffic: dict[str, Any], plan: Plan, ctx: TrialContext) -> dict[str, Any]:
-    with network_under(ctx, StudyTopo(), plan.document, [FIRST, SECOND]) as net:
-        ran, monitor = measure(ctx, net, traffic, plan.setup)
-    span = common_window(ran, plan.setup.seconds)
-    return {**case_result(name, ran, span), **trial_fidelity(monitor.samples, span, plan.setup.bottleneck_bps, ran)}
-
-
-def _flow_numbers(ran: Ran, span: tuple[float, float]) -> dict[str, Any]:
-    flow, end = ran.flow, ran.require()["end"]
-    numbers: dict[str, Any] = {"flow": f"{flow.src} -> {flow.dst}", "mbps": received_mbps(ran, span),
-                               "start_delay_s": round(ran.started - ran.launched, 3)}
-    if flow.udp_mbps is None:
-        return {**numbers, "protocol": "tcp", "congestion_control": flow.congestion_control,
-                "retransmits": end["sum_sent"]["retransmits"]}
-    return {**numbers, "protocol": "udp", "offered_mbps": flow.udp_mbps, "lost_percent": end["sum"]["lost_percent"],
-            "connect_restarts": ran.connect_restarts}
+def _flow_numbers(flow: dict[str, Any], step: dict[str, Any], sender: dict[str, Any] | None) -> dict[str, Any]:
+    numbers: dict[str, Any] = {"flow": f"{flow['from']} -> {flow['to']}", "mbps": step["mbps"]}
+    if flow["protocol"] == "tcp":
+        return {**numbers, "protocol": "tcp", "congestion_control": flow["cc"],
+                "retransmits": sender["retransmits"] if sender else None}
+    return {**numbers, "protocol": "udp", "offered_mbps": step["offered_mbps"], "lost_percent": step["lost_percent"]}
 
 
 def _label(flow: dict[str, Any]) -> str:

@@ -1,0 +1,174 @@
+"""An experiment file: a network, and the trials run on it, each on a fresh network under its policy.
+
+    topo: ../topos.py:qosstudy        # FILE:NAME, as mn --custom FILE --topo NAME
+    topo_params: {bw: 5}              # the topology's parameters
+    policy: none                      # a policy, or a list of them: one trial each
+    ports: {queue_packets: 25}        # set on every queued port, over the policy's network.ports
+    traffic: study.yaml               # a traffic file, or the traffic itself (topo/net/trafficfile.py)
+    trials:                           # or trials that differ in policy, ports or traffic
+      - {name: reno, traffic: {step_seconds: 30, flows: [{name: bulk, from: h1, to: h4, cc: reno}]}}
+
+A trial takes what it does not say from the file's top level. Paths are relative to the file. Every
+trial's traffic has the same steps, since the results compare the trials step by step. Every problem
+is one ExperimentFileError naming the file, the field and the fix.
+
+Pure: a document in, an Experiment out; the policies are read and checked where the experiment runs.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from topo.net import trafficfile
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
+
+
+class ExperimentFileError(ValueError):
+    """An experiment that cannot run; the message names the file, the field and the fix."""
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    name: str
+    policy: str                        # a policy's name (policies/NAME.yaml) or a YAML file's path
+    ports: dict[str, Any]              # over the policy's network.ports
+    traffic: trafficfile.Traffic
+
+
+@dataclass(frozen=True)
+class Experiment:
+    topo: str                          # FILE:NAME
+    params: dict[str, Any]
+    trials: tuple[TrialSpec, ...]
+
+    @property
+    def hosts(self) -> set[str]:
+        return {h for t in self.trials for h in t.traffic.hosts()}
+
+
+def load(path: Path) -> Experiment:
+    where = str(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise ExperimentFileError(f"{where}: cannot read it ({err.strerror}); check the path") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        raise ExperimentFileError(f"{where}: not YAML{f' at line {mark.line + 1}' if mark else ''}; fix the "
+                                  "syntax") from None
+    return parse(doc, where, path.parent)
+
+
+def parse(doc: Any, where: str, folder: Path) -> Experiment:
+    doc = _mapping(doc, where)
+    _keys(doc, where, ("topo", "topo_params", "policy", "ports", "traffic", "trials"))
+    topo = doc.get("topo")
+    if not isinstance(topo, str) or ":" not in topo:
+        raise ExperimentFileError(f"{where}: topo: {topo!r} is not FILE:NAME; e.g. topo: ../topos.py:parkinglot")
+    file, _, name = topo.rpartition(":")
+    params = _mapping(doc.get("topo_params", {}), f"{where}: topo_params")
+    ports = _mapping(doc.get("ports", {}), f"{where}: ports")
+    policy = doc.get("policy", "none")
+    policies = policy if isinstance(policy, list) else [policy]
+    for i, p in enumerate(policies):
+        _policy(p, f"{where}: policy" + (f"[{i}]" if isinstance(policy, list) else ""))
+    if "trials" in doc and isinstance(policy, list):
+        raise ExperimentFileError(f"{where}: policy: a list makes one trial per policy; with trials, give each "
+                                  "trial its policy")
+    traffic = doc.get("traffic")
+    if "trials" in doc:
+        listed = doc["trials"]
+        if not isinstance(listed, list) or not listed:
+            raise ExperimentFileError(f"{where}: trials: not a list of trials; e.g. - {{name: reno, traffic: ...}}")
+        trials = [_trial(t, f"{where}: trials[{i}]", folder, policy, ports, traffic) for i, t in enumerate(listed)]
+    else:
+        base = _traffic(traffic, f"{where}: traffic", folder)
+        trials = [TrialSpec(trial_name(p), _path(p, folder), dict(ports), base) for p in policies]
+    names = [t.name for t in trials]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice:
+        raise ExperimentFileError(f"{where}: two trials are named {twice}; give each trial its own name")
+    same_steps(trials, where)
+    return Experiment(f"{os.path.normpath(folder / file)}:{name}", params, tuple(trials))
+
+
+def trial_name(policy: str) -> str:
+    """A trial named after its policy: the name, or the file's stem."""
+    return Path(policy).stem if policy.endswith((".yaml", ".yml")) else policy
+
+
+def same_steps(trials: list[TrialSpec], where: str) -> None:
+    """The trials are compared step by step: every one has the first one's steps and length."""
+    first = trials[0].traffic
+    for t in trials[1:]:
+        if (t.traffic.step_seconds, t.traffic.steps, t.traffic.seconds) != \
+                (first.step_seconds, first.steps, first.seconds):
+            raise ExperimentFileError(
+                f"{where}: trial {t.name} has {t.traffic.steps} steps of {t.traffic.step_seconds} s over "
+                f"{t.traffic.seconds} s, trial {trials[0].name} {first.steps} of {first.step_seconds} s over "
+                f"{first.seconds} s; the results compare trials step by step, so give them the same steps")
+
+
+def rescaled(trial: TrialSpec, step_seconds: int) -> TrialSpec:
+    """The trial with its traffic on steps of `step_seconds` (--quick)."""
+    t = trial.traffic
+
+    def scale(s: int) -> int:
+        return s * step_seconds // t.step_seconds
+    flows = tuple(replace(f, start=scale(f.start), end=max(scale(f.end), scale(f.start) + 2)) for f in t.flows)
+    return replace(trial, traffic=replace(t, step_seconds=step_seconds, flows=flows))
+
+
+def _trial(doc: Any, where: str, folder: Path, policy: Any, ports: dict[str, Any], traffic: Any) -> TrialSpec:
+    doc = _mapping(doc, where)
+    _keys(doc, where, ("name", "policy", "ports", "traffic"))
+    name = doc.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ExperimentFileError(f"{where}.name: {name!r} is not a name; use a letter then letters, digits, ., - "
+                                  "or _")
+    where = f"{where} ({name})"
+    policy = _policy(doc.get("policy", policy), f"{where}.policy")
+    own = _mapping(doc.get("ports", {}), f"{where}.ports")
+    spec = _traffic(doc.get("traffic", traffic), f"{where}.traffic", folder)
+    return TrialSpec(name, _path(policy, folder), {**ports, **own}, spec)
+
+
+def _traffic(value: Any, where: str, folder: Path) -> trafficfile.Traffic:
+    if value is None:
+        raise ExperimentFileError(f"{where}: missing; give a traffic file's path or the traffic itself")
+    try:
+        if isinstance(value, str):
+            return trafficfile.load(folder / value)
+        return trafficfile.parse(value, where)
+    except trafficfile.TrafficFileError as err:
+        raise ExperimentFileError(str(err)) from None
+
+
+def _policy(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ExperimentFileError(f"{where}: {value!r} is not a policy; name one (none, reserve, auto) or give a "
+                                  "YAML file's path")
+    return value
+
+
+def _path(policy: str, folder: Path) -> str:
+    """A policy file is relative to the experiment file; a name stays a name."""
+    return os.path.normpath(folder / policy) if policy.endswith((".yaml", ".yml")) else policy
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ExperimentFileError(f"{where}: expected a mapping (key: value), got {type(value).__name__}")
+    return value
+
+
+def _keys(doc: dict[str, Any], where: str, allowed: tuple[str, ...]) -> None:
+    for key in doc:
+        if key not in allowed:
+            raise ExperimentFileError(f"{where}: {key}: unknown key; use {', '.join(allowed)}")
