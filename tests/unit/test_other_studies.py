@@ -10,11 +10,11 @@ from topo.harness.capabilities import choose_tcp
 from topo.harness.report import Panel, bar_figure, group_reasons, jain_index, markdown_table
 from topo.net import ping
 from topo.net.iperf import sender_metrics
+from topo.net.netem import delay_seconds
 from topo.studies import STUDIES
 from topo.studies.aqm import discipline_result
 from topo.studies.aqm import table as aqm_table
 from topo.studies.base import UsageError, parser_for, settings
-from topo.studies.cc import delay_seconds
 from topo.studies.cc import table as cc_table
 from topo.studies.fairness import case_result, parse_pairs
 from topo.studies.fairness import table as fairness_table

@@ -15,7 +15,6 @@ results as experiment.yaml: `topo/run.py --experiment results/.../experiment.yam
 from __future__ import annotations
 
 import argparse
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 from topo.harness import capabilities
 from topo.harness.launch import Host
 from topo.harness.report import Panel, bar_figure, markdown_table
+from topo.net import netem
 from topo.studies.base import (
     Settings,
     Trial,
@@ -41,21 +41,6 @@ from topo.studies.experiment import ExperimentStudy, Plan, study_experiment, stu
 PUBLISHED = {"bbr": (552.6, 82.7, 75.6, 1150), "cubic": (1276.5, 391.9, 156.1, 919),
              "reno": (835.5, 99.6, 77.3, 836), "bic": (2311.7, 1285.8, 770.4, 1181),
              "vegas": (306.9, 132.4, 137.2, 802)}
-_DELAY = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")
-_DELAY_UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
-
-
-def delay_seconds(delay: str | None) -> float:
-    """'150ms' → 0.15 (None: no added delay)."""
-    if delay is None:
-        return 0.0
-    found = _DELAY.match(delay)
-    if not found:
-        raise ValueError(f"{delay!r} is not a delay such as 150ms")
-    number, unit = found.groups()
-    return float(number) * _DELAY_UNIT[unit]
-
-
 class CcStudy(ExperimentStudy):
     """An experiment of one trial per algorithm (study_experiment), with its own table."""
     name = "cc"
@@ -74,7 +59,7 @@ class CcStudy(ExperimentStudy):
 
     def plan(self, args: argparse.Namespace) -> Plan:
         setup = settings(args)
-        if args.delay is not None and not _DELAY.match(args.delay):
+        if args.delay is not None and not netem.DELAY.match(args.delay):
             raise UsageError(f"--delay: {args.delay!r} is not a delay; write e.g. 15ms")
         if args.loss is not None and not 0 < args.loss < 100:
             raise UsageError(f"--loss: {args.loss:g} is not a percentage above 0 and below 100")
@@ -84,7 +69,7 @@ class CcStudy(ExperimentStudy):
         path = {k: v for k, v in (("delay", args.delay), ("loss", args.loss)) if v is not None}
         document = study_experiment(setup, "qosstudy", path, {"queue_packets": setup.queue_packets}, [
             {"name": a, "traffic": equal_trial(setup, [_flow(a)])} for a in algorithms])
-        return study_plan(document, self.name, path_rtt_seconds=2 * delay_seconds(args.delay),
+        return study_plan(document, self.name, path_rtt_seconds=2 * netem.delay_seconds(args.delay),
                           path_loss_percent=args.loss, study=Extra(setup, args.algorithms, args.delay, args.loss))
 
     def trials(self, plan: Plan, host: Host) -> list[Trial]:

@@ -5,7 +5,6 @@ Pure. Every problem is a ScenarioError naming the field.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,8 @@ import yaml
 
 from controller.core.document import read_file
 from controller.core.policy import PolicyError, parse_rate
+from topo.net.netem import DELAY
 
-_DELAY = re.compile(r"^\d+(\.\d+)?(us|ms|s)$")   # what netem's `delay` takes
 SLACK_PER_STEP = 1          # TCP outlasts the steps: a UDP test's control exchange may start it late
 TCP_GONE_SECONDS = 2        # after TCP's -t: its last segments and close are through
 LONE_UDP = "udp_alone"
@@ -29,7 +28,7 @@ def parse_delay(value: Any, where: str) -> str | None:
     """A one-way delay as netem takes it, e.g. 5ms; None for none."""
     if value in (None, "", "none"):
         return None
-    if not _DELAY.match(str(value)):
+    if not DELAY.match(str(value)):
         raise ScenarioError(f"{where}: {value!r} is not a delay; write e.g. 5ms, 500us or 0.1s, or none")
     return str(value)
 
