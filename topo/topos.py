@@ -46,16 +46,15 @@ class DumbbellTopo(Topo):
 
 class ParkingLotTopo(Topo):
     """n bottlenecks in a line: s1 – s2 – ... – s(n+1), each link `bw` Mbit/s (the last one `last_bw`, when
-    given: the tighter one) and, when given, `delay` one way. Two hosts on each switch, h1 h2 on s1, h3 h4
-    on s2, ...: h1 to the last switch's hosts crosses every bottleneck, and the hosts of the switches
-    between send cross traffic over one or a few. The links' bw= is what the launcher declares to the
-    controller, their delay= what it puts on a wire in their middle (topo/net/custom.py);
-    `mn --custom topo/topos.py --topo parkinglot` builds it too (without a TCLink, mn ignores bw= and delay=)."""
+    given: the tighter one). Two hosts on each switch, h1 h2 on s1, h3 h4 on s2, ...: h1 to the last
+    switch's hosts crosses every bottleneck, and the hosts of the switches between send cross traffic over
+    one or a few. The links' bw= is what the launcher declares to the controller (topo/net/custom.py);
+    `mn --custom topo/topos.py --topo parkinglot` builds it too (without a TCLink, mn ignores bw=)."""
 
-    def build(self, n=2, bw=5, last_bw=None, delay=None):
+    def build(self, n=2, bw=5, last_bw=None):
         switches = [self.addSwitch(f"s{i + 1}", dpid=str(i + 1)) for i in range(n + 1)]
         for i, (a, b) in enumerate(zip(switches, switches[1:])):
-            self.addLink(a, b, bw=last_bw if last_bw and i == n - 1 else bw, **({"delay": delay} if delay else {}))
+            self.addLink(a, b, bw=last_bw if last_bw and i == n - 1 else bw)
         for i, switch in enumerate(switches):
             for k in (1, 2):
                 self.addLink(self.addHost(f"h{2 * i + k}"), switch)

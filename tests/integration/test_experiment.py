@@ -26,7 +26,7 @@ class Vee(Topo):
     "Two senders on a and b, a receiver behind c; only the c link is slow."
     def build(self, bw=4):
         a, b, c = self.addSwitch("a1"), self.addSwitch("b2"), self.addSwitch("c3")
-        self.addLink(a, b, delay="5ms")         # fast: no bw, so not queued; its delay on a wire (netem)
+        self.addLink(a, b)                      # fast: no bw, so not queued
         self.addLink(b, c, bw=bw)
         self.addLink(self.addHost("web"), a)
         self.addLink(self.addHost("cam"), b)
@@ -55,10 +55,6 @@ def test_a_users_topology_and_traffic_run_under_auto_which_answers_the_flood_whe
     summary = json.loads((out / "summary.json").read_text())
     jsonschema.validate(summary, json.loads((REPO / "docs" / "schema" / "experiment-summary.json").read_text()))
     assert summary["scenario"]["links"] == [{"ends": ["b2:2", "c3:1"], "bps": 4_000_000}]
-    # a1-b2's delay sits on a wire between them: netem's 5 ms each way where the kernel has it, said once where not.
-    assert summary["scenario"]["wires"] == {"wire1": "a1-b2: delay 5ms"}
-    added_ms = 10 if summary["environment"]["netem"] else 0
-    assert done.stderr.count("NOT applied") == (0 if added_ms else 1), done.stderr[-2000:]
     auto = summary["trials"]["auto"]
     calm, flood, after = auto["steps"]
     # Alone, TCP fills the 4 Mbit/s link; against 12 Mbit/s of UDP it keeps most of its 80 % (3.2 Mbit/s);
@@ -75,11 +71,9 @@ def test_a_users_topology_and_traffic_run_under_auto_which_answers_the_flood_whe
     assert (decision["dp_id"], decision["port"], decision["action"]) == ("0000000000000002", 2, "program")
     assert 6 <= decision["at_s"] <= 9
     assert "0000000000000001:1" not in flood["ports"]
-    # The probe (cam -> web) crosses no queued port, only the wire: nothing of the flood delays it.
-    assert added_ms <= flood["probe"]["probe_rtt_ms"]["median"] < added_ms + 5, flood["probe"]
-    assert flood["probe"]["probe_loss_percent"] == 0
-    unloaded = summary["trials"]["auto"]["probe_unloaded"]["probe_rtt_ms"]["median"]   # alone, before the flows
-    assert added_ms <= unloaded < added_ms + 5
+    # The probe (cam -> web) crosses no queued port: nothing of the flood delays it.
+    assert flood["probe"]["probe_rtt_ms"]["median"] < 5 and flood["probe"]["probe_loss_percent"] == 0
+    assert summary["trials"]["auto"]["probe_unloaded"]["probe_rtt_ms"]["median"] < 5   # alone, before the flows
     assert "upload" in (out / "table.md").read_text() and (out / "throughput.png").stat().st_size > 0
     # The TCP flow's sender over the run, and the fidelity monitor's verdict at the busiest port.
     assert auto["tcp"]["upload"]["rtt_mean_ms"] > 0 and auto["tcp"]["upload"]["packets_sent"] > 1000

@@ -143,12 +143,7 @@ class Line(Topo):
         for i, sw in enumerate(s):
             self.addLink(self.addHost(f"h{i + 1}"), sw)
 
-def delayed(**link):
-    t = Topo()
-    t.addLink(t.addSwitch("s1"), t.addSwitch("s2"), **link)
-    return t
-
-topos = {"line": Line, "made": lambda: Line(n=3), "delayed": delayed}
+topos = {"line": Line, "made": lambda: Line(n=3)}
 """
 
 
@@ -164,35 +159,9 @@ def test_a_custom_file_loads_as_mn_loads_it_its_links_declared_and_plain(topo_fi
     assert sorted(loaded.topo.switches()) == ["s1", "s2", "s3"]
     assert [(link.ends, link.bps) for link in loaded.links] == [((("s1", 1), ("s2", 1)), 2_500_000),
                                                                 ((("s2", 2), ("s3", 1)), 2_500_000)]
+    assert loaded.delays == ["s1-s2 5ms", "s2-s3 5ms"]
     assert all("bw" not in info and "delay" not in info for *_, info in loaded.topo.links(withInfo=True))
     assert len(custom.load(f"{topo_file}:made", {}).topo.switches()) == 3     # a callable, as mn takes
-
-
-def test_a_links_delay_goes_on_a_wire_in_its_middle_the_switches_ports_kept(topo_file):
-    loaded = custom.load(f"{topo_file}:line", custom.parse_params(["n=3"]), with_netem=True)
-    assert loaded.wires == {"wire1": "s1-s2: delay 5ms", "wire2": "s2-s3: delay 5ms"}
-    assert loaded.hosts == ["h1", "h2", "h3"] and "wire1" in loaded.topo.hosts()
-    assert loaded.rtt_seconds == pytest.approx(0.02) and loaded.loss_percent == 0
-    assert {frozenset(link) for link in loaded.topo.links() if {"s1", "wire1"} & set(link)} == \
-        {frozenset(("h1", "s1")), frozenset(("s1", "wire1")), frozenset(("wire1", "s2"))}   # no s1-s2 any more
-    assert loaded.topo.port("s1", "wire1") == (1, 0) and loaded.topo.port("wire1", "s2") == (1, 1)
-    assert loaded.topo.nodeInfo("wire1")["netem"] == ["delay", "5ms"]
-    assert loaded.topo.nodeInfo("wire1")["limit"] == 1000    # 5 Mbit/s x 5 ms holds 2 frames: netem's default
-    fast = custom.load(f"{topo_file}:line", custom.parse_params(["bw=10000"]), with_netem=True)
-    assert fast.topo.nodeInfo("wire1")["limit"] == 8257      # twice 10 Gbit/s x 5 ms of 1514-byte frames
-    assert custom.load(f"{topo_file}:line", {}).topo.nodeInfo("wire1")["netem"] is None   # no netem: a plain wire
-
-
-@pytest.mark.parametrize("options, carried", [
-    ("delay='10ms', jitter='2ms', loss=1", ["delay", "10ms", "2ms", "loss", "1%"]),
-    ("loss=0.5", ["loss", "0.5%"]),
-])
-def test_a_wire_carries_the_links_jitter_and_loss_too(tmp_path, options, carried):
-    path = tmp_path / "t.py"
-    path.write_text("from mininet.topo import Topo\nclass T(Topo):\n    def build(self):\n"
-                    f"        self.addLink(self.addSwitch('s1'), self.addSwitch('s2'), {options})\n"
-                    "topos = {'t': T}\n")
-    assert custom.load(f"{path}:t", {}, with_netem=True).topo.nodeInfo("wire1")["netem"] == carried
 
 
 @pytest.mark.parametrize("spec, params, message", [
@@ -202,10 +171,6 @@ def test_a_wire_carries_the_links_jitter_and_loss_too(tmp_path, options, carried
     ("{f}:line", ["colour=1"], "--topo {f}:line: building it failed (TypeError"),
     ("{f}:line", ["bw=fast"], "--topo {f}:line: link s1-s2 bw='fast'; give a rate in Mbit/s"),
     ("/nonexistent/x.py:line", [], "--topo /nonexistent/x.py:line: no file /nonexistent/x.py"),
-    ("{f}:delayed", ["delay=5"], "--topo {f}:delayed: link s1-s2 delay=5; give a time with its unit, e.g. "
-                                 "delay='10ms'"),
-    ("{f}:delayed", ["jitter=1ms"], "--topo {f}:delayed: link s1-s2 jitter='1ms' without a delay; give delay= too"),
-    ("{f}:delayed", ["loss=200"], "--topo {f}:delayed: link s1-s2 loss=200; give a percentage from 0 to 100"),
 ])
 def test_a_bad_topology_is_refused_naming_the_file_and_the_fix(topo_file, spec, params, message):
     with pytest.raises(custom.TopologyError) as err:
@@ -237,9 +202,6 @@ def test_the_shipped_parking_lot_is_a_mininet_custom_topology():
     assert sorted(loaded.topo.hosts()) == [f"h{i}" for i in range(1, 7)]
     example = trafficfile.load(ROOT / "topo" / "examples" / "parkinglot.yaml")
     assert example.hosts() <= set(loaded.topo.hosts())
-    delayed = custom.load(f"{ROOT / 'topo' / 'topos.py'}:parkinglot", {"last_bw": 4, "delay": "10ms"}, True)
-    assert delayed.wires == {"wire1": "s1-s2: delay 10ms", "wire2": "s2-s3: delay 10ms"}
-    assert delayed.links == loaded.links and delayed.hosts == loaded.hosts
 
 
 def test_the_summary_schema_is_a_schema_and_refuses_a_summary_missing_its_steps():
@@ -249,7 +211,7 @@ def test_the_summary_schema_is_a_schema_and_refuses_a_summary_missing_its_steps(
     schema = json.loads((ROOT / "docs" / "schema" / "experiment-summary.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     broken = {"scenario": {"topo": "f.py:x", "topo_params": {}, "step_seconds": 10, "steps": 1, "seconds": 10,
-                           "settle_seconds": 1, "links": [], "wires": {}}, "environment": {}, "complete": True,
+                           "settle_seconds": 1, "links": []}, "environment": {}, "complete": True,
               "trials": {"auto": {"policy": "auto", "flows": [], "t0": 1.8e9, "seconds": 10, "tcp": {}, "leaves": {},
                                   "decisions": [], "fidelity": None}}}
     with pytest.raises(jsonschema.ValidationError, match="'steps' is a required property"):

@@ -1,4 +1,4 @@
-"""What netem takes (pure): a delay with its unit, and its arguments for a link."""
+"""What netem takes (pure): a delay with its unit."""
 from __future__ import annotations
 
 import re
@@ -16,9 +16,3 @@ def delay_seconds(delay: str | None) -> float:
         raise ValueError(f"{delay!r} is not a delay such as 150ms")
     number, unit = found.groups()
     return float(number) * _UNIT[unit]
-
-
-def args(delay: str | None, jitter: str | None, loss: float | None) -> list[str]:
-    """netem's arguments for a delay, its jitter and a loss (percent); [] for none of them."""
-    delayed = ["delay", delay, *([jitter] if jitter else [])] if delay else []
-    return [*delayed, *(["loss", f"{loss:g}%"] if loss else [])]
