@@ -123,3 +123,23 @@ def test_ctrl_c_during_the_second_trial_of_an_experiment_file_keeps_the_first_an
     assert (summary["complete"], summary["interrupted"], list(summary["trials"])) == (False, True, ["none"])
     assert summary["trials"]["none"]["policy"] == "none" and summary["trials"]["none"]["steps"]
     assert leftovers() == NOTHING_LEFT
+
+
+def test_a_trial_this_kernel_cannot_run_is_refused_in_one_line_before_any_network_starts(tmp_path):
+    """Where the kernel lacks a trial's queue discipline (here, sfq: docs/other-studies.md), the run says which
+    and why, and leaves nothing: no bridge, no process, not even its results folder."""
+    from topo.harness.capabilities import qdisc_available
+    discipline = next((d for d in ("sfq", "codel", "fq_codel", "red") if not qdisc_available(d)), None)
+    if discipline is None:
+        pytest.skip("this kernel has every discipline the controller offers")
+    (tmp_path / "mine.py").write_text(textwrap.dedent(TOPO))
+    (tmp_path / "e.yaml").write_text(f"topo: mine.py:vee\ntraffic: {{flows: [{{name: a, from: web, to: sink}}]}}\n"
+                                     f"trials: [{{name: fifo}}, {{name: aqm, ports: {{discipline: {discipline}}}}}]\n")
+    out = tmp_path / "results"
+    assert leftovers() == NOTHING_LEFT
+    done = subprocess.run([sys.executable, "topo/run.py", "--experiment", str(tmp_path / "e.yaml"), "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr.startswith(f"error: trial aqm: ports.discipline {discipline}: ") and \
+        done.stderr.count("\n") == 1, done.stderr
+    assert not out.exists() and leftovers() == NOTHING_LEFT

@@ -12,7 +12,8 @@ from tests.integration.conftest import requires_ovs
 from topo.harness import capabilities as cap
 from topo.harness.report import jain_index
 from topo.net import experimentfile
-from topo.studies.aqm import DISCIPLINES, tc_kind
+from topo.studies.aqm import DISCIPLINES
+from topo.studies.experiment import tc_kind
 
 pytestmark = requires_ovs
 

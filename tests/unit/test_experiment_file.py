@@ -191,3 +191,21 @@ def test_the_shipped_parking_lot_experiment_is_its_command_line_in_a_file():
         ["--topo", f"{ROOT}/topo/topos.py:parkinglot", "--topo-param", "last_bw=4", "--traffic",
          str(ROOT / "topo" / "examples" / "parkinglot.yaml"), "--policy", "none", "reserve", "auto"])
     assert shipped == STUDIES["experiment"].experiment(args)
+
+
+def test_a_trial_whose_discipline_or_congestion_control_the_kernel_lacks_is_named_before_anything_starts():
+    from topo.harness.capabilities import Capability
+    from topo.studies.experiment import lacking, tc_kind
+    caps = {f"qdisc:{k}": Capability(f"qdisc:{k}", k != "sfq", "kernel lacks sch_sfq" if k == "sfq" else "ok", "tc",
+                                     False) for k in ("pfifo", "pfifo_head_drop", "sfq", "codel")}
+    caps |= {f"tcp:{a}": Capability(f"tcp:{a}", True, "in tcp_available_congestion_control", "grep", False)
+             for a in ("reno", "cubic")}
+    e = parsed("topo: x.py:y\nports: {queue_packets: 50}\ntraffic: {flows: [{name: a, from: h1, to: h2, cc: reno}]}\n"
+               "trials: [{name: fifo}, {name: sfq, ports: {discipline: sfq}}, {name: codel, ports: {discipline: codel}},"
+               " {name: v, traffic: {flows: [{name: b, from: h1, to: h2, cc: nosuch}]}}]")
+    documents = {t.name: {"network": {"ports": t.ports}} for t in e.trials}
+    why = {t.name: lacking(t, documents[t.name], caps, "user") for t in e.trials}
+    assert why == {"fifo": None, "sfq": "ports.discipline sfq: kernel lacks sch_sfq", "codel": None,
+                   "v": "cc nosuch: not probed: tcp nosuch is unknown to this host"}
+    assert (tc_kind("fifo", "user"), tc_kind("fifo", "kernel"), tc_kind("red", "user")) == \
+        ("pfifo_head_drop", "pfifo", "red")

@@ -43,10 +43,12 @@ class Host:
 @contextmanager
 def launched(out: Path | None, datapath: str = "auto", name: str = "") -> Iterator[Host]:
     """Hold this host for a study: check root, take the host lock (removing what a killed run left),
-    probe, pick the datapath, make the results folder; released however the study ends."""
+    probe, pick the datapath, make the results folder (removed again if the study ends having written
+    nothing in it); released however the study ends."""
     if os.geteuid() != 0:
         raise LaunchError("run as root: Mininet and Open vSwitch need it (sudo python3 topo/run.py ...)", USAGE_ERROR)
     out = out or REPO / "results" / (time.strftime("%Y%m%d-%H%M%S") + (f"-{name}" if name else ""))
+    made = not out.exists()
     lock = HostLock()
     try:
         record, removed = lock.acquire(out)
@@ -76,6 +78,8 @@ def launched(out: Path | None, datapath: str = "auto", name: str = "") -> Iterat
     finally:
         left = record.close()
         lock.release()
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
         if left:
             note(f"removed what this run left behind: {', '.join(left)}")
 

@@ -43,7 +43,7 @@ from topo.studies.base import (
     say_unavailable,
     settings,
 )
-from topo.studies.experiment import ExperimentStudy, Plan, study_experiment, study_plan
+from topo.studies.experiment import ExperimentStudy, Plan, study_experiment, study_plan, tc_kind
 
 PAIRS = 5                              # DumbbellTopo(n=5)
 PING_INTERVAL = 0.2
@@ -93,10 +93,11 @@ class AqmStudy(ExperimentStudy):
             raise UsageError(f"--cc {extra.cc}: {lacking[extra.cc]}")
         absent = _absent(extra, host)
         say_unavailable("queue disciplines this kernel lacks, not run", absent)
-        runnable = [t for t in super().trials(plan, host) if t.label not in absent]
+        runnable = tuple(t for t in plan.experiment.trials if t.name not in absent)
         if not runnable:
             raise UsageError("none of the requested disciplines is available in this kernel")
-        return [replace(t, run=partial(_checked, t.run, tc_kind(t.label, host.datapath))) for t in runnable]
+        return [replace(t, run=partial(_checked, t.run, tc_kind(t.label, host.datapath)))
+                for t in super().trials(replace(plan, experiment=replace(plan.experiment, trials=runnable)), host)]
 
     def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
         extra: Extra = plan.study
@@ -135,13 +136,6 @@ def _absent(extra: Extra, host: Host) -> dict[str, str]:
     kinds = {d: tc_kind(d, host.datapath) for d in extra.disciplines}
     missing = capabilities.unavailable(host.capabilities, list(kinds.values()), "qdisc")
     return {d: missing[kind] for d, kind in kinds.items() if kind in missing}
-
-
-def tc_kind(discipline: str, datapath: str) -> str:
-    """The qdisc kind the controller puts under the class for `discipline` (controller/core/queues.py)."""
-    if discipline == "fifo":
-        return "pfifo_head_drop" if datapath == "user" else "pfifo"
-    return discipline
 
 
 def discipline_result(res: dict[str, Any]) -> dict[str, Any]:

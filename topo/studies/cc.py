@@ -15,7 +15,7 @@ results as experiment.yaml: `topo/run.py --experiment results/.../experiment.yam
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,8 @@ class CcStudy(ExperimentStudy):
         say_unavailable("TCP algorithms this kernel lacks, skipped", skipped)
         if not algorithms:
             raise UsageError(f"none of the requested algorithms is available here (see {capabilities.TCP_AVAILABLE})")
-        return [t for t in super().trials(plan, host) if t.label in algorithms]
+        runnable = tuple(t for t in plan.experiment.trials if t.name in algorithms)
+        return super().trials(replace(plan, experiment=replace(plan.experiment, trials=runnable)), host)
 
     def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
         extra: Extra = plan.study

@@ -30,7 +30,7 @@ from controller.adapters.tc import ClassCounters
 from controller.core.bridges import CAPACITY_KEY
 from controller.core.plan import HTB_PARENT, htb_classid
 from controller.core.policy import Policy, PolicyError, for_any_network, load_document, parse_policy
-from topo.harness import fidelity, prometheus
+from topo.harness import capabilities, fidelity, prometheus
 from topo.harness.launch import Host, note
 from topo.harness.report import Panel, bar_figure, jain_index, markdown_table
 from topo.net import custom, experimentfile, iperf, ping, probe, traffic, trafficfile
@@ -114,6 +114,11 @@ class ExperimentStudy(Study):
         return experimentfile.Experiment(args.topo, custom.parse_params(args.topo_param), tuple(trials))
 
     def trials(self, plan: Plan, host: Host) -> list[Trial]:
+        for trial in plan.experiment.trials:
+            why = lacking(trial, plan.documents[trial.name], host.capabilities, host.datapath)
+            if why:
+                raise UsageError(f"trial {trial.name}: {why}; this kernel cannot run it: leave the trial out, or "
+                                 "run the experiment in the VM (topo/run.py vm -- ...)")
         if plan.document:
             (host.out / EXPERIMENT_FILE).write_text(yaml.safe_dump(plan.document, sort_keys=False))
         if plan.loaded.delays:
@@ -139,6 +144,27 @@ class ExperimentStudy(Study):
 
     def figure(self, summary: dict[str, Any], path: Path) -> None:
         figure(summary, path)
+
+
+def lacking(trial: experimentfile.TrialSpec, document: dict, caps: dict[str, capabilities.Capability],
+            datapath: str) -> str | None:
+    """What of `trial` (under its policy `document`) the host of `caps` lacks: the queue discipline of
+    its ports, or a flow's congestion control; None when it has both."""
+    discipline = ((document.get("network") or {}).get("ports") or {}).get("discipline", "fifo")
+    kind = tc_kind(discipline, datapath)
+    missing = capabilities.unavailable(caps, [kind], "qdisc")
+    if missing:
+        return f"ports.discipline {discipline}: {missing[kind]}"
+    wanted = sorted({f.cc for f in trial.traffic.flows if f.cc})
+    skipped = capabilities.choose_tcp(wanted, capabilities.tcp_algorithms(), caps)[1] if wanted else {}
+    return next((f"cc {cc}: {why}" for cc, why in skipped.items()), None)
+
+
+def tc_kind(discipline: str, datapath: str) -> str:
+    """The qdisc kind the controller puts under the class for `discipline` (controller/core/queues.py)."""
+    if discipline == "fifo":
+        return "pfifo_head_drop" if datapath == "user" else "pfifo"
+    return discipline
 
 
 def study_experiment(setup: Settings, topo: str, params: dict[str, Any], ports: dict[str, Any],
