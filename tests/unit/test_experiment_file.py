@@ -17,6 +17,7 @@ from topo.net.experimentfile import ExperimentFileError
 from topo.net.traffic import Ping
 from topo.studies import STUDIES
 from topo.studies.base import UsageError, parser_for
+from topo.studies.experiment import queue_rule
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOW = "{step_seconds: 10, flows: [{name: bulk, from: h1, to: h4}]}"
@@ -30,7 +31,7 @@ def test_without_trials_each_policy_is_a_trial_on_the_same_traffic():
     e = parsed(f"topo: ../topos.py:qosstudy\ntopo_params: {{bw: 5}}\npolicy: [none, auto]\ntraffic: {FLOW}")
     assert e.topo == "/topos.py:qosstudy" and e.params == {"bw": 5}
     assert [(t.name, t.policy) for t in e.trials] == [("none", "none"), ("auto", "auto")]
-    assert e.trials[0].traffic is e.trials[1].traffic and e.hosts == {"h1", "h4"}
+    assert e.trials[0].traffic is e.trials[1].traffic and e.trials[0].traffic.hosts() == {"h1", "h4"}
 
 
 def test_a_trial_takes_what_it_does_not_say_from_the_top_and_its_ports_over_the_files():
@@ -133,6 +134,8 @@ def test_fairness_and_aqm_are_experiments_too():
     aqm = plan_of("aqm", "--disciplines", "fifo", "codel", "--quick")
     assert aqm.experiment.topo.endswith(":dumbbell") and aqm.experiment.params == {"bw": 10.0, "n": 5}
     assert aqm.documents["codel"]["network"]["ports"]["discipline"] == "codel"
+    rule = queue_rule(aqm.documents["codel"])     # as the parser reads it, with the policy's other fields
+    assert (rule.queues, rule.queue_packets, rule.discipline) == ("fifo", 100, "codel")
     traffic = aqm.experiment.trials[0].traffic
     assert (len(traffic.flows), traffic.probe, traffic.ping) == (5, ("snd1", "rcv1"), ("snd1", "rcv1", 0.2))
 
@@ -194,6 +197,7 @@ def test_the_shipped_parking_lot_experiment_is_its_command_line_in_a_file():
 
 
 def test_a_trial_whose_discipline_or_congestion_control_the_kernel_lacks_is_named_before_anything_starts():
+    from controller.core.policy import PortRule
     from topo.harness.capabilities import Capability
     from topo.studies.experiment import lacking, tc_kind
     caps = {f"qdisc:{k}": Capability(f"qdisc:{k}", k != "sfq", "kernel lacks sch_sfq" if k == "sfq" else "ok", "tc",
@@ -203,8 +207,8 @@ def test_a_trial_whose_discipline_or_congestion_control_the_kernel_lacks_is_name
     e = parsed("topo: x.py:y\nports: {queue_packets: 50}\ntraffic: {flows: [{name: a, from: h1, to: h2, cc: reno}]}\n"
                "trials: [{name: fifo}, {name: sfq, ports: {discipline: sfq}}, {name: codel, ports: {discipline: codel}},"
                " {name: v, traffic: {flows: [{name: b, from: h1, to: h2, cc: nosuch}]}}]")
-    documents = {t.name: {"network": {"ports": t.ports}} for t in e.trials}
-    why = {t.name: lacking(t, documents[t.name], caps, "user") for t in e.trials}
+    rules = {t.name: PortRule("fifo", **t.ports) for t in e.trials}
+    why = {t.name: lacking(t, rules[t.name], caps, "user") for t in e.trials}
     assert why == {"fifo": None, "sfq": "ports.discipline sfq: kernel lacks sch_sfq", "codel": None,
                    "v": "cc nosuch: not probed: tcp nosuch is unknown to this host"}
     assert (tc_kind("fifo", "user"), tc_kind("fifo", "kernel"), tc_kind("red", "user")) == \

@@ -47,10 +47,6 @@ class Experiment:
     params: dict[str, Any]
     trials: tuple[TrialSpec, ...]
 
-    @property
-    def hosts(self) -> set[str]:
-        return {h for t in self.trials for h in t.traffic.hosts()}
-
 
 def load(path: Path) -> Experiment:
     where = str(path)

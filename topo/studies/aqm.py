@@ -43,7 +43,7 @@ from topo.studies.base import (
     say_unavailable,
     settings,
 )
-from topo.studies.experiment import ExperimentStudy, Plan, study_experiment, study_plan, tc_kind
+from topo.studies.experiment import ExperimentStudy, Plan, keeping, study_experiment, study_plan, tc_kind
 
 PAIRS = 5                              # DumbbellTopo(n=5)
 PING_INTERVAL = 0.2
@@ -93,11 +93,11 @@ class AqmStudy(ExperimentStudy):
             raise UsageError(f"--cc {extra.cc}: {lacking[extra.cc]}")
         absent = _absent(extra, host)
         say_unavailable("queue disciplines this kernel lacks, not run", absent)
-        runnable = tuple(t for t in plan.experiment.trials if t.name not in absent)
+        runnable = {t.name for t in plan.experiment.trials if t.name not in absent}
         if not runnable:
             raise UsageError("none of the requested disciplines is available in this kernel")
         return [replace(t, run=partial(_checked, t.run, tc_kind(t.label, host.datapath)))
-                for t in super().trials(replace(plan, experiment=replace(plan.experiment, trials=runnable)), host)]
+                for t in super().trials(keeping(plan, runnable), host)]
 
     def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
         extra: Extra = plan.study

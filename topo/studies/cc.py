@@ -15,7 +15,7 @@ results as experiment.yaml: `topo/run.py --experiment results/.../experiment.yam
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from topo.studies.base import (
     say_unavailable,
     settings,
 )
-from topo.studies.experiment import ExperimentStudy, Plan, study_experiment, study_plan
+from topo.studies.experiment import ExperimentStudy, Plan, keeping, study_experiment, study_plan
 
 # docs/references.md, section 2, as published (10 Gbit/s tbf): cwnd (packets), RTT (ms), RTT var (ms), Mbit/s.
 PUBLISHED = {"bbr": (552.6, 82.7, 75.6, 1150), "cubic": (1276.5, 391.9, 156.1, 919),
@@ -81,8 +81,7 @@ class CcStudy(ExperimentStudy):
         say_unavailable("TCP algorithms this kernel lacks, skipped", skipped)
         if not algorithms:
             raise UsageError(f"none of the requested algorithms is available here (see {capabilities.TCP_AVAILABLE})")
-        runnable = tuple(t for t in plan.experiment.trials if t.name in algorithms)
-        return super().trials(replace(plan, experiment=replace(plan.experiment, trials=runnable)), host)
+        return super().trials(keeping(plan, set(algorithms)), host)
 
     def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
         extra: Extra = plan.study

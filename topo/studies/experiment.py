@@ -29,7 +29,7 @@ import yaml
 from controller.adapters.tc import ClassCounters
 from controller.core.bridges import CAPACITY_KEY
 from controller.core.plan import HTB_PARENT, htb_classid
-from controller.core.policy import Policy, PolicyError, for_any_network, load_document, parse_policy
+from controller.core.policy import Policy, PolicyError, PortRule, for_any_network, load_document, parse_policy
 from topo.harness import capabilities, fidelity, prometheus
 from topo.harness.launch import Host, note
 from topo.harness.report import Panel, bar_figure, jain_index, markdown_table
@@ -115,7 +115,7 @@ class ExperimentStudy(Study):
 
     def trials(self, plan: Plan, host: Host) -> list[Trial]:
         for trial in plan.experiment.trials:
-            why = lacking(trial, plan.documents[trial.name], host.capabilities, host.datapath)
+            why = lacking(trial, queue_rule(plan.documents[trial.name]), host.capabilities, host.datapath)
             if why:
                 raise UsageError(f"trial {trial.name}: {why}; this kernel cannot run it: leave the trial out, or "
                                  "run the experiment in the VM (topo/run.py vm -- ...)")
@@ -146,15 +146,21 @@ class ExperimentStudy(Study):
         figure(summary, path)
 
 
-def lacking(trial: experimentfile.TrialSpec, document: dict, caps: dict[str, capabilities.Capability],
+def queue_rule(document: dict) -> PortRule:
+    """How a trial's policy (for any network) queues the links: its network.ports as the parser reads it,
+    defaults filled in (a policy without one: the parser's defaults)."""
+    network = parse_policy(document).network
+    return network.ports if network and network.ports else PortRule("fifo")
+
+
+def lacking(trial: experimentfile.TrialSpec, rule: PortRule, caps: dict[str, capabilities.Capability],
             datapath: str) -> str | None:
-    """What of `trial` (under its policy `document`) the host of `caps` lacks: the queue discipline of
+    """What of `trial` (its links queued by `rule`) the host of `caps` lacks: the queue discipline of
     its ports, or a flow's congestion control; None when it has both."""
-    discipline = ((document.get("network") or {}).get("ports") or {}).get("discipline", "fifo")
-    kind = tc_kind(discipline, datapath)
+    kind = tc_kind(rule.discipline, datapath)
     missing = capabilities.unavailable(caps, [kind], "qdisc")
     if missing:
-        return f"ports.discipline {discipline}: {missing[kind]}"
+        return f"ports.discipline {rule.discipline}: {missing[kind]}"
     wanted = sorted({f.cc for f in trial.traffic.flows if f.cc})
     skipped = capabilities.choose_tcp(wanted, capabilities.tcp_algorithms(), caps)[1] if wanted else {}
     return next((f"cc {cc}: {why}" for cc, why in skipped.items()), None)
@@ -165,6 +171,12 @@ def tc_kind(discipline: str, datapath: str) -> str:
     if discipline == "fifo":
         return "pfifo_head_drop" if datapath == "user" else "pfifo"
     return discipline
+
+
+def keeping(plan: Plan, names: set[str]) -> Plan:
+    """`plan` with only the trials named (those a study found this kernel can run)."""
+    return replace(plan, experiment=replace(plan.experiment,
+                                            trials=tuple(t for t in plan.experiment.trials if t.name in names)))
 
 
 def study_experiment(setup: Settings, topo: str, params: dict[str, Any], ports: dict[str, Any],
@@ -241,8 +253,8 @@ def _one_trial(trial: experimentfile.TrialSpec, plan: Plan, ctx: TrialContext) -
         dpids = {net.host(s).dpid for s in loaded.topo.switches()}
         ctx.client.wait(lambda s: dpids <= set(s["switches"]), 30, "every switch connected")
         ctx.client.put_policy(document)
-        rule = document.get("network", {}).get("ports") or {}
-        want = "fifo" if rule.get("queues", "fifo") == "fifo" else "reserve"
+        rule = queue_rule(document)
+        want = "fifo" if rule.queues == "fifo" else "reserve"
         ctx.client.wait(lambda s: all(s["switches"].get(dp, {}).get("ports", {}).get(str(port), {}).get("queues")
                                       == want for dp, port, _, _ in ports), 30,
                         f"policy {trial.policy}'s queues on every link")
@@ -251,7 +263,7 @@ def _one_trial(trial: experimentfile.TrialSpec, plan: Plan, ctx: TrialContext) -
         if spec.probe:
             check_path(net, *spec.probe)
         slowest = min(bps for _, _, _, bps in ports) if ports else 10**9
-        wait = traffic.connect_seconds(slowest, rule.get("queue_packets", 25))
+        wait = traffic.connect_seconds(slowest, rule.queue_packets)
         unloaded = traffic.run(net, trafficfile.unloaded(spec), ctx.raw_dir, wait, ctx.tick)
         before = trafficfile.UNLOADED_SECONDS if unloaded else 0
         with ExitStack() as stack:
@@ -262,7 +274,7 @@ def _one_trial(trial: experimentfile.TrialSpec, plan: Plan, ctx: TrialContext) -
     measured = result(spec, ran, ports, monitors, status, parse_policy(document), *unloaded)
     return {"policy": trial.policy, "flows": flows_scenario(spec), **measured,
             "fidelity": verdict(measured["t0"], spec, ran, ports, monitors, plan.path_rtt_seconds,
-                                rule.get("queue_packets"), plan.path_loss_percent)}
+                                rule.queue_packets, plan.path_loss_percent)}
 
 
 def flows_scenario(spec: trafficfile.Traffic) -> list[dict[str, Any]]:

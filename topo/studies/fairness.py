@@ -12,7 +12,7 @@ results as experiment.yaml: `topo/run.py --experiment results/.../experiment.yam
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from topo.studies.base import (
     say_unavailable,
     settings,
 )
-from topo.studies.experiment import ExperimentStudy, Plan, study_experiment, study_plan
+from topo.studies.experiment import ExperimentStudy, Plan, keeping, study_experiment, study_plan
 
 MIXED_PAIRS = (("cubic", "reno"), ("bbr", "cubic"), ("bbr", "reno"))
 FIRST, SECOND = ("h1", "h4"), ("h2", "h3")
@@ -81,8 +81,8 @@ class FairnessStudy(ExperimentStudy):
         if extra.tcp_vs_udp in lacking:
             raise UsageError(f"--tcp-vs-udp {extra.tcp_vs_udp}: {lacking[extra.tcp_vs_udp]}")
         say_unavailable("pairs with an algorithm this kernel lacks, skipped", _skipped(extra, lacking))
-        runnable = tuple(t for t in plan.experiment.trials if not set(t.name.split(VERSUS)) & set(lacking))
-        return super().trials(replace(plan, experiment=replace(plan.experiment, trials=runnable)), host)
+        return super().trials(keeping(plan, {t.name for t in plan.experiment.trials
+                                             if not set(t.name.split(VERSUS)) & set(lacking)}), host)
 
     def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
         extra: Extra = plan.study
