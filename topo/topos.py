@@ -48,13 +48,14 @@ class ParkingLotTopo(Topo):
     """n bottlenecks in a line: s1 – s2 – ... – s(n+1), each link `bw` Mbit/s (the last one `last_bw`, when
     given: the tighter one). Two hosts on each switch, h1 h2 on s1, h3 h4 on s2, ...: h1 to the last
     switch's hosts crosses every bottleneck, and the hosts of the switches between send cross traffic over
-    one or a few. The links' bw= is what the launcher declares to the controller (topo/net/custom.py);
-    `mn --custom topo/topos.py --topo parkinglot` builds it too (without a TCLink, mn ignores bw=)."""
+    one or a few. The links' bw= and `delay` (one way, e.g. '10ms') are what the launcher declares to the
+    controller (topo/net/custom.py); `mn --custom topo/topos.py --topo parkinglot` builds it too (without a
+    TCLink, mn ignores bw= and delay=)."""
 
-    def build(self, n=2, bw=5, last_bw=None):
+    def build(self, n=2, bw=5, last_bw=None, delay=None):
         switches = [self.addSwitch(f"s{i + 1}", dpid=str(i + 1)) for i in range(n + 1)]
         for i, (a, b) in enumerate(zip(switches, switches[1:])):
-            self.addLink(a, b, bw=last_bw if last_bw and i == n - 1 else bw)
+            self.addLink(a, b, bw=last_bw if last_bw and i == n - 1 else bw, **({"delay": delay} if delay else {}))
         for i, switch in enumerate(switches):
             for k in (1, 2):
                 self.addLink(self.addHost(f"h{2 * i + k}"), switch)

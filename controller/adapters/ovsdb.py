@@ -42,9 +42,9 @@ from ovsdbapp.backend.ovs_idl import command, connection, idlutils, transaction
 from ovsdbapp.schema.open_vswitch import impl_idl
 
 from controller.adapters import private
-from controller.core.bridges import CAPACITY_KEY, BridgeInfo
+from controller.core.bridges import CAPACITY_KEY, DELAY_KEY, BridgeInfo
 from controller.core.plan import ABSENT, FOREIGN
-from controller.core.policy import LOCAL_OVSDB, PolicyError, parse_rate
+from controller.core.policy import LOCAL_OVSDB, PolicyError, delay_us, parse_rate
 from controller.core.queues import OvsdbQos, QosSpec, QueueSpec
 
 LOG = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ COLUMNS = {"Open_vSwitch": ["bridges", "next_cfg", "cur_cfg",       # next/cur_c
            "Bridge": ["name", "datapath_id", "datapath_type", "ports",
                       "external_ids"],                               # a cluster's epochs (fencing)
            "Port": ["name", "interfaces", "qos"],
-           "Interface": ["name", "ofport", "external_ids"],   # external_ids: a declared capacity
+           "Interface": ["name", "ofport", "external_ids"],   # external_ids: a declared capacity and delay
            "QoS": None, "Queue": None}
 
 
@@ -79,6 +79,16 @@ def declared_capacity(value: str | None) -> int | None:
         return None
     try:
         return parse_rate(value, CAPACITY_KEY)
+    except PolicyError:
+        return None
+
+
+def declared_delay(value: str | None) -> int | None:
+    """An interface's declared one-way delay (DELAY_KEY) in µs; None when absent, zero or not a delay."""
+    if value is None:
+        return None
+    try:
+        return delay_us(value, DELAY_KEY) or None
     except PolicyError:
         return None
 
@@ -201,8 +211,10 @@ class Ovsdb:
                           if iface.ofport and iface.ofport[0] > 0]
                 declared = {iface.ofport[0]: bps for iface in ifaces
                             if (bps := declared_capacity(iface.external_ids.get(CAPACITY_KEY))) is not None}
+                delays = {iface.ofport[0]: us for iface in ifaces
+                          if (us := declared_delay(iface.external_ids.get(DELAY_KEY))) is not None}
                 return BridgeInfo(br.name, br.datapath_type, {iface.ofport[0]: iface.name for iface in ifaces},
-                                  declared=declared)
+                                  declared=declared, delays=delays)
         return None
 
     def port_qos(self, iface: str) -> OvsdbQos | str | None:

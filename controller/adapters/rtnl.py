@@ -14,9 +14,10 @@ import itertools
 import socket
 import struct
 from collections.abc import Iterator
+from typing import NamedTuple
 
 NLMSG_ERROR, NLMSG_DONE = 2, 3
-RTM_NEWQDISC, RTM_GETQDISC, RTM_NEWTCLASS, RTM_GETTCLASS = 36, 38, 40, 42
+RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC, RTM_NEWTCLASS, RTM_GETTCLASS = 36, 37, 38, 40, 42
 RTM_NEWTFILTER, RTM_DELTFILTER, RTM_GETTFILTER = 44, 45, 46
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_ECHO = 0x1, 0x4, 0x8
 NLM_F_REPLACE, NLM_F_CREATE, NLM_F_DUMP = 0x100, 0x400, 0x300
@@ -37,6 +38,14 @@ _U32_KEY_MASK = struct.Struct(">II")    # struct tc_u32_key: mask, value (networ
 _U32_KEY_OFF = struct.Struct("=ii")     # off, offmask
 _U32_KEY_SIZE = _U32_KEY_MASK.size + _U32_KEY_OFF.size
 _FIFO_LIMIT = struct.Struct("=I")       # struct tc_fifo_qopt: the limit (packets for pfifo)
+_NETEM = struct.Struct("=II")           # struct tc_netem_qopt begins: latency (in 64 ns ticks), limit
+
+
+class Qdisc(NamedTuple):
+    handle: int
+    kind: str
+    options: bytes
+    stats: tuple[int, int, int, int, int] | None   # as Rtnl.classes gives them
 
 
 def attr(kind: int, payload: bytes) -> bytes:
@@ -126,18 +135,17 @@ class Rtnl:
                     stats = _stats(value)
             yield handle, kind, stats
 
-    def qdisc(self, index: int, parent: int) -> tuple[str, bytes, tuple[int, int, int, int, int] | None] | None:
-        """(kind, options, statistics as `classes` gives them) of the qdisc under `parent`; None where the
-        kernel shows none (the default pfifo HTB puts under a new class is hidden). The kernel answers a
-        qdisc GET as an announcement: ECHO sends it to us too."""
+    def qdisc(self, index: int, parent: int) -> Qdisc | None:
+        """The qdisc under `parent`; None where the kernel shows none (the default pfifo HTB puts under a new
+        class is hidden). The kernel answers a qdisc GET as an announcement: ECHO sends it to us too."""
         for reply, body in self.request(RTM_GETQDISC, NLM_F_ACK | NLM_F_ECHO, tcmsg(index, 0, parent)):
             if reply != RTM_NEWQDISC:
                 continue
             found = dict(attrs(body, _TCMSG.size))
             if TCA_KIND in found:
                 stats = found.get(TCA_STATS2)
-                return (found[TCA_KIND].rstrip(b"\0").decode(), found.get(TCA_OPTIONS, b""),
-                        None if stats is None else _stats(stats))
+                return Qdisc(_TCMSG.unpack_from(body)[2], found[TCA_KIND].rstrip(b"\0").decode(),
+                             found.get(TCA_OPTIONS, b""), None if stats is None else _stats(stats))
         return None
 
     def u32_filters(self, index: int, parent: int, prio: int) -> Iterator[tuple[int, list[tuple[int, int, int]]]]:
@@ -154,6 +162,10 @@ class Rtnl:
     def replace_qdisc(self, index: int, handle: int, parent: int, kind: str, options: bytes) -> None:
         self.request(RTM_NEWQDISC, NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
                      tcmsg(index, handle, parent) + attr(TCA_KIND, kind.encode() + b"\0") + attr(TCA_OPTIONS, options))
+
+    def delete_qdisc(self, index: int, parent: int) -> None:
+        """The qdisc under `parent` (a class then gets its default back)."""
+        self.request(RTM_DELQDISC, NLM_F_ACK, tcmsg(index, 0, parent))
 
     def delete_filters(self, index: int, parent: int, prio: int) -> None:
         """Every filter at `prio` under `parent`; none there (or no qdisc to hold one) is no error."""
@@ -186,6 +198,15 @@ def u32_keys(selector: bytes) -> list[tuple[int, int, int]]:
 
 def fifo_limit(options: bytes) -> int | None:
     return _FIFO_LIMIT.unpack_from(options)[0] if len(options) >= _FIFO_LIMIT.size else None
+
+
+def netem_options(options: bytes) -> tuple[int, int] | None:
+    """netem's (delay in µs, limit in packets). Its dump gives the delay in 64 ns ticks: rounded, what was
+    set in µs comes back."""
+    if len(options) < _NETEM.size:
+        return None
+    ticks, limit = _NETEM.unpack_from(options)
+    return round((ticks << 6) / 1000), limit
 
 
 def _stats(data: bytes) -> tuple[int, int, int, int, int] | None:

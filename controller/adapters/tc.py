@@ -5,12 +5,13 @@ OVS builds the HTB (or HFSC) root 1: and a class 1:<queue+1> per queue on the po
 both under a parent class 1:fffe. This module
 reads their counters and adds two things OVS does not:
 - leaves: the qdisc under each class. OVS leaves the kernel's default pfifo, as long as the
-  device's txqueuelen; the policy chooses its length and discipline (controller/core/queues.py).
+  device's txqueuelen; the policy chooses its length and discipline (controller/core/queues.py), and an
+  emulated link's declared delay puts netem there (the queue its own, or below it).
 - filters: u32 rules that send a DSCP mark to its class, because the userspace datapath ignores
   set_queue (every packet leaves through one AF_PACKET socket); one per mark for IPv4's DS field
   and one for IPv6's traffic class, at a prio each (the kernel keeps one protocol per prio).
-Disciplines other than FIFOs (sfq, codel, fq_codel, red) go through the `tc` command, which knows
-how to encode each; they are only set when a port asks for one.
+Disciplines other than FIFOs (sfq, codel, fq_codel, red), and netem, go through the `tc` command, which
+knows how to encode each; they are only set when a port asks for one.
 One lock serialises every netlink call: the socket may not be shared by two green or native threads
 at once. Every failure, the kernel's refusals included, is an OSError.
 """
@@ -27,8 +28,17 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from controller.adapters.rtnl import RTM_GETTFILTER, RTM_NEWQDISC, Rtnl, fifo_limit, messages, u32_key_selector
+from controller.adapters.rtnl import (
+    RTM_GETTFILTER,
+    RTM_NEWQDISC,
+    Rtnl,
+    fifo_limit,
+    messages,
+    netem_options,
+    u32_key_selector,
+)
 from controller.core.plan import HTB_PARENT
+from controller.core.queues import FIFO_KINDS
 
 ROOT = 0x10000                  # 1: (OVS's HTB or HFSC root)
 RTMGRP_TC = 0x8                 # linux/rtnetlink.h: the group of qdisc, class and filter announcements
@@ -50,7 +60,6 @@ class DscpFilter:
 
 FILTERS = {"ipv4": DscpFilter(0x0800, 7, 18),   # version, IHL, then the DS field
            "ipv6": DscpFilter(0x86DD, 8, 22)}   # version, then the traffic class
-FIFO_KINDS = ("pfifo", "pfifo_head_drop")
 
 
 def classid(handle: int) -> str:
@@ -63,8 +72,16 @@ def parse_classid(text: str) -> int:
 
 
 def leaf_handle(cls: str) -> int:
-    """A handle per class for the leaf we put under it (1:2 → 102:)."""
+    """A handle per class for the leaf we put under it (1:2 → 102:): its queue, or netem above the queue."""
     return (0x100 + (parse_classid(cls) & 0xFFFF)) << 16
+
+
+TWIN = 0x8000 << 16   # the other handle of a leaf whose kind changes (Tc._graft)
+
+
+def below_netem_handle(cls: str) -> int:
+    """The handle of the queue we put under netem, under class `cls` (1:2 → 1102:)."""
+    return (0x1100 + (parse_classid(cls) & 0xFFFF)) << 16
 
 
 @dataclass(frozen=True)
@@ -84,6 +101,7 @@ class Leaf:
     drops: int = 0
     backlog_bytes: int = 0
     backlog_packets: int = 0
+    delay_us: int = 0      # netem's, on an emulated link; the rest is of the queue (netem's own, or below it)
 
 
 DEFAULT_LEAF = Leaf("pfifo", None)   # the kernel's own, as long as the device's txqueuelen
@@ -145,9 +163,18 @@ class Tc:
             if qdisc is None:
                 found[cls] = DEFAULT_LEAF
                 continue
-            kind, options, stats = qdisc
-            _, packets, drops, backlog, qlen = stats or (0, 0, 0, 0, 0)
-            found[cls] = Leaf(kind, fifo_limit(options) if kind in FIFO_KINDS else None, packets, drops, backlog, qlen)
+            delay, limit = 0, fifo_limit(qdisc.options) if qdisc.kind in FIFO_KINDS else None
+            if qdisc.kind == "netem":   # an emulated link's delay: the queue is netem's own, or below it
+                delay, limit = netem_options(qdisc.options) or (0, None)
+                try:
+                    with self._raw() as rtnl:
+                        below = rtnl.qdisc(index, qdisc.handle | 1)
+                except OSError:
+                    below = None        # netem has no qdisc below (the kernel says ENOENT)
+                if below is not None:
+                    qdisc, limit = below, fifo_limit(below.options) if below.kind in FIFO_KINDS else None
+            _, packets, drops, backlog, qlen = qdisc.stats or (0, 0, 0, 0, 0)
+            found[cls] = Leaf(qdisc.kind, limit, packets, drops, backlog, qlen, delay)
         return found
 
     def filters(self, iface: str) -> set[tuple[str, int, str]]:
@@ -177,18 +204,40 @@ class Tc:
                     rtnl.add_u32_filter(index, ROOT, spec.prio, spec.protocol,
                                         u32_key_selector(spec.mask, dscp << spec.shift), ROOT | (queue_id + 1))
 
-    def replace_leaf(self, iface: str, cls: str, leaf: tuple[str, ...]) -> None:
-        """Put `leaf` (a tc qdisc spec: kind, then its arguments) under HTB class `cls`."""
-        kind, args = leaf[0], leaf[1:]
+    def replace_leaf(self, iface: str, cls: str, chain: tuple[tuple[str, ...], ...]) -> None:
+        """Put `chain` (tc qdisc specs, each a kind then its arguments: controller/core/queues.py, leaf_chain)
+        under HTB class `cls`, each below the one before it."""
+        parent, handle = cls, leaf_handle(cls)
+        for qdisc in chain:
+            parent, handle = classid(self._graft(iface, parent, handle, qdisc) | 1), below_netem_handle(cls)
+
+    def _graft(self, iface: str, parent: str, handle: int, spec: tuple[str, ...]) -> int:
+        """Put `spec` under `parent`, at `handle` or, where a qdisc of another kind holds that handle, at its
+        twin: the kernel changes a qdisc in place only into one of its own kind, and a new handle swaps the
+        new qdisc in at once, the old one staying if the new is refused. The handle it went to."""
+        try:
+            self._put(iface, parent, handle, spec)
+            return handle
+        except OSError:
+            index = self._require(iface)
+            with self._raw() as rtnl:
+                there = rtnl.qdisc(index, parse_classid(parent))
+            if there is None or there.handle != handle or there.kind == spec[0]:
+                raise
+        self._put(iface, parent, handle ^ TWIN, spec)
+        return handle ^ TWIN
+
+    def _put(self, iface: str, parent: str, handle: int, spec: tuple[str, ...]) -> None:
+        kind, args = spec[0], spec[1:]
         if kind not in FIFO_KINDS:
-            done = subprocess.run(["tc", "qdisc", "replace", "dev", iface, "parent", cls,
-                                   "handle", f"{leaf_handle(cls) >> 16:x}:", *leaf], capture_output=True, text=True)
+            done = subprocess.run(["tc", "qdisc", "replace", "dev", iface, "parent", parent,
+                                   "handle", f"{handle >> 16:x}:", *spec], capture_output=True, text=True)
             if done.returncode != 0:
-                raise OSError(f"tc refused leaf '{' '.join(leaf)}' on {iface} {cls}: {done.stderr.strip()}")
+                raise OSError(f"tc refused '{' '.join(spec)}' on {iface} {parent}: {done.stderr.strip()}")
             return
         index, limit = self._require(iface), int(args[args.index("limit") + 1])
         with self._raw() as rtnl:   # struct tc_fifo_qopt: the limit in packets
-            rtnl.replace_qdisc(index, leaf_handle(cls), parse_classid(cls), kind, struct.pack("=I", limit))
+            rtnl.replace_qdisc(index, handle, parse_classid(parent), kind, struct.pack("=I", limit))
 
     def _require(self, iface: str) -> int:
         index = self.ifindex(iface)

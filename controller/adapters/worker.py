@@ -23,7 +23,7 @@ from controller.adapters.tc import Tc
 from controller.compat import hub
 from controller.core.jobs import Job, JobResult
 from controller.core.plan import spec_classes, tc_changes
-from controller.core.queues import QosSpec
+from controller.core.queues import QosSpec, leaf_chain
 
 LOG = logging.getLogger(__name__)
 CLASS_WAIT_SECONDS = 3.0   # Ovsdb.apply returns once vswitchd applied the change; the classes follow at once
@@ -212,7 +212,7 @@ class Worker:
             if leaves is None or filters is None:
                 return
             plan = tc_changes(job.spec, job.userspace, set(classes),
-                              {c: (leaf.kind, leaf.limit) for c, leaf in leaves.items()}, filters)
+                              {c: (leaf.kind, leaf.limit, leaf.delay_us) for c, leaf in leaves.items()}, filters)
             if not plan.waiting or time.monotonic() > deadline:
                 break
             hub.sleep(0.05)
@@ -223,8 +223,9 @@ class Worker:
             result.missing = True
             return
         for cls in plan.leaves:
-            if self._tc_call(result, self._tc.replace_leaf, job.iface, cls, job.spec.leaf) is not None:
-                result.tc.append(f"{' '.join(job.spec.leaf)} under {cls}")
+            chain = leaf_chain(job.spec)
+            if self._tc_call(result, self._tc.replace_leaf, job.iface, cls, chain) is not None:
+                result.tc.append(f"{' / '.join(' '.join(qdisc) for qdisc in chain)} under {cls}")
         if plan.filters is not None and self._tc_call(result, self._tc.replace_filters, job.iface,
                                                       plan.filters, not job.qos) is not None:
             result.tc.append(f"filters for DSCP marks {plan.filters}")

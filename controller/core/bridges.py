@@ -20,6 +20,9 @@ USERSPACE_DATAPATH = "netdev"
 # An Interface's external_ids key that declares its link's rate (e.g. "5Mbit"): set by the study launcher
 # for a topology's links with bw=, or by hand (ovs-vsctl set interface IFACE external_ids:ovs-qos-capacity=5Mbit).
 CAPACITY_KEY = "ovs-qos-capacity"
+# Its one-way delay (e.g. "10ms"), for an emulated link: the controller, owner of the port's qdiscs, puts
+# netem above the queue of each of its classes (controller/core/queues.py). Set by the launcher where netem exists.
+DELAY_KEY = "ovs-qos-delay"
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class BridgeInfo:
     remote: str = ""            # the OVSDB it is in (controller/adapters/remotes.py fills it in)
     # OpenFlow port number → the capacity its interface declares (bit/s), for a policy's `network:`
     declared: dict[int, int] = field(default_factory=dict)
+    delays: dict[int, int] = field(default_factory=dict)   # OpenFlow port → its declared delay (µs)
 
     @property
     def userspace(self) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 from controller.core.flows import FlowEntry
 from controller.core.meters import MeterChanges, meter_changes
 from controller.core.policy import Police
-from controller.core.queues import OvsdbQos, QosSpec
+from controller.core.queues import OvsdbQos, QosSpec, leaf_in_force
 from controller.core.switch_state import SwitchState
 
 FOREIGN = "foreign"   # the port has a QoS some other tool made: never touched
@@ -119,14 +119,15 @@ class TcChanges:
 FILTER_FAMILIES = ("ipv4", "ipv6")   # each mark is filtered for both: a class may steer either
 
 
-def tc_changes(spec: QosSpec, userspace: bool, classes: set[str], leaves: dict[str, tuple[str, int | None]],
+def tc_changes(spec: QosSpec, userspace: bool, classes: set[str], leaves: dict[str, tuple[str, int | None, int]],
                filters: set[tuple[str, int, str]]) -> TcChanges:
-    """`leaves`: class → (kind, packet limit) in force; `filters`: (family, dscp, class) in force."""
+    """`leaves`: class → its leaf as Tc.leaves reads it, (kind, packet limit, netem's delay in µs), in force;
+    `filters`: (family, dscp, class) in force."""
     wanted = spec_classes(spec)
     if not set(wanted) <= classes:
         return TcChanges(waiting=True)
-    kind, limit = spec.leaf[0], _limit(spec.leaf)
-    bad = tuple(c for c in wanted if leaves.get(c, (None, None)) != (kind, limit))
+    want = leaf_in_force(spec)
+    bad = tuple(c for c in wanted if leaves.get(c) != want)
     marks = {(family, dscp, htb_classid(q)) for family in FILTER_FAMILIES for dscp, q in spec.marks} \
         if userspace else set()
     return TcChanges(False, bad, spec.marks if userspace and filters != marks else None)
@@ -144,8 +145,3 @@ def htb_classid(queue_id: int) -> str:
 
 # OVS's parent of those classes: its counters are the sum of its children's, and no leaf hangs under it.
 HTB_PARENT = "1:fffe"
-
-
-def _limit(leaf: tuple[str, ...]) -> int | None:
-    """The packet limit a FIFO leaf is compared by; other disciplines are compared by kind."""
-    return int(leaf[leaf.index("limit") + 1]) if leaf[0] in ("pfifo", "pfifo_head_drop") else None

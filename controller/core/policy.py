@@ -42,6 +42,9 @@ _RATE_UNITS = {"": 1, "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 # OVS's linux-htb hands the kernel each rate as 32-bit bytes per second: above that it wraps.
 MAX_RATE_BPS = (2**32 - 1) * 8
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+DELAY = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")     # a link's one-way delay as netem takes it: 5ms, 500us, 0.1s
+_DELAY_US = {"us": 1, "ms": 1000, "s": 1_000_000}
+MAX_DELAY_US = 60_000_000   # a minute: beyond any path on Earth, and far inside netem's 32-bit clock
 LOCAL_OVSDB = "unix:/var/run/openvswitch/db.sock"    # the system's OVS on the controller's host
 OVSDB_REMOTE = re.compile(r"^(unix:.+|(tcp|ssl):[^:]+:\d+|(tcp|ssl):\[[0-9a-fA-F:.]+\]:\d+)$")
 _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$", re.IGNORECASE)
@@ -298,6 +301,18 @@ def parse_rate(value: Any, where: str) -> int:
     if int(bps) <= 0:
         raise PolicyError(f"{where}: {_shown(value)} is not a positive rate of at least 1 bit/s; write e.g. 5Mbit")
     return int(bps)
+
+
+def delay_us(value: str, where: str) -> int:
+    """'10ms' → 10000: a one-way delay in whole microseconds (0: none)."""
+    found = DELAY.match(value)
+    if not found:
+        raise PolicyError(f"{where}: {_shown(value)} is not a delay; write e.g. 10ms, 500us or 0.1s")
+    number, unit = found.groups()
+    us = round(float(number) * _DELAY_US[unit])
+    if us > MAX_DELAY_US:
+        raise PolicyError(f"{where}: {_shown(value)} is longer than a minute; write e.g. 10ms")
+    return us
 
 
 def _capacity(value: Any, where: str) -> int:

@@ -193,7 +193,7 @@ class Switch:
         previous, self.state = self.state, None
         if policy and switch_policy and self.bridge:
             self.state = SwitchState(policy, switch_policy, self.bridge.userspace, previous=previous,
-                                     counting=self.flows.cannot_police is None)
+                                     counting=self.flows.cannot_police is None, delays=self.bridge.delays)
         self.poller.forget_unwatched(self.state)
         for port in switch_policy.ports if switch_policy else ():
             if port.queues == "auto":   # counted from 0, so that Prometheus' increase() sees the first event
@@ -232,7 +232,7 @@ class Switch:
         retry = self.jobs.poll(now) or self.flows.failed
         self.flows.failed = False
         moved = self.ovsdb_generation != view.ovsdb.generation
-        if moved and self.bridge is not None:   # a capacity declared since (network:): the bridge read again
+        if moved and self.bridge is not None:   # a capacity or delay declared since: the bridge read again
             bridge = view.ovsdb.bridge(self.dp_id, self.bridge.remote)
             if bridge is not None and bridge != self.bridge:
                 self.bridge = bridge

@@ -19,11 +19,13 @@ from controller.core.stats import PortRates
 
 class SwitchState:
     def __init__(self, policy: Policy, switch: SwitchPolicy, userspace: bool, previous: SwitchState | None = None,
-                 counting: bool = False):
-        """`counting`: the switch has meters, so `auto` ports' classified flows pass counting meters."""
+                 counting: bool = False, delays: dict[int, int] | None = None):
+        """`counting`: the switch has meters, so `auto` ports' classified flows pass counting meters.
+        `delays`: port → the one-way delay (µs) its interface declares for an emulated link."""
         self.policy = policy
         self.switch = switch
         self.userspace = userspace
+        self.delays = delays or {}
         self.counting = counting
         self.reserving = frozenset(p.port_no for p in switch.ports if p.queues == "reserve")
         self.auto = frozenset(p.port_no for p in switch.ports if p.queues == "auto")
@@ -68,7 +70,7 @@ class SwitchState:
     def qos(self, reserving: frozenset[int] | set[int]) -> dict[int, QosSpec]:
         """Each port's queues: class queues for the ports in `reserving`, and always for `auto` ports."""
         return {p.port_no: desired_qos(self.policy, p, p.port_no in reserving or p.port_no in self.auto,
-                                       self.userspace)
+                                       self.userspace, self.delays.get(p.port_no, 0))
                 for p in self.switch.ports}
 
     def counted_class(self, meter: int) -> tuple[int, str] | None:

@@ -1,5 +1,6 @@
 """The OVSDB adapter against the real ovsdb-server and ovs-vswitchd: rows read back, ownership, the owner's
 lock, many ports in bounded transactions, HTB classes."""
+import dataclasses
 import os
 import re
 import signal
@@ -17,9 +18,9 @@ from controller.adapters.ovsdb import Fenced, LockHeld, Ovsdb, OvsdbError, Uncon
 from controller.adapters.tc import Leaf, Tc
 from controller.core.plan import ABSENT, FOREIGN
 from controller.core.policy import load_policy
-from controller.core.queues import fifo_qos, reserve_qos
+from controller.core.queues import fifo_qos, leaf_chain, leaf_in_force, reserve_qos
 from tests.integration.conftest import requires_ovs
-from topo.harness import host
+from topo.harness import capabilities, host
 
 pytestmark = requires_ovs
 POLICY = load_policy("policies/reserve.yaml")
@@ -94,7 +95,7 @@ def test_reserve_then_fifo_then_remove(port):
     shown = sh("tc", "filter", "show", "dev", iface, "parent", "1:")
     assert "match 00040000/00fc0000 at 0" in shown    # IPv4's DS field, as `tc ... match ip dsfield` writes it
     assert "match 00400000/0fc00000 at 0" in shown    # IPv6's traffic class, as `match ip6 priority` writes it
-    TC.replace_leaf(iface, "1:2", ("pfifo_head_drop", "limit", "25"))
+    TC.replace_leaf(iface, "1:2", (("pfifo_head_drop", "limit", "25"),))
     assert TC.leaves(iface)["1:2"] == Leaf("pfifo_head_drop", 25)
     TC.replace_filters(iface, ())
     assert TC.filters(iface) == set()
@@ -328,3 +329,51 @@ def test_a_bridge_is_read_again_when_its_ports_change_and_only_then(port):
     finally:
         sh("ovs-vsctl", "--if-exists", "del-port", bridge, extra)
         subprocess.run(["ip", "link", "del", extra], capture_output=True)
+
+
+def test_a_declared_delay_is_read_and_netem_goes_under_a_class_or_is_refused_leaving_its_queue_whole(port):
+    """A link's delay= as the launcher declares it. A kernel without netem refuses it in one error, and the
+    class keeps the queue it had; with netem, netem is the class's FIFO (its limit holding what is in
+    flight too) or sits above another discipline, and without the delay the queue is alone again."""
+    db, iface = port
+    bridge = sh("ovs-vsctl", "port-to-br", iface).strip()
+    dp_id = int(sh("ovs-vsctl", "get", "bridge", bridge, "datapath_id").strip().strip('"'), 16)
+    ofport = int(sh("ovs-vsctl", "get", "interface", iface, "ofport").strip())
+
+    def read_until(delays):
+        deadline = time.monotonic() + 5
+        while (found := db.bridge(dp_id)) is None or found.delays != delays:
+            assert time.monotonic() < deadline, found
+            time.sleep(0.05)
+
+    read_until({})
+    sh("ovs-vsctl", "set", "interface", iface, "external_ids:ovs-qos-delay=10ms")
+    read_until({ofport: 10_000})
+    sh("ovs-vsctl", "set", "interface", iface, "external_ids:ovs-qos-delay=10 ms")   # no delay: ignored
+    read_until({})
+    plain, delayed = fifo_qos(PORT, userspace=True), fifo_qos(PORT, userspace=True, delay_us=10_000)
+    db.apply({iface: delayed}, {})
+    wait_classes(iface, 1)
+
+    def in_force():
+        leaf = TC.leaves(iface)["1:1"]
+        return leaf.kind, leaf.limit, leaf.delay_us
+
+    kernel_fifo = fifo_qos(PORT, userspace=False)
+    for spec in (kernel_fifo, plain):    # pfifo, then pfifo_head_drop: a kind the kernel will not change into
+        TC.replace_leaf(iface, "1:1", leaf_chain(spec))
+        assert in_force() == leaf_in_force(spec)
+    assert in_force() == ("pfifo_head_drop", PORT.queue_packets, 0)
+    if not capabilities.netem_available():
+        with pytest.raises(OSError, match="netem"):
+            TC.replace_leaf(iface, "1:1", leaf_chain(delayed))
+        assert in_force() == leaf_in_force(plain) and "netem" not in sh("tc", "qdisc", "show", "dev", iface)
+        return
+    for spec in (delayed, dataclasses.replace(delayed, delay_us=2_500), plain):   # made, changed, taken off
+        TC.replace_leaf(iface, "1:1", leaf_chain(spec))
+        assert in_force() == leaf_in_force(spec)
+    assert in_force()[0] != "netem" and "netem" not in sh("tc", "qdisc", "show", "dev", iface)
+    if capabilities.qdisc_available("codel"):            # another discipline goes below netem
+        below = dataclasses.replace(delayed, leaf=("codel", "limit", "25"))
+        TC.replace_leaf(iface, "1:1", leaf_chain(below))
+        assert in_force() == leaf_in_force(below) == ("codel", None, 10_000)

@@ -43,7 +43,7 @@ from controller.core.controller import Controller
 from controller.core.flows import CLASSIFIED, COOKIE
 from controller.core.plan import ABSENT, FILTER_FAMILIES, htb_classid
 from controller.core.policy import Policy, load_document, parse_policy
-from controller.core.queues import OvsdbQos
+from controller.core.queues import FIFO_KINDS, OvsdbQos
 
 REPORT = "the app's report of the remotes"   # a timer of the Harness's own
 ROLE = {ofp.OFPCR_ROLE_MASTER: "master", ofp.OFPCR_ROLE_SLAVE: "slave", ofp.OFPCR_ROLE_EQUAL: "equal"}
@@ -428,12 +428,16 @@ class FakeTc:
         self._sync(iface)
         return set(self.filters_[iface])
 
-    def replace_leaf(self, iface: str, cls: str, leaf: tuple[str, ...]) -> None:
+    def replace_leaf(self, iface: str, cls: str, chain: tuple[tuple[str, ...], ...]) -> None:
+        """Read back as Tc.leaves reads it: the bottom qdisc's kind and limit, and netem's delay above it."""
         self._may("replace_leaf")
         self._sync(iface)
         self.writes += 1
-        limit = int(leaf[leaf.index("limit") + 1]) if "limit" in leaf else None
-        self.leaves_[iface][cls] = Leaf(leaf[0], limit)
+        bottom, delay = chain[-1], 0
+        if chain[0][0] == "netem":
+            delay = int(chain[0][chain[0].index("delay") + 1].removesuffix("us"))
+        limit = int(bottom[bottom.index("limit") + 1]) if bottom[0] in (*FIFO_KINDS, "netem") else None
+        self.leaves_[iface][cls] = Leaf(bottom[0], limit, delay_us=delay)
 
     def replace_filters(self, iface: str, marks, clear: bool = True) -> None:
         self._may("replace_filters")

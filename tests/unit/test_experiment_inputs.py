@@ -134,10 +134,10 @@ TOPO = """
 from mininet.topo import Topo
 
 class Line(Topo):
-    def build(self, n=2, bw=5, loop=False):
+    def build(self, n=2, bw=5, loop=False, delay="5ms", loss=None):
         s = [self.addSwitch(f"s{i + 1}") for i in range(n)]
         for a, b in zip(s, s[1:]):
-            self.addLink(a, b, bw=bw, delay="5ms")
+            self.addLink(a, b, bw=bw or None, delay=delay, loss=loss)
         if loop:
             self.addLink(s[-1], s[0])
         for i, sw in enumerate(s):
@@ -162,6 +162,10 @@ def test_a_custom_file_loads_as_mn_loads_it_its_links_declared_and_plain(topo_fi
     assert loaded.delays == ["s1-s2 5ms", "s2-s3 5ms"]
     assert all("bw" not in info and "delay" not in info for *_, info in loaded.topo.links(withInfo=True))
     assert len(custom.load(f"{topo_file}:made", {}).topo.switches()) == 3     # a callable, as mn takes
+    # The delay on a path is its links': h1 → h3 crosses s1-s2 and s2-s3, h2 → h3 only s2-s3.
+    assert [custom.one_way_seconds(loaded, *ends) for ends in (("h1", "h3"), ("h2", "h3"), ("h2", "h2"))] == \
+        [0.010, 0.005, 0.0]
+    assert custom.load(f"{topo_file}:line", custom.parse_params(["delay=0"])).delays == []   # 0 is none, as mn has it
 
 
 @pytest.mark.parametrize("spec, params, message", [
@@ -171,6 +175,11 @@ def test_a_custom_file_loads_as_mn_loads_it_its_links_declared_and_plain(topo_fi
     ("{f}:line", ["colour=1"], "--topo {f}:line: building it failed (TypeError"),
     ("{f}:line", ["bw=fast"], "--topo {f}:line: link s1-s2 bw='fast'; give a rate in Mbit/s"),
     ("/nonexistent/x.py:line", [], "--topo /nonexistent/x.py:line: no file /nonexistent/x.py"),
+    ("{f}:line", ["delay=5"], "--topo {f}:line: link s1-s2 delay=5; write it with its unit, e.g. delay='10ms'"),
+    ("{f}:line", ["delay=5 ms"], "--topo {f}:line: link s1-s2 delay='5 ms'; write it with its unit"),
+    ("{f}:line", ["bw=0"], "--topo {f}:line: link s1-s2 delay='5ms' without bw=; its delay goes above the queues"),
+    ("{f}:line", ["loss=1"], "--topo {f}:line: link s1-s2 loss=1; a switch-to-switch link takes bw= and delay= "
+                             "only (its ports' qdiscs are the controller's): put loss= on a host's link"),
 ])
 def test_a_bad_topology_is_refused_naming_the_file_and_the_fix(topo_file, spec, params, message):
     with pytest.raises(custom.TopologyError) as err:

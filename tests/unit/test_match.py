@@ -1,12 +1,14 @@
 """controller/core/policy.py's flow matches: the fields a class can be picked by, OpenFlow 1.3's
 prerequisites filled in or refused by name, lists of matches, and three classes on one port."""
+import dataclasses
+
 import pytest
 from os_ken.ofproto import ofproto_v1_3_parser
 
 from controller.core.flows import desired_flows
 from controller.core.plan import htb_classid, tc_changes
 from controller.core.policy import PolicyError, parse_policy
-from controller.core.queues import reserve_qos
+from controller.core.queues import NETEM_LIMIT, leaf_chain, leaf_in_force, reserve_qos
 from controller.core.switch_state import SwitchState
 
 
@@ -234,3 +236,31 @@ def test_three_classes_get_three_queues_htb_classes_marks_and_steering_flows():
                         (("set_field", "ip_dscp", 2), ("set_queue", 2)),
                         (("set_field", "ip_dscp", 10), ("set_queue", 15)),
                         ()]
+
+
+def test_a_delayed_links_fifo_is_netems_own_holding_what_is_in_flight_and_another_discipline_goes_below():
+    policy = policy_with({"actions": [{"output": 1}]}, classes={"c": {"queue": 1}})
+    spec = SwitchState(policy, policy.switch(1), userspace=False, delays={1: 10_000}).qos({1})[1]
+    # 25 packets of queue, and 10 ms at 10 Mbit/s in flight: 8.3 full frames, so 9.
+    queue = dataclasses.replace(spec, leaf=("pfifo", "limit", "25"))
+    assert leaf_chain(queue) == (("netem", "delay", "10000us", "limit", "34"),)
+    assert leaf_in_force(queue) == ("netem", 34, 10_000)
+    fair = dataclasses.replace(spec, leaf=("sfq", "limit", "25", "perturb", "10"))
+    assert leaf_chain(fair) == (("netem", "delay", "10000us", "limit", str(NETEM_LIMIT)), fair.leaf)
+    assert leaf_in_force(fair) == ("sfq", None, 10_000)
+    undelayed = dataclasses.replace(queue, delay_us=0)
+    assert leaf_chain(undelayed) == (undelayed.leaf,) and leaf_in_force(undelayed) == ("pfifo", 25, 0)
+
+
+def test_a_class_whose_leaf_is_not_the_delayed_links_is_put_right():
+    policy = policy_with({"actions": [{"output": 1}]}, classes={"c": {"queue": 1}})
+    spec = SwitchState(policy, policy.switch(1), userspace=True, delays={1: 10_000}).qos({1})[1]
+    right = {"1:1": leaf_in_force(spec), "1:2": leaf_in_force(spec)}
+    assert not tc_changes(spec, False, set(right), right, set())
+    # The queue alone (a delay declared since), or netem of another delay: put again.
+    alone = ("pfifo_head_drop", int(spec.leaf[2]), 0)
+    assert tc_changes(spec, False, set(right), {**right, "1:1": alone}, set()).leaves == ("1:1",)
+    other = (*leaf_in_force(spec)[:2], 5_000)
+    assert tc_changes(spec, False, set(right), {**right, "1:2": other}, set()).leaves == ("1:2",)
+    undelayed = SwitchState(policy, policy.switch(1), userspace=True).qos({1})[1]
+    assert tc_changes(undelayed, False, set(right), right, set()).leaves == ("1:1", "1:2")   # a delay taken off

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from controller.core.congestion import CongestionConfig
-from controller.core.policy import Police, PolicyError, load_document, load_policy, parse_policy, parse_rate
+from controller.core.policy import Police, PolicyError, delay_us, load_document, load_policy, parse_policy, parse_rate
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 SHIPPED = sorted(POLICIES.glob("*.yaml"))
@@ -380,3 +380,16 @@ def test_class_priority_is_validated_and_voice_is_served_first_and_tcp_borrows_b
     doc = {"name": "p", "classes": {"tcp": {"queue": 1, "priority": 9}}, "switches": {"s1": {"dp_id": 1}}}
     with pytest.raises(PolicyError, match=r"^classes\.tcp\.priority: 9 is not a whole number from 0 to 7$"):
         parse_policy(doc)
+
+
+@pytest.mark.parametrize("value, us", [("10ms", 10_000), ("500us", 500), ("0.1s", 100_000), ("2.5ms", 2_500), ("0ms", 0)])
+def test_a_delay_is_read_in_microseconds(value, us):
+    assert delay_us(value, "delay") == us
+
+
+@pytest.mark.parametrize("value, message", [("10", "'10' is not a delay; write e.g. 10ms"),
+                                            ("10 ms", "'10 ms' is not a delay"),
+                                            ("61s", "'61s' is longer than a minute")])
+def test_a_delay_without_its_unit_or_beyond_a_minute_is_refused(value, message):
+    with pytest.raises(PolicyError, match=f"^external_ids:ovs-qos-delay: {message}"):
+        delay_us(value, "external_ids:ovs-qos-delay")

@@ -9,6 +9,7 @@ from controller.adapters.rtnl import (
     attr,
     attrs,
     fifo_limit,
+    netem_options,
     tcmsg,
     u32_key_selector,
     u32_keys,
@@ -49,3 +50,10 @@ def test_a_u32_selectors_keys_are_read_back_as_value_mask_and_offset():
 def test_a_fifos_limit_is_its_options_first_word():
     assert fifo_limit(struct.pack("=I", 40)) == 40
     assert fifo_limit(b"") is None
+
+
+def test_netems_delay_and_limit_are_read_its_ticks_back_to_the_microseconds_it_was_given():
+    # struct tc_netem_qopt as the kernel dumps it: latency in 64 ns ticks (ns >> 6), the limit, then loss, ...
+    for us in (1, 999, 10_000, 2_500, 60_000_000):
+        assert netem_options(struct.pack("=IIIIII", us * 1000 >> 6, 29, 0, 0, 0, 0)) == (us, 29)
+    assert netem_options(b"") is None

@@ -34,9 +34,11 @@ class Replica:
         self.qos: dict[str, Any] = {}
         self.generation = (1,)
         self.declared = {1: 5_000_000}
+        self.delays: dict[int, int] = {}
 
     def bridge(self, dp_id: int, pinned: str | None = None) -> BridgeInfo | None:
-        return BridgeInfo("s1", "netdev", dict(PORTS), REMOTE, declared=dict(self.declared)) if dp_id == 1 else None
+        return BridgeInfo("s1", "netdev", dict(PORTS), REMOTE, declared=dict(self.declared),
+                          delays=dict(self.delays)) if dp_id == 1 else None
 
     def port_qos(self, remote: str, iface: str) -> Any:
         return self.qos.get(iface)
@@ -92,6 +94,24 @@ def test_a_capacity_declared_later_queues_its_port_at_the_next_poll(replica):
     out = sw.handle(ev.PollDue(7, sw.poller.next_due or 101.0), 101.0, view(replica))
     (submit,) = [a for a in out if isinstance(a, act.Submit)]
     assert [(j.port_no, j.qos, j.spec.ovsdb.max_bps if j.spec else None) for j in submit.jobs] == [(2, True, 4_000_000)]
+
+
+def test_a_declared_delay_puts_netem_above_the_queues_of_its_port_and_a_later_one_at_the_next_poll(replica):
+    """`ovs-vsctl set interface IFACE external_ids:ovs-qos-delay=10ms`: the launcher's way for a link's delay=."""
+    replica.declared[2] = 4_000_000
+    replica.delays[1] = 10_000
+    sw, out = mastered(replica)
+    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    assert {j.port_no: j.spec.delay_us for j in submit.jobs if j.spec} == {1: 10_000, 2: 0}
+    for job in submit.jobs:
+        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
+    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica))
+    replica.delays[2] = 500
+    replica.generation = (2,)
+    out = sw.handle(ev.PollDue(7, sw.poller.next_due or 101.0), 101.0, view(replica))
+    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    # OVSDB's rows stay as they are (the delay is no column of theirs): the port's leaves are checked again.
+    assert [(j.port_no, j.qos, j.spec.delay_us if j.spec else None) for j in submit.jobs] == [(2, False, 500)]
 
 
 def test_a_packet_from_a_new_host_is_flooded_and_its_mac_gets_entries_to_its_port(replica):

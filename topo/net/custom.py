@@ -1,10 +1,11 @@
 """A topology from a Mininet custom file, loaded as `mn --custom FILE --topo NAME,k=v` loads it.
 
 FILE is Python that defines a `topos` dict of name → a Topo class or a callable that returns a Topo.
-Its switch-to-switch links' `bw=` (Mbit/s) and `delay=` declare the link: the rate is shaped by the
-controller's OVS QoS on both of the link's ports (the launcher declares it on their interfaces,
-external_ids:ovs-qos-capacity), so the link itself is made a plain veth pair, never a TCLink whose HTB
-would fight OVS over the root qdisc; the delay needs netem, which is said once where the kernel lacks it.
+Its switch-to-switch links' `bw=` (Mbit/s) and `delay=` declare the link: the launcher declares both on
+the link's two interfaces (external_ids:ovs-qos-capacity and ovs-qos-delay), and the controller, the one
+owner of those ports' qdiscs, shapes the rate with its OVS QoS and puts netem of the delay above each
+class's queue. So the link itself is made a plain veth pair, never a TCLink whose HTB or netem would fight
+OVS over the root qdisc. The delay needs netem, which is said once where the kernel lacks it.
 A network with a loop is refused: the controller's learning floods, and nothing here runs STP.
 """
 from __future__ import annotations
@@ -13,6 +14,8 @@ import runpy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from controller.core.policy import PolicyError, delay_us
 
 
 class TopologyError(ValueError):
@@ -24,7 +27,7 @@ class DeclaredLink:
     """A switch-to-switch link with a rate: both its ends queue."""
     ends: tuple[tuple[str, int], tuple[str, int]]   # (switch, OpenFlow port) each
     bps: int
-    delay: str | None
+    delay: str | None      # one way, as written (e.g. 10ms)
 
 
 @dataclass
@@ -96,21 +99,60 @@ def _plain(topo: Any, where: str) -> Loaded:
                 raise TopologyError(f"--topo {where}: the link {src}-{dst} closes a loop; this launcher runs no STP, "
                                     "and a learning switch floods around a loop for ever: remove a link")
             parent[a] = b
-            bw, delay = info.get("bw"), info.get("delay")
-            for k in ("cls", "bw", "delay", "loss", "jitter", "max_queue_size", "use_htb"):
+            bw, delay = info.get("bw"), _delay(info.get("delay"), f"--topo {where}: link {src}-{dst}")
+            for k in ("loss", "jitter"):
+                if info.get(k):
+                    raise TopologyError(f"--topo {where}: link {src}-{dst} {k}={info[k]!r}; a switch-to-switch link "
+                                        f"takes bw= and delay= only (its ports' qdiscs are the controller's): put "
+                                        f"{k}= on a host's link")
+            for k in ("cls", "bw", "delay", "max_queue_size", "use_htb", "params1", "params2"):
                 info.pop(k, None)
-            for side in ("params1", "params2"):
-                info.pop(side, None)
-            if delay:
-                delays.append(f"{src}-{dst} {delay}")
             if bw is not None:
                 if isinstance(bw, bool) or not isinstance(bw, (int, float)) or bw <= 0:
                     raise TopologyError(f"--topo {where}: link {src}-{dst} bw={bw!r}; give a rate in Mbit/s, e.g. bw=5")
                 links.append(DeclaredLink(((info["node1"], info["port1"]), (info["node2"], info["port2"])),
                                           int(bw * 1e6), delay))
+            elif delay:
+                raise TopologyError(f"--topo {where}: link {src}-{dst} delay={delay!r} without bw=; its delay goes "
+                                    "above the queues the controller gives the link, which need its rate: add bw=")
+            if delay:
+                delays.append(f"{src}-{dst} {delay}")
         elif src not in switches and dst not in switches:
             raise TopologyError(f"--topo {where}: link {src}-{dst} joins two hosts; put a switch between them")
     return Loaded(topo, links, delays)
+
+
+def _delay(value: Any, where: str) -> str | None:
+    """A link's delay= as netem takes it (None, '' and 0 are none)."""
+    if value in (None, "", 0):
+        return None
+    try:
+        return str(value) if delay_us(str(value), "delay") else None
+    except PolicyError:
+        raise TopologyError(f"{where} delay={value!r}; write it with its unit, e.g. delay='10ms'") from None
+
+
+def one_way_seconds(loaded: Loaded, src: str, dst: str) -> float:
+    """The delay the declared links add from node `src` to node `dst` (without a loop there is one path)."""
+    delays = {frozenset((a, b)): delay_us(link.delay, "delay") / 1e6
+              for link in loaded.links if link.delay for (a, _), (b, _) in [link.ends]}
+    near: dict[str, set[str]] = {}
+    for a, b in loaded.topo.links():
+        near.setdefault(a, set()).add(b)
+        near.setdefault(b, set()).add(a)
+    came: dict[str, str | None] = {src: None}
+    todo = [src]
+    while todo:
+        node = todo.pop()
+        for other in near.get(node, ()):
+            if other not in came:
+                came[other] = node
+                todo.append(other)
+    total, node = 0.0, dst
+    while (before := came.get(node)) is not None:
+        total += delays.get(frozenset((before, node)), 0.0)
+        node = before
+    return total
 
 
 def _root(parent: dict[str, str], node: str) -> str:

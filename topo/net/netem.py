@@ -1,18 +1,10 @@
-"""What netem takes (pure): a delay with its unit."""
+"""What netem takes (pure): a delay with its unit, as the controller reads it (controller/core/policy.py)."""
 from __future__ import annotations
 
-import re
-
-DELAY = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")     # e.g. 5ms, 500us, 0.1s
-_UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+from controller.core.policy import DELAY as DELAY  # re-exported: the launcher's checks use the same grammar
+from controller.core.policy import delay_us
 
 
 def delay_seconds(delay: str | None) -> float:
     """'150ms' → 0.15 (None: no added delay)."""
-    if delay is None:
-        return 0.0
-    found = DELAY.match(delay)
-    if not found:
-        raise ValueError(f"{delay!r} is not a delay such as 150ms")
-    number, unit = found.groups()
-    return float(number) * _UNIT[unit]
+    return 0.0 if delay is None else delay_us(delay, "delay") / 1e6
