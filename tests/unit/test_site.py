@@ -85,31 +85,38 @@ def test_an_unlisted_switch_starts_with_its_misses_sent_here_and_its_declared_li
 def test_a_capacity_declared_later_queues_its_port_at_the_next_poll(replica):
     """`ovs-vsctl set interface IFACE external_ids:ovs-qos-capacity=4Mbit` beside a running controller (mn's way)."""
     sw, out = mastered(replica)
+    done(sw, replica, out)
+    replica.declared[2] = 4_000_000
+    submit = next_poll(sw, replica)
+    assert [(j.port_no, j.qos, j.spec.ovsdb.max_bps if j.spec else None) for j in submit.jobs] == [(2, True, 4_000_000)]
+
+
+def done(sw: Switch, replica: Replica, out: list[act.SwitchAction]) -> act.Submit:
+    """The switch's submitted jobs, done: their QoS in OVSDB's replica."""
     (submit,) = [a for a in out if isinstance(a, act.Submit)]
     for job in submit.jobs:
         replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
     sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica))
-    replica.declared[2] = 4_000_000
-    replica.generation = (2,)
+    return submit
+
+
+def next_poll(sw: Switch, replica: Replica) -> act.Submit:
+    """The jobs of the next poll once OVSDB moved (something was declared in it)."""
+    replica.generation = (replica.generation[0] + 1,)
     out = sw.handle(ev.PollDue(7, sw.poller.next_due or 101.0), 101.0, view(replica))
     (submit,) = [a for a in out if isinstance(a, act.Submit)]
-    assert [(j.port_no, j.qos, j.spec.ovsdb.max_bps if j.spec else None) for j in submit.jobs] == [(2, True, 4_000_000)]
+    return submit
 
 
-def test_a_declared_delay_puts_netem_above_the_queues_of_its_port_and_a_later_one_at_the_next_poll(replica):
+def test_a_declared_delay_puts_netem_under_the_classes_of_its_port_and_a_later_one_at_the_next_poll(replica):
     """`ovs-vsctl set interface IFACE external_ids:ovs-qos-delay=10ms`: the launcher's way for a link's delay=."""
     replica.declared[2] = 4_000_000
     replica.delays[1] = 10_000
     sw, out = mastered(replica)
-    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    submit = done(sw, replica, out)
     assert {j.port_no: j.spec.delay_us for j in submit.jobs if j.spec} == {1: 10_000, 2: 0}
-    for job in submit.jobs:
-        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
-    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica))
     replica.delays[2] = 500
-    replica.generation = (2,)
-    out = sw.handle(ev.PollDue(7, sw.poller.next_due or 101.0), 101.0, view(replica))
-    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    submit = next_poll(sw, replica)
     # OVSDB's rows stay as they are (the delay is no column of theirs): the port's leaves are checked again.
     assert [(j.port_no, j.qos, j.spec.delay_us if j.spec else None) for j in submit.jobs] == [(2, False, 500)]
 
