@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 NLMSG_ERROR, NLMSG_DONE = 2, 3
-RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC, RTM_NEWTCLASS, RTM_GETTCLASS = 36, 37, 38, 40, 42
+RTM_NEWQDISC, RTM_GETQDISC, RTM_NEWTCLASS, RTM_GETTCLASS = 36, 38, 40, 42
 RTM_NEWTFILTER, RTM_DELTFILTER, RTM_GETTFILTER = 44, 45, 46
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_ECHO = 0x1, 0x4, 0x8
 NLM_F_REPLACE, NLM_F_CREATE, NLM_F_DUMP = 0x100, 0x400, 0x300
@@ -162,10 +162,6 @@ class Rtnl:
     def replace_qdisc(self, index: int, handle: int, parent: int, kind: str, options: bytes) -> None:
         self.request(RTM_NEWQDISC, NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
                      tcmsg(index, handle, parent) + attr(TCA_KIND, kind.encode() + b"\0") + attr(TCA_OPTIONS, options))
-
-    def delete_qdisc(self, index: int, parent: int) -> None:
-        """The qdisc under `parent` (a class then gets its default back)."""
-        self.request(RTM_DELQDISC, NLM_F_ACK, tcmsg(index, 0, parent))
 
     def delete_filters(self, index: int, parent: int, prio: int) -> None:
         """Every filter at `prio` under `parent`; none there (or no qdisc to hold one) is no error."""

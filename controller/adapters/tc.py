@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from controller.adapters.rtnl import (
     RTM_GETTFILTER,
     RTM_NEWQDISC,
+    Qdisc,
     Rtnl,
     fifo_limit,
     messages,
@@ -107,6 +108,14 @@ class Leaf:
 DEFAULT_LEAF = Leaf("pfifo", None)   # the kernel's own, as long as the device's txqueuelen
 
 
+def _packet_limit(qdisc: Qdisc) -> int | None:
+    """A FIFO's limit, or netem's (its own FIFO); the other kinds have none in packets."""
+    if qdisc.kind in FIFO_KINDS:
+        return fifo_limit(qdisc.options)
+    netem = netem_options(qdisc.options) if qdisc.kind == "netem" else None
+    return netem[1] if netem else None
+
+
 class Tc:
     def __init__(self) -> None:
         self._rtnl = Rtnl()
@@ -163,18 +172,16 @@ class Tc:
             if qdisc is None:
                 found[cls] = DEFAULT_LEAF
                 continue
-            delay, limit = 0, fifo_limit(qdisc.options) if qdisc.kind in FIFO_KINDS else None
+            delay = 0
             if qdisc.kind == "netem":   # an emulated link's delay: the queue is netem's own, or below it
-                delay, limit = netem_options(qdisc.options) or (0, None)
+                delay = (netem_options(qdisc.options) or (0, 0))[0]
                 try:
                     with self._raw() as rtnl:
-                        below = rtnl.qdisc(index, qdisc.handle | 1)
+                        qdisc = rtnl.qdisc(index, qdisc.handle | 1) or qdisc
                 except OSError:
-                    below = None        # netem has no qdisc below (the kernel says ENOENT)
-                if below is not None:
-                    qdisc, limit = below, fifo_limit(below.options) if below.kind in FIFO_KINDS else None
+                    pass                # netem has no qdisc below (the kernel says ENOENT)
             _, packets, drops, backlog, qlen = qdisc.stats or (0, 0, 0, 0, 0)
-            found[cls] = Leaf(qdisc.kind, limit, packets, drops, backlog, qlen, delay)
+            found[cls] = Leaf(qdisc.kind, _packet_limit(qdisc), packets, drops, backlog, qlen, delay)
         return found
 
     def filters(self, iface: str) -> set[tuple[str, int, str]]:

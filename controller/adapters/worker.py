@@ -222,8 +222,8 @@ class Worker:
                                 f"{CLASS_WAIT_SECONDS:g} s; `topo/run.py doctor` says whether the kernel has the qdisc")
             result.missing = True
             return
+        chain = leaf_chain(job.spec)
         for cls in plan.leaves:
-            chain = leaf_chain(job.spec)
             if self._tc_call(result, self._tc.replace_leaf, job.iface, cls, chain) is not None:
                 result.tc.append(f"{' / '.join(' '.join(qdisc) for qdisc in chain)} under {cls}")
         if plan.filters is not None and self._tc_call(result, self._tc.replace_filters, job.iface,

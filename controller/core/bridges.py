@@ -21,7 +21,7 @@ USERSPACE_DATAPATH = "netdev"
 # for a topology's links with bw=, or by hand (ovs-vsctl set interface IFACE external_ids:ovs-qos-capacity=5Mbit).
 CAPACITY_KEY = "ovs-qos-capacity"
 # Its one-way delay (e.g. "10ms"), for an emulated link: the controller, owner of the port's qdiscs, puts
-# netem above the queue of each of its classes (controller/core/queues.py). Set by the launcher where netem exists.
+# netem under each of its classes (controller/core/queues.py). Set by the launcher where netem exists.
 DELAY_KEY = "ovs-qos-delay"
 
 

@@ -3,9 +3,10 @@
 FILE is Python that defines a `topos` dict of name → a Topo class or a callable that returns a Topo.
 Its switch-to-switch links' `bw=` (Mbit/s) and `delay=` declare the link: the launcher declares both on
 the link's two interfaces (external_ids:ovs-qos-capacity and ovs-qos-delay), and the controller, the one
-owner of those ports' qdiscs, shapes the rate with its OVS QoS and puts netem of the delay above each
-class's queue. So the link itself is made a plain veth pair, never a TCLink whose HTB or netem would fight
-OVS over the root qdisc. The delay needs netem, which is said once where the kernel lacks it.
+owner of those ports' qdiscs, shapes the rate with its OVS QoS and puts netem of the delay under each
+class (controller/core/queues.py). So the link itself is made a plain veth pair, never a TCLink whose
+HTB or netem would fight OVS over the root qdisc. The delay needs netem, which is said once where the
+kernel lacks it.
 A network with a loop is refused: the controller's learning floods, and nothing here runs STP.
 """
 from __future__ import annotations
