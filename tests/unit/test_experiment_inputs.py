@@ -143,7 +143,16 @@ class Line(Topo):
         for i, sw in enumerate(s):
             self.addLink(self.addHost(f"h{i + 1}"), sw)
 
-topos = {"line": Line, "made": lambda: Line(n=3)}
+class Twins(Topo):
+    def build(self):
+        self.addLink(self.addSwitch("core1"), self.addSwitch("edge1"))
+
+
+class Nameless(Topo):
+    def build(self):
+        self.addLink(self.addSwitch("core"), self.addSwitch("edge", dpid="a"))
+
+topos = {"line": Line, "made": lambda: Line(n=3), "twins": Twins, "nameless": Nameless}
 """
 
 
@@ -170,7 +179,7 @@ def test_a_custom_file_loads_as_mn_loads_it_its_links_declared_and_plain(topo_fi
 
 @pytest.mark.parametrize("spec, params, message", [
     ("{f}", [], "--topo '{f}': write FILE:NAME"),
-    ("{f}:ring", [], "--topo {f}:ring: no topology 'ring'; the file has line, made"),
+    ("{f}:ring", [], "--topo {f}:ring: no topology 'ring'; the file has line, made, twins, nameless"),
     ("{f}:line", ["loop=1"], "--topo {f}:line: the link s2-s1 closes a loop"),
     ("{f}:line", ["colour=1"], "--topo {f}:line: building it failed (TypeError"),
     ("{f}:line", ["bw=fast"], "--topo {f}:line: link s1-s2 bw='fast'; give a rate in Mbit/s"),
@@ -178,6 +187,9 @@ def test_a_custom_file_loads_as_mn_loads_it_its_links_declared_and_plain(topo_fi
     ("{f}:line", ["delay=5"], "--topo {f}:line: link s1-s2 delay=5; write it with its unit, e.g. delay='10ms'"),
     ("{f}:line", ["delay=5 ms"], "--topo {f}:line: link s1-s2 delay='5 ms'; write it with its unit"),
     ("{f}:line", ["bw=0"], "--topo {f}:line: link s1-s2 delay='5ms' without bw=; its delay goes above the queues"),
+    ("{f}:twins", [], "--topo {f}:twins: switches core1 and edge1 both get datapath id 1 (Mininet takes it from "
+                      "the first number in the name); rename one, or give addSwitch a dpid="),
+    ("{f}:nameless", [], "--topo {f}:nameless: switch core has no datapath id (dpid=None, and no number in its name)"),
     ("{f}:line", ["loss=1"], "--topo {f}:line: link s1-s2 loss=1; a switch-to-switch link takes bw= and delay= "
                              "only (its ports' qdiscs are the controller's): put loss= on a host's link"),
 ])

@@ -11,6 +11,7 @@ A network with a loop is refused: the controller's learning floods, and nothing 
 """
 from __future__ import annotations
 
+import re
 import runpy
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,14 @@ def _plain(topo: Any, where: str) -> Loaded:
     switches = set(topo.switches())
     if not switches:
         raise TopologyError(f"--topo {where}: no switch; add one with addSwitch")
+    named: dict[int, str] = {}
+    for switch in sorted(switches):
+        dp_id = _dpid(switch, topo.nodeInfo(switch).get("dpid"), where)
+        if dp_id in named:
+            raise TopologyError(f"--topo {where}: switches {named[dp_id]} and {switch} both get datapath id {dp_id:x} "
+                                "(Mininet takes it from the first number in the name); rename one, or give "
+                                "addSwitch a dpid=")
+        named[dp_id] = switch
     links: list[DeclaredLink] = []
     delays: list[str] = []
     parent = {s: s for s in switches}
@@ -154,6 +163,15 @@ def one_way_seconds(loaded: Loaded, src: str, dst: str) -> float:
         total += delays.get(frozenset((before, node)), 0.0)
         node = before
     return total
+
+
+def _dpid(switch: str, given: Any, where: str) -> int:
+    """The datapath id Mininet gives the switch: its dpid= (hex), else the first number in its name."""
+    try:
+        return int(str(given).replace(":", ""), 16) if given else int(re.findall(r"\d+", switch)[0])
+    except (ValueError, IndexError):
+        raise TopologyError(f"--topo {where}: switch {switch} has no datapath id (dpid={given!r}, and no number in "
+                            "its name); give addSwitch a dpid= in hex, or a name such as s3") from None
 
 
 def _root(parent: dict[str, str], node: str) -> str:
