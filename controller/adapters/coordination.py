@@ -111,14 +111,18 @@ class Keepalive:
     """Refreshes the leases `leases()` names (their ids, read anew each time) every REFRESH_SECONDS from an OS
     thread, while the core last handled an event (`turned`, set by the loop) within WEDGED_SECONDS. `confirmed`:
     when the last refresh that etcd answered for every lease was sent (monotonic), and the last lease's id (the
-    one our keys are on); `expired`: etcd said a lease is gone (the loop makes new ones). Plain attributes, each
-    written by one side and replaced whole: safe across the threads."""
+    one our keys are on); `gone`: the ids of leases etcd said are gone (the loop makes new ones). Plain
+    attributes, each replaced whole: safe across the threads.
+    `expired` asks about the leases held now: a round that read the ids just before the loop replaced them
+    hears that the old ones are gone, which says nothing of the new ones (as a bare flag, that word would
+    outlive them: a release would then be skipped as "the key went with the lease" while the key sat on a
+    live one)."""
 
     def __init__(self, post: Callable[[str, dict[str, Any]], dict[str, Any]], leases: Callable[[], list[int]]):
         self._post, self._leases = post, leases
         self.turned: float = _time.monotonic()
         self.confirmed: tuple[float, int] = (self.turned, leases()[-1])   # a lease was just granted
-        self.expired = False
+        self.gone: frozenset[int] = frozenset()
         self._stop = _threading.Event()
         self._thread = _threading.Thread(target=self._run, name="etcd-keepalive", daemon=True)
 
@@ -129,22 +133,35 @@ class Keepalive:
         self._stop.set()
         self._thread.join(timeout=2 * REFRESH_SECONDS)
 
+    @property
+    def expired(self) -> bool:
+        """etcd said a lease we hold now is gone."""
+        return not self.gone.isdisjoint(self._leases())
+
+    def lost(self) -> None:
+        """The loop heard our leases are gone."""
+        self.gone = frozenset(self._leases())
+
     def _run(self) -> None:
         while not self._stop.is_set():
             sent = _time.monotonic()
             if sent - self.turned < WEDGED_SECONDS:
-                leases = self._leases()
-                try:
-                    ttls = [int(self._post("/lease/keepalive", {"ID": lease}).get("result", {}).get("TTL", -1))
-                            for lease in leases]
-                except CoordinationError as err:    # the loop's own requests fail too, and say so
-                    LOG.debug("etcd: keepalive failed: %s", err)
-                else:
-                    if all(ttl > 0 for ttl in ttls):
-                        self.confirmed = (sent, leases[-1])
-                    else:
-                        self.expired = True
+                self.round(self._leases(), sent)
             self._stop.wait(max(0.0, REFRESH_SECONDS - (_time.monotonic() - sent)))
+
+    def round(self, leases: list[int], sent: float) -> None:
+        """Refresh `leases`, read by the round sent at `sent`."""
+        try:
+            ttls = [int(self._post("/lease/keepalive", {"ID": lease}).get("result", {}).get("TTL", -1))
+                    for lease in leases]
+        except CoordinationError as err:    # the loop's own requests fail too, and say so
+            LOG.debug("etcd: keepalive failed: %s", err)
+            return
+        gone = frozenset(lease for lease, ttl in zip(leases, ttls) if ttl <= 0)
+        if gone:
+            self.gone = self.gone | gone
+        else:
+            self.confirmed = (sent, leases[-1])
 
 
 class Coordination:
@@ -287,7 +304,7 @@ class Coordination:
         # etcd granted (or refreshed) both leases for a whole term from no earlier than `sent`: that confirms
         # them as a refresh would, so the core may write as soon as it has heard of them, not a refresh later.
         keepalive.confirmed = (sent, self._lease.id)
-        keepalive.expired = False
+        keepalive.gone = frozenset()
         return None
 
     def turned(self) -> None:
@@ -478,7 +495,7 @@ class Coordination:
             raise err
         LOG.info("etcd: our lease is gone; taking new ones")
         assert self._keepalive is not None
-        self._keepalive.expired = True
+        self._keepalive.lost()
 
     def _rejoin(self) -> None:
         try:

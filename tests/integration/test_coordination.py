@@ -241,3 +241,27 @@ def test_leases_a_peer_revoked_are_taken_anew_and_the_group_joined_again_without
             _time.sleep(REFRESH_SECONDS)
         assert all(e.members is not None for e in posted), [e.members for e in posted]   # None: "etcd down"
         assert member.read().members == ("m1",)
+
+
+def test_a_keepalive_round_on_leases_since_replaced_leaves_the_new_ones_confirmed_and_a_release_done(tmp_path):
+    """A keepalive round reads the lease ids, then asks etcd; if the loop took new leases meanwhile (the old
+    ones revoked), etcd says the old ones are gone. That is no word on the new ones: they stay confirmed,
+    and a switch claimed on them and then handed on is deleted in etcd, not kept for ever on a live lease."""
+    from controller.adapters import private
+    with one_member(tmp_path, 4) as (member, _):
+        posted: list = []
+        watches: list = []
+        member._turn(posted.append, None, watches)
+        keepalive = member._keepalive
+        old = [private.membership_lease_id(member._coord), member._lease.id]
+        for lease in old:
+            member._post("/kv/lease/revoke", {"ID": lease})
+        for _ in range(3):                                      # new leases taken, the group joined again
+            member._turn(posted.append, None, watches)
+            _time.sleep(REFRESH_SECONDS)
+        assert member.read().members == ("m1",) and set(old).isdisjoint(keepalive._leases())
+        assert member.claim(0xC1, renew=False) is not None and member.read().owners == {0xC1: "m1"}
+        keepalive.round(old, _time.monotonic())                 # the round that read the ids before the new ones
+        assert not keepalive.expired and member.confirmed(_time.monotonic())
+        member.release(0xC1)
+        assert member.read().owners == {}
