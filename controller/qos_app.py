@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import signal
 import sys
 import time
@@ -29,6 +30,7 @@ import eventlet.hubs  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 
 from controller.adapters import config, openflow  # noqa: E402
+from controller.adapters.appevents import EventCore, EventReply, EventRequest  # noqa: E402
 from controller.adapters.coordination import Coordination  # noqa: E402
 from controller.adapters.heap import Heap  # noqa: E402
 from controller.adapters.hostlock import SwitchLocks  # noqa: E402
@@ -44,7 +46,7 @@ from controller.adapters.metrics import CachedExposition, ControllerCollector  #
 from controller.adapters.ovsdb import LockHeld, Ovsdb  # noqa: E402
 from controller.adapters.process import EXIT_FAILED, fail, stop, throw, wake_on_signals  # noqa: E402
 from controller.adapters.remotes import Remotes, on_this_host  # noqa: E402
-from controller.adapters.rest import MakeRequest, Ticket, make_app  # noqa: E402
+from controller.adapters.rest import MakeRequest, make_app  # noqa: E402
 from controller.adapters.store import policy_store  # noqa: E402
 from controller.adapters.tc import Tc, TcEvents  # noqa: E402
 from controller.adapters.worker import LEASE_UNCONFIRMED, LOCK_UNCONFIRMED, Worker  # noqa: E402
@@ -54,9 +56,6 @@ from controller.compat import (  # noqa: E402
     FRAMEWORK,
     MAIN_DISPATCHER,
     App,
-    EventBase,
-    EventReplyBase,
-    EventRequestBase,
     hub,
     ofp_event,
     ofproto_v1_3,
@@ -81,26 +80,6 @@ REPLIES = [ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPAggregateStatsRep
            ofp_event.EventOFPMeterFeaturesStatsReply, ofp_event.EventOFPQueueStatsReply,
            ofp_event.EventOFPPortStatsReply, ofp_event.EventOFPBarrierReply, ofp_event.EventOFPErrorMsg,
            ofp_event.EventOFPRoleReply, ofp_event.EventOFPEchoReply, ofp_event.EventOFPPacketIn]
-
-
-class EventRequest(EventRequestBase):
-    def __init__(self, make: MakeRequest):
-        super().__init__()
-        self.make, self.ticket = make, Ticket()
-
-
-class EventReply(EventReplyBase):
-    def __init__(self, dst: str, result: Any = None, error: Exception | None = None):
-        super().__init__(dst)
-        self.result, self.error = result, error
-
-
-class EventCore(EventBase):
-    """One of the core's events, from a timer, a worker, netlink or the OVSDB connectors."""
-
-    def __init__(self, event: ev.Event):
-        super().__init__()
-        self.event = event
 
 
 class QosController(App):
@@ -142,7 +121,8 @@ class QosController(App):
             self.core = Controller(self.ovsdb, owner=settings.owner, saved=self._load(),
                                    pinned=pinned,
                                    active=self.ovsdb.locked, standby=settings.standby,
-                                   cluster=Cluster(co.member, co.lease) if co else None, wall=time.time)
+                                   cluster=Cluster(co.member, co.lease) if co else None, wall=time.time,
+                                   probe_key=os.urandom(32))
         except PolicyError as err:
             fail(err, 2)
         self.registry = CollectorRegistry()
@@ -291,7 +271,7 @@ class QosController(App):
         if event.state == MAIN_DISPATCHER:
             dp.qos_conn = next(self._conns)
             self.datapaths[dp.qos_conn] = dp
-            self._handle(ev.SwitchUp(dp.qos_conn, dp.id, openflow.ports(dp)))
+            self._handle(ev.SwitchUp(dp.qos_conn, dp.id, openflow.ports(dp), openflow.down(dp)))
         elif getattr(dp, "qos_conn", None) in self.datapaths:
             del self.datapaths[dp.qos_conn]
             self.parts.forget(dp.qos_conn)
@@ -303,7 +283,7 @@ class QosController(App):
     def _port_status(self, event: Any) -> None:
         dp = event.datapath
         if getattr(dp, "qos_conn", None) in self.datapaths:
-            self._handle(ev.PortsChanged(dp.qos_conn, openflow.ports(dp)))
+            self._handle(ev.PortsChanged(dp.qos_conn, openflow.ports(dp), openflow.down(dp)))
 
     @set_ev_cls(REPLIES, MAIN_DISPATCHER)
     def _reply(self, event: Any) -> None:

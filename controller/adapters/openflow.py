@@ -36,12 +36,19 @@ def ports(dp: Datapath) -> frozenset[int]:
     return frozenset(p for p in dp.ports if p != dp.ofproto.OFPP_LOCAL)
 
 
+def down(dp: Datapath) -> frozenset[int]:
+    """Those of them whose link is down, or that are set down."""
+    ofp = dp.ofproto
+    return frozenset(p for p, desc in dp.ports.items() if p != ofp.OFPP_LOCAL
+                     and (desc.state & ofp.OFPPS_LINK_DOWN or desc.config & ofp.OFPPC_PORT_DOWN))
+
+
 def message(dp: Datapath, m: act.Message) -> OFPMessage:
     """The os-ken message for one of the core's, with the core's xid."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
     if isinstance(m, act.AddFlow | act.ModifyFlow):
         e = m.entry
-        msg = parser.OFPFlowMod(dp, cookie=e.cookie, priority=e.priority,
+        msg = parser.OFPFlowMod(dp, cookie=e.cookie, priority=e.priority, table_id=e.table,
                                 command=ofp.OFPFC_ADD if isinstance(m, act.AddFlow) else ofp.OFPFC_MODIFY_STRICT,
                                 match=parser.OFPMatch(**dict(e.match)), instructions=_instructions(dp, e))
     elif isinstance(m, act.DeleteFlow):
@@ -61,8 +68,8 @@ def message(dp: Datapath, m: act.Message) -> OFPMessage:
     elif isinstance(m, act.Echo):
         msg = parser.OFPEchoRequest(dp)
     elif isinstance(m, act.PacketOut):
-        msg = parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=m.in_port,
-                                  actions=[parser.OFPActionOutput(m.output)], data=m.data)
+        msg = parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+                                  actions=[parser.OFPActionOutput(port) for port in m.outputs], data=m.data)
     else:
         raise TypeError(f"not an OpenFlow message of the core: {m!r}")
     msg.xid = m.xid
@@ -96,16 +103,22 @@ def _instructions(dp: Datapath, entry: FlowEntry) -> list[OFPMessage]:
     ofp, parser = dp.ofproto, dp.ofproto_parser
     actions: list[OFPMessage] = []
     meters: list[OFPMessage] = []
+    then: list[OFPMessage] = []
     for action in entry.actions:
         if action[0] == "meter":
             meters.append(parser.OFPInstructionMeter(action[1], ofp.OFPIT_METER))
+        elif action[0] == "write_metadata":
+            then.append(parser.OFPInstructionWriteMetadata(action[1], action[2]))
+        elif action[0] == "goto":
+            then.append(parser.OFPInstructionGotoTable(action[1]))
         elif action[0] == "output":
             actions.append(parser.OFPActionOutput(action[1], ofp.OFPCML_NO_BUFFER))
         elif action[0] == "set_queue":
             actions.append(parser.OFPActionSetQueue(action[1]))
         else:
             actions.append(parser.OFPActionSetField(**{action[1]: action[2]}))
-    return [*meters, parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+    applied = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)] if actions else []
+    return [*meters, *applied, *then]
 
 
 # --- the switch's replies, read ------------------------------------------------------------------------
@@ -129,8 +142,13 @@ def actual_flow(stat: Any) -> tuple[int, ActualFlow]:
     """A flow stats entry as (cookie, ActualFlow)."""
     actions: list[tuple[Any, ...]] = []
     for instruction in stat.instructions:
-        if type(instruction).__name__ == "OFPInstructionMeter":
+        kind = type(instruction).__name__
+        if kind == "OFPInstructionMeter":
             actions.append(("meter", instruction.meter_id))
+        elif kind == "OFPInstructionWriteMetadata":
+            actions.append(("write_metadata", instruction.metadata, instruction.metadata_mask))
+        elif kind == "OFPInstructionGotoTable":
+            actions.append(("goto", instruction.table_id))
         for action in getattr(instruction, "actions", ()):
             name = type(action).__name__
             if name == "OFPActionOutput":
@@ -141,7 +159,7 @@ def actual_flow(stat: Any) -> tuple[int, ActualFlow]:
                 actions.append(("set_field", action.key, action.value))
             else:
                 actions.append((name,))     # not one we write: never equal to what we want
-    return stat.cookie, ActualFlow(stat.priority, tuple(sorted(stat.match.items())), tuple(actions))
+    return stat.cookie, ActualFlow(stat.priority, tuple(sorted(stat.match.items())), tuple(actions), stat.table_id)
 
 
 def _meter_config(conn: int, msg: OFPMessage) -> ev.MeterConfigReply:
@@ -220,7 +238,7 @@ _READERS: dict[str, Callable[[int, OFPMessage], ev.Event]] = {
     "OFPErrorMsg": _error,
     "OFPRoleReply": _role,
     "OFPEchoReply": lambda conn, msg: ev.EchoReply(conn, msg.xid),
-    "OFPPacketIn": lambda conn, msg: ev.PacketIn(conn, msg.match["in_port"], bytes(msg.data)),
+    "OFPPacketIn": lambda conn, msg: ev.PacketIn(conn, msg.match["in_port"], bytes(msg.data), msg.table_id),
 }
 MULTIPART = ("OFPFlowStatsReply", "OFPMeterConfigStatsReply", "OFPMeterStatsReply", "OFPQueueStatsReply",
              "OFPPortStatsReply")

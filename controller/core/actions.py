@@ -83,10 +83,9 @@ class Echo:
 
 @dataclass(frozen=True)
 class PacketOut:
-    """A packet the switch sent us, sent on out of `output` (a port, or FLOOD: every port but `in_port`)."""
+    """A packet sent out of these ports of the switch (from the controller, so any port may be one)."""
     xid: int
-    in_port: int
-    output: int
+    outputs: tuple[int, ...]
     data: bytes
 
 

@@ -3,65 +3,55 @@ in, actions out (pure: no os-ken, OVS or netlink here, and no I/O; controller/qo
 ways and does what the actions ask, reporting back with an event).
 
 It holds the policy in force and the changes to it (controller/core/keeper.py), this controller's
-authority (controller/core/authority.py), and one Switch per datapath (controller/core/switch.py), each
-handed a read-only view of what it may know. A second connection that claims a datapath id already
-connected does not displace the switch: the switch's own connection is asked for an echo first, and
-kept if it answers (plain OpenFlow is unauthenticated; TLS is the answer on an untrusted network).
+authority (controller/core/authority.py), one Switch per datapath (controller/core/switch.py), each
+handed a read-only view of what it may know, the fabric among the switches a policy's network: section
+covers (controller/core/forwarding.py), and the rival claims to a connected datapath id
+(controller/core/rivals.py).
 """
 from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, assert_never
 
 from controller.core import actions as act
 from controller.core import events as ev
 from controller.core.authority import LEASE_SECONDS, Authority
-from controller.core.bridges import check_ports
+from controller.core.checks import check_policy
 from controller.core.cluster import Cluster
+from controller.core.connections import Connections
 from controller.core.errors import PolicyError
-from controller.core.flowsync import UNKNOWN_METERS
+from controller.core.forwarding import Forwarding
 from controller.core.held import Held
 from controller.core.keeper import SAVED_CLEARED, SAVED_POLICY, PolicyKeeper, from_saved
-from controller.core.meters import desired_meters
 from controller.core.policy import Policy, parse_policy
 from controller.core.switch import BRIDGE_RETRIES, Switch
 from controller.core.telemetry import Snapshot
 from controller.core.view import Mode, OvsdbReplica, SwitchView
 
 LOG = logging.getLogger("qos")
-CLAIM_SECONDS = 3.0         # how long a switch's connection has to answer the echo that tests a rival's claim
-
-
-@dataclass
-class Rival:
-    """A connection that claims the datapath id of a live switch, while that switch is asked for an echo."""
-    dp_id: int
-    ports: frozenset[int]
-    conn: int                 # the live switch's connection
-    xid: int                  # its echo
 
 
 class Controller:
     def __init__(self, ovsdb: OvsdbReplica, *, owner: str, saved: ev.PolicyLoaded,
                  pinned: tuple[Any, Policy] | None = None,
                  active: bool = True, standby: bool = False, cluster: Cluster | None = None,
-                 wall: Callable[[], float], rng: random.Random | None = None):
+                 wall: Callable[[], float], rng: random.Random | None = None, probe_key: bytes | None = None):
         """`saved`: the policy the store held at start; `pinned`: the configured policy file's document and
-        its Policy, which win over the saved one and a take-over alike."""
+        its Policy, which win over the saved one and a take-over alike; `probe_key`: what the fabric's
+        discovery frames are signed with (a cluster's members share it)."""
         self.ovsdb, self.owner, self.pinned = ovsdb, owner, pinned[0] if pinned else None
-        self.wall, self.rng = wall, rng or random.Random()
+        self.wall, rng = wall, rng or random.Random()
+        self.forwarding = Forwarding(probe_key or rng.randbytes(32), rng, wall)
         self.keeper = PolicyKeeper(*(Mode.IN_FORCE, *pinned, saved.revision)
                                    if pinned is not None else from_saved(saved), shared=cluster is not None)
         self.authority = Authority(active, standby, cluster)
         self.switches: dict[int, Switch] = {}          # datapath id → the switch (its accepted connection)
-        self.conns: dict[int, Switch] = {}             # accepted connection → its switch
-        self.rivals: dict[int, Rival] = {}             # rival connection → its claim
-        self.devices: dict[int, int] = {}              # device (ifindex) → its switch, for netlink's news
+        self.conns = Connections()                     # by connection; their devices; rival claims
         self.decisions: collections.deque[dict[str, Any]] = collections.deque(maxlen=1000)
         self.reported = ev.RemotesChanged({})         # the remotes as the app last reported them
         self.held = Held(self.authority)               # what our switches hold of the policy in force
@@ -71,7 +61,8 @@ class Controller:
     def view(self, dp_id: int, now: float) -> SwitchView:
         owns = self.authority.owns(dp_id)
         return SwitchView(self.keeper.policy, self.keeper.mode, owns, owns and self.authority.confirmed(now),
-                          self.authority.generation_of(dp_id), self.ovsdb, self.authority.epoch_of(dp_id))
+                          self.authority.generation_of(dp_id), self.ovsdb, self.authority.epoch_of(dp_id),
+                          self.forwarding.rules.get(dp_id))
 
     # --- the one entry point ------------------------------------------------------------------------------
     def handle(self, event: ev.Event, now: float) -> list[act.Action]:
@@ -82,16 +73,37 @@ class Controller:
         match event:
             case ev.SwitchUp():
                 self._switch_up(event, now)
+                self._refresh(now)
             case ev.SwitchDown():
                 self._switch_down(event.conn)
+                self._refresh(now)
             case ev.ClaimDue():
-                self._claim_due(event.conn, now)
+                rival = self.conns.due(event.conn)
+                if rival is not None:
+                    self._forget(self.conns.switches[rival.conn])
+                    self.out.append(act.Close(rival.conn))
+                    self._accept(rival.up, now)
             case ev.EchoReply():
-                self._echo_reply(event)
-            case (ev.PortsChanged() | ev.PacketIn() | ev.BridgeDue() | ev.PollDue() | ev.RoleReply() | ev.ErrorReply()
+                self.out += self.conns.echoed(event)
+            case ev.PortsChanged():
+                sw = self.conns.switches.get(event.conn)
+                touched = [] if sw is None else [sw]
+                if sw is not None:
+                    self.forwarding.fabric.set_ports(sw.dp_id, event.ports, event.down, now)
+                    self._to(sw, event, now)
+                    self._refresh(now)
+            case ev.PacketIn():
+                sw = self.conns.switches.get(event.conn)
+                if sw is not None:
+                    self.out += self.forwarding.packet_in(sw, event, *self._writable(now), now)
+                    self._refresh(now)
+            case ev.DiscoveryDue():
+                self.out += self.forwarding.round(event, *self._writable(now), now)
+                self._refresh(now)
+            case (ev.BridgeDue() | ev.PollDue() | ev.RoleReply() | ev.ErrorReply()
                   | ev.BarrierReply() | ev.FlowStatsReply() | ev.FlowCountReply() | ev.MeterFeaturesReply()
                   | ev.MeterConfigReply() | ev.MeterStatsReply() | ev.QueueStatsReply() | ev.PortStatsReply()):
-                sw = self.conns.get(event.conn)
+                sw = self.conns.switches.get(event.conn)
                 touched = [] if sw is None else [sw]   # else a connection gone, or one whose claim is being tested
                 if sw is not None:
                     self._to(sw, event, now)
@@ -101,23 +113,26 @@ class Controller:
             case ev.GetStatus():
                 self.out.append(act.Answer(event.token, self._status(now)))
             case ev.SetPolicy() | ev.ClearPolicy():   # checked, saved (the app's I/O), installed, confirmed
+                check = functools.partial(check_policy, switches=self.switches, ovsdb=self.ovsdb)
                 refused = self._refused(now)
                 self.out += [act.Answer(event.token, error=refused)] if refused else \
-                    self.keeper.change(event, self.check, now)
+                    self.keeper.change(event, check, now)
             case ev.Reload():   # answered to the Reload itself: the app logs it
                 with contextlib.suppress(PolicyError):
                     parse_policy(event.document)
                     self.pinned = event.document     # what a take-over puts in force from now on
                 refused = self._refused(now)
+                check = functools.partial(check_policy, switches=self.switches, ovsdb=self.ovsdb)
                 self.out += [act.Answer(event, error=refused)] if refused else \
-                    self.keeper.change(ev.SetPolicy(event, event.document), self.check, now)
+                    self.keeper.change(ev.SetPolicy(event, event.document), check, now)
             case ev.PolicySaved():
                 actions, installed = self.keeper.saved(event, now)
                 if installed:
-                    self._everywhere(ev.PolicyInstalled(), now)
+                    self._installed(now)
                 self.out += actions
             case ev.PolicyLoaded():   # the policy the one before us saved: taking over continues
                 self.keeper.install(*from_saved(event))
+                self._refresh(now, tell=False)
                 self._everywhere(ev.TakingOver(), now)
             case ev.ConfirmDue():
                 pass
@@ -125,7 +140,7 @@ class Controller:
                 self._jobs_done(event, now)
             case ev.TcChanged():   # None: announcements were lost, any device may have changed
                 news = set(self.switches) if event.devices is None else \
-                    {self.devices[d] for d in event.devices if d in self.devices}
+                    {self.conns.devices[d] for d in event.devices if d in self.conns.devices}
                 touched = [self.switches[dp] for dp in news if dp in self.switches]
                 for sw in touched:
                     self._to(sw, event, now)
@@ -180,51 +195,44 @@ class Controller:
             if sw.bridge is not None:
                 self._to(sw, event, now)
 
+    def _installed(self, now: float) -> None:
+        """Another policy in force: what the fabric says of each switch first, as their tables are built anew."""
+        self._refresh(now, tell=False)
+        self._everywhere(ev.PolicyInstalled(), now)
+
+    # --- the fabric: the controller's own forwarding under a policy's network: (controller/core/forwarding.py) --
+    def _writable(self, now: float) -> tuple[dict[int, Switch], set[int]]:
+        covered = self.forwarding.covered(self.keeper.policy, self.switches)
+        return covered, {dp for dp, sw in covered.items() if sw.role.writable(self.view(dp, now))}
+
+    def _refresh(self, now: float, tell: bool = True) -> None:
+        """What the fabric says of each switch anew; those it changed for rebuild their tables (unless `tell` is
+        False: the caller has them all rebuild)."""
+        actions, changed = self.forwarding.refresh(self.keeper.policy, self.switches, now)
+        self.out += actions
+        for sw in changed if tell else ():
+            if sw.bridge is not None:
+                self._to(sw, ev.FabricChanged(), now)
+
     # --- connections, and rival claims to a datapath id --------------------------------------------------------
     def _switch_up(self, up: ev.SwitchUp, now: float) -> None:
         live = self.switches.get(up.dp_id)
         if live is None:
-            self._accept(up.conn, up.dp_id, up.ports, now)
-            return
-        if any(rival.dp_id == up.dp_id for rival in self.rivals.values()):
-            LOG.warning("datapath %016x: yet another connection claims it while a claim is tested; closed", up.dp_id)
-            self.out.append(act.Close(up.conn))
-            return
-        # A restarted switch reconnects before its old connection times out; an impostor connects while the
-        # switch is up. The switch's own connection decides: an echo is answered only by a switch that is there.
-        xid = live.link.xid()
-        self.out.append(act.Send(live.conn, (act.Echo(xid),)))
-        self.rivals[up.conn] = Rival(up.dp_id, up.ports, live.conn, xid)
-        self.out.append(act.Later(CLAIM_SECONDS, ev.ClaimDue(up.conn)))
+            self._accept(up, now)
+        else:
+            self.out += self.conns.claim(up, live)
 
-    def _echo_reply(self, reply: ev.EchoReply) -> None:
-        for conn, rival in list(self.rivals.items()):
-            if (rival.conn, rival.xid) == (reply.conn, reply.xid):
-                del self.rivals[conn]
-                LOG.warning("datapath %016x: another connection claimed it while the switch answers on its own; "
-                            "closed that one (an impostor? use OpenFlow over TLS on an untrusted network)",
-                            rival.dp_id)
-                self.out.append(act.Close(conn))
-
-    def _claim_due(self, conn: int, now: float) -> None:
-        rival = self.rivals.pop(conn, None)
-        if rival is None:
-            return
-        LOG.warning("datapath %016x: its connection did not answer within %g s; the new one is the switch now",
-                    rival.dp_id, CLAIM_SECONDS)
-        self._forget(self.conns[rival.conn])
-        self.out.append(act.Close(rival.conn))
-        self._accept(conn, rival.dp_id, rival.ports, now)
-
-    def _accept(self, conn: int, dp_id: int, ports: frozenset[int], now: float) -> None:
-        sw = Switch(conn, dp_id, ports, now, self.rng.random())
-        self.switches[dp_id] = self.conns[conn] = sw
-        self._to(sw, ev.BridgeDue(conn, BRIDGE_RETRIES), now)
+    def _accept(self, up: ev.SwitchUp, now: float) -> None:
+        sw = Switch(up.conn, up.dp_id, up.ports, now, self.forwarding.fabric.rng.random())
+        self.switches[up.dp_id] = sw
+        self.conns.accepted(sw)
+        self.forwarding.fabric.connect(up.dp_id, up.ports, up.down, now)
+        self._to(sw, ev.BridgeDue(up.conn, BRIDGE_RETRIES), now)
 
     def _switch_down(self, conn: int) -> None:
-        if self.rivals.pop(conn, None) is not None:
+        if self.conns.left(conn):
             return       # a rival that left before its claim was decided
-        sw = self.conns.get(conn)
+        sw = self.conns.switches.get(conn)
         if sw is None:
             return       # never the switch's connection
         self._forget(sw)
@@ -233,9 +241,9 @@ class Controller:
         LOG.info("switch %016x left", sw.dp_id)
 
     def _forget(self, sw: Switch) -> None:
-        del self.conns[sw.conn], self.switches[sw.dp_id]
-        for index in sw.jobs.ifindex.values():
-            self.devices.pop(index, None)
+        del self.switches[sw.dp_id]
+        self.conns.forget(sw)
+        self.forwarding.fabric.disconnect(sw.dp_id)
 
     # --- authority: active or standby, and the generation id behind OpenFlow mastership ---------------------
     def _remotes_changed(self, change: ev.RemotesChanged, now: float) -> None:
@@ -275,28 +283,6 @@ class Controller:
         self._everywhere(ev.StandingDown(), now)
 
     # --- REST changes ---------------------------------------------------------------------------------------
-    def check(self, policy: Policy) -> None:
-        """A policy against this controller and the switches connected to it: its pinned remotes, each
-        switch's ports (the one check the offline checker makes too), and the switches' meters."""
-        for switch in policy.switches:
-            if switch.ovsdb and switch.ovsdb not in self.ovsdb.names:
-                raise PolicyError(f"switches.{switch.name}.ovsdb: {switch.ovsdb} is not one of this controller's "
-                                  f"OVSDB remotes ({', '.join(self.ovsdb.names)}); fix it, or add it to the "
-                                  "controller's ovsdb option")
-            sw = self.switches.get(switch.dp_id)
-            if sw is None or sw.bridge is None:
-                continue
-            # OVSDB as it is now: it may have numbered a port since the switch last read its bridge.
-            bridge = self.ovsdb.bridge(switch.dp_id, switch.ovsdb) or sw.bridge
-            check_ports(switch, set(bridge.ports))
-            cannot = sw.flows.cannot_police
-            if cannot not in (None, UNKNOWN_METERS) and desired_meters(policy, switch):
-                policed = next(c.name for c in policy.classes if c.police and any(r.traffic_class == c.name
-                                                                                  for r in switch.flows))
-                raise PolicyError(f"classes.{policed}.police: switch {switch.name} (bridge {sw.bridge.name}) cannot "
-                                  f"police, {cannot}; remove police, or run the bridge on a datapath with "
-                                  "meters (datapath_type netdev, or the kernel's on Linux 4.18 or later)")
-
     def _refused(self, now: float) -> Standby | None:
         """Why this controller may not change the policy now, if it may not."""
         if not self.authority.active:
@@ -345,18 +331,18 @@ class Controller:
             self.keeper.install(*from_saved(ev.PolicyLoaded(SAVED_POLICY if event.policy[1] is not None
                                                             else SAVED_CLEARED, event.policy[1],
                                                             revision=event.policy[0])))
-            self._everywhere(ev.PolicyInstalled(), now)
+            self._installed(now)
 
     # --- the worker --------------------------------------------------------------------------------------
     def _jobs_done(self, done: ev.JobsDone, now: float) -> None:
         touched: dict[int, list[Any]] = {}
         for result in done.results:
-            if result.job.conn in self.conns:    # else for a connection that is gone
+            if result.job.conn in self.conns.switches:    # else for a connection that is gone
                 touched.setdefault(result.job.conn, []).append(result)
                 if result.ifindex:
-                    self.devices[result.ifindex] = result.job.dp_id
+                    self.conns.devices[result.ifindex] = result.job.dp_id
         for conn, results in touched.items():
-            self._to(self.conns[conn], ev.JobsDone(tuple(results)), now)
+            self._to(self.conns.switches[conn], ev.JobsDone(tuple(results)), now)
 
     # --- what the metrics show ----------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:

@@ -24,6 +24,7 @@ class SwitchUp:
     conn: int
     dp_id: int
     ports: frozenset[int]
+    down: frozenset[int] = frozenset()      # those whose link is down
 
 
 @dataclass(frozen=True)
@@ -33,17 +34,20 @@ class SwitchDown:
 
 @dataclass(frozen=True)
 class PortsChanged:
-    """The switch announced a port added, changed or removed; `ports` is its set now."""
+    """The switch announced a port added, changed or removed; `ports` is its set now, `down` those whose
+    link is down."""
     conn: int
     ports: frozenset[int]
+    down: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
 class PacketIn:
-    """A packet the switch sent us (its table-miss entry, under a policy's `network:`)."""
+    """A packet the switch sent us (under a policy's `network:`: controller/core/site.py says which)."""
     conn: int
     in_port: int
     data: bytes
+    table: int = 0                          # the table whose entry sent it
 
 
 # --- OpenFlow replies (multipart replies joined whole by the app) -----------------------------------
@@ -145,6 +149,12 @@ class BridgeDue:
 class ClaimDue:
     """Whether a connection that claims a live switch's datapath id is the switch: its time is up."""
     conn: int
+
+
+@dataclass(frozen=True)
+class DiscoveryDue:
+    """A round of the fabric's discovery (controller/core/fabric.py): probes out, silent links lost."""
+    due: float
 
 
 @dataclass(frozen=True)
@@ -308,12 +318,17 @@ class Reconcile:
     """Something outside the switch may differ (OVSDB moved, a check is due): compare again."""
 
 
+@dataclass(frozen=True)
+class FabricChanged:
+    """What the fabric says of the switch changed (links, hosts, paths): its table anew, then reconcile."""
+
+
 SwitchEvent = (PortsChanged | PacketIn | BridgeDue | PollDue | RoleReply | ErrorReply | BarrierReply | FlowStatsReply
                | FlowCountReply | MeterFeaturesReply | MeterConfigReply | MeterStatsReply | QueueStatsReply
                | PortStatsReply | EchoReply | JobsDone | TcChanged | PolicyInstalled | RoleDue | TakingOver
-               | StandingDown | Reconcile)
+               | StandingDown | Reconcile | FabricChanged)
 Event = (SwitchUp | SwitchDown | PortsChanged | PacketIn | BridgeDue | PollDue | RoleReply | ErrorReply | BarrierReply
          | FlowStatsReply | FlowCountReply | MeterFeaturesReply | MeterConfigReply | MeterStatsReply
-         | QueueStatsReply | PortStatsReply | EchoReply | ClaimDue | ConfirmDue | GetPolicy | SetPolicy | ClearPolicy
-         | GetStatus | Reload | JobsDone | TcChanged | RemotesChanged | Beaten | ClusterChanged | SwitchClaimed
-         | LockHeld | GenerationClaimed | PolicySaved | PolicyLoaded)
+         | QueueStatsReply | PortStatsReply | EchoReply | ClaimDue | DiscoveryDue | ConfirmDue | GetPolicy | SetPolicy
+         | ClearPolicy | GetStatus | Reload | JobsDone | TcChanged | RemotesChanged | Beaten | ClusterChanged
+         | SwitchClaimed | LockHeld | GenerationClaimed | PolicySaved | PolicyLoaded)

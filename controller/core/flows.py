@@ -8,6 +8,7 @@ to the HTB class (see controller/adapters/tc.py).
 """
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,31 +23,49 @@ COOKIE = 0x5153_0000_0000_0000
 COOKIE_MASK = 0xFFFF_0000_0000_0000
 CLASSIFIED = 0x0000_0001_0000_0000
 RULE_MASK = 0x0000_0000_FFFF_FFFF
+KEYED = 0x8000_0000        # the low bits are a hash of the rule's table, priority and match, not its position
 
 
-def rule_cookie(index: int, classified: bool = False) -> int:
-    return COOKIE | (CLASSIFIED if classified else 0) | (index + 1)
+def rule_cookies(switch: SwitchPolicy) -> tuple[int, ...]:
+    """Each rule's cookie: its position in the switch's list, or, for a switch the controller builds itself
+    (keyed), a hash of its table, priority and match, so that a rule keeps its cookie (and the switch its
+    counters) whatever rules come and go beside it. Two keys of one hash take the next free value."""
+    cookies, taken = [], set()
+    for index, rule in enumerate(switch.flows):
+        if switch.keyed:
+            low = zlib.crc32(repr((rule.table, rule.priority, rule.match)).encode()) & ~KEYED & RULE_MASK
+            while low in taken:
+                low = (low + 1) & ~KEYED & RULE_MASK
+            taken.add(low)
+            low |= KEYED
+        else:
+            low = index + 1
+        cookies.append(COOKIE | (CLASSIFIED if rule.traffic_class is not None else 0) | low)
+    return tuple(cookies)
 
 
-def rule_index(cookie: int) -> int | None:
-    """The policy rule behind one of our cookies (None for another's)."""
-    return (cookie & RULE_MASK) - 1 if cookie & COOKIE_MASK == COOKIE else None
+def is_ours(cookie: int) -> bool:
+    return cookie & COOKIE_MASK == COOKIE
 
 
 @dataclass(frozen=True)
 class FlowEntry:
     priority: int
     match: tuple[tuple[str, Any], ...]
-    # ("meter", id) | ("set_field", name, value) | ("set_queue", id) | ("output", port); a meter comes first,
-    # as the switch reports its instruction
+    # ("meter", id) | ("set_field", name, value) | ("set_queue", id) | ("output", port) |
+    # ("write_metadata", value, mask) | ("goto", table), in the order the switch reports its instructions
     actions: tuple[tuple[Any, ...], ...]
     cookie: int
+    table: int = 0
 
 
 def desired_flows(policy: Policy, switch: SwitchPolicy, reserving: frozenset[int], mark_dscp: bool,
-                  counted: frozenset[int] = frozenset()) -> tuple[FlowEntry, ...]:
+                  counted: frozenset[int] = frozenset(), cookies: tuple[int, ...] | None = None
+                  ) -> tuple[FlowEntry, ...]:
     """Flows for `switch` while the ports in `reserving` have their class queues in force. A policed
-    class's flows pass its meter whatever the port's queues; the rules in `counted` their counting meter."""
+    class's flows pass its meter whatever the port's queues; the rules in `counted` their counting meter.
+    `cookies`: rule_cookies(switch), when the caller has them already."""
+    cookies = cookies or rule_cookies(switch)
     entries = []
     for index, rule in enumerate(switch.flows):
         steer: tuple[tuple[Any, ...], ...] = ()
@@ -58,7 +77,8 @@ def desired_flows(policy: Policy, switch: SwitchPolicy, reserving: frozenset[int
                 steer = (("meter", counting_meter_id(index)),)
             if rule.outputs[0] in reserving:
                 steer += ((("set_field", "ip_dscp", cls.dscp),) if mark_dscp else ()) + (("set_queue", cls.queue),)
-        entries.append(FlowEntry(rule.priority, rule.match,
-                                 steer + tuple(("output", port) for port in rule.outputs),
-                                 rule_cookie(index, rule.traffic_class is not None)))
+        then = ((("write_metadata", *rule.write_metadata),) if rule.write_metadata else ()) + \
+            ((("goto", rule.goto),) if rule.goto is not None else ())
+        entries.append(FlowEntry(rule.priority, rule.match, steer + tuple(("output", port) for port in rule.outputs)
+                                 + then, cookies[index], rule.table))
     return tuple(entries)

@@ -46,7 +46,7 @@ def normalised_document(policy: Policy) -> dict[str, Any]:
 
 
 def _network(network: NetworkPolicy) -> dict[str, Any]:
-    doc: dict[str, Any] = {"forwarding": "learn",
+    doc: dict[str, Any] = {"forwarding": "learn", "paths": network.paths,
                            "classify": [{"priority": r.priority, "match": {k: _match_value(k, v) for k, v in r.match},
                                          "class": r.traffic_class} for r in network.classify]}
     rule = network.ports

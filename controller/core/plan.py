@@ -32,6 +32,7 @@ class ActualFlow:
     priority: int
     match: tuple[tuple[str, Any], ...]
     actions: tuple[tuple[Any, ...], ...]
+    table: int = 0
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class FlowChanges:
     def applied_to(self, flows: dict[int, ActualFlow]) -> dict[int, ActualFlow]:
         """What the switch holds once these changes are confirmed."""
         after = {c: f for c, f in flows.items() if c not in self.delete}
-        after.update({e.cookie: ActualFlow(e.priority, e.match, e.actions) for e in (*self.modify, *self.add)})
+        after.update({e.cookie: ActualFlow(e.priority, e.match, e.actions, e.table) for e in (*self.modify, *self.add)})
         return after
 
 
@@ -63,7 +64,7 @@ def flow_changes(desired: Iterable[FlowEntry], actual: dict[int, ActualFlow]) ->
     delete, modify, add = [], [], []
     for cookie, flow in actual.items():
         entry = wanted.get(cookie)
-        if entry is None or (entry.priority, entry.match) != (flow.priority, flow.match):
+        if entry is None or (entry.priority, entry.match, entry.table) != (flow.priority, flow.match, flow.table):
             delete.append(cookie)
     for cookie, entry in wanted.items():
         held = actual.get(cookie)

@@ -24,6 +24,7 @@ from typing import Any
 from controller.core.congestion import CongestionConfig
 from controller.core.document import load_yaml, read_file
 from controller.core.errors import PolicyError as PolicyError  # re-exported: the error of a bad policy
+from controller.core.paths import ECMP, PATH_MODES
 
 QUEUE_MODES = ("fifo", "reserve", "auto")
 QOS_TYPES = ("linux-htb", "linux-hfsc")                      # OVS QoS types with min/max queues on Linux
@@ -80,6 +81,10 @@ class FlowRule:
     traffic_class: str | None            # steer into this class's queue when the port reserves
     # Where its match is written, for messages: switches.s1.flows[2].match, or ….match[1] in a list.
     source: str = dataclasses.field(default="", compare=False)
+    # The controller's own forwarding (controller/core/site.py) uses several tables; a policy's flows, table 0.
+    table: int = 0
+    goto: int | None = None                        # then the packet goes on to this table
+    write_metadata: tuple[int, int] | None = None  # (value, mask) written into the metadata first
 
     @property
     def flow_source(self) -> str:
@@ -119,10 +124,12 @@ class Classify:
 
 @dataclass(frozen=True)
 class NetworkPolicy:
-    """What every switch the policy does not list gets: the controller's own MAC learning for forwarding,
-    the classes by match, and queues on the ports whose capacity is known."""
+    """What every switch the policy does not list gets: the controller's own forwarding (links discovered,
+    hosts learned, paths chosen among equals as `paths` says), the classes by match, and queues on the ports
+    whose capacity is known."""
     classify: tuple[Classify, ...]
     ports: PortRule | None
+    paths: str = ECMP
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,7 @@ class SwitchPolicy:
     flows: tuple[FlowRule, ...]
     ports: tuple[PortPolicy, ...]
     ovsdb: str | None = None    # the OVSDB remote its bridge is in; None: whichever holds its dp_id
+    keyed: bool = False         # built by the controller: each flow's cookie comes from its table, priority, match
 
     def port(self, port_no: int) -> PortPolicy | None:
         return self._by_number.get(port_no)
@@ -246,10 +254,14 @@ LEARNED_PRIORITY, MARKED_PRIORITY = 1000, 60000
 
 def _network(doc: Any, classes: tuple[TrafficClass, ...]) -> NetworkPolicy:
     doc = _mapping(doc, "network")
-    _known_keys(doc, "network", ("forwarding", "classify", "ports"))
+    _known_keys(doc, "network", ("forwarding", "paths", "classify", "ports"))
     if doc.get("forwarding", "learn") != "learn":
         raise PolicyError(f"network.forwarding: {_shown(doc['forwarding'])} is not a forwarding this controller "
-                          "does; write learn (its own MAC learning; loop-free networks only)")
+                          "does; write learn (its own: links discovered, hosts learned, any graph)")
+    paths = doc.get("paths", ECMP)
+    if paths not in PATH_MODES:
+        raise PolicyError(f"network.paths: {_shown(paths)} is not a way of choosing paths; write one (one shortest "
+                          f"path), ecmp (equal paths shared) or adaptive (shared, and flows moved off a full link)")
     rules = []
     for i, rule in enumerate(_list(doc.get("classify", []), "network.classify")):
         where = f"network.classify[{i}]"
@@ -270,7 +282,7 @@ def _network(doc: Any, classes: tuple[TrafficClass, ...]) -> NetworkPolicy:
         rules.append(Classify(priority, match, name, f"{where}.match"))
     _distinct(rules)
     ports = _port_rule(doc["ports"]) if doc.get("ports") is not None else None
-    return NetworkPolicy(tuple(rules), ports)
+    return NetworkPolicy(tuple(rules), ports, paths)
 
 
 def _port_rule(doc: Any) -> PortRule:

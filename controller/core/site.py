@@ -1,20 +1,28 @@
-"""A switch the policy does not list, under its `network:` section: the controller's own forwarding.
+"""A switch the policy does not list, under its `network:` section: its flow table, built from what the
+fabric says of it (controller/core/fabric.py) and the policy's classes and ports. Four tables:
 
-The controller learns where each MAC address is from the packets a switch sends it (a table-miss
-entry sends it every packet no entry matches), floods what it cannot place, and gives the switch, for
-each MAC it learned, an entry to that MAC's port plus one per class rule: the same shape as a
-hand-written table, so a class's traffic has an output port, and steering, class rates and meters
-work per port as they do for listed switches. OVS's NORMAL action would forward as well, but it hides
-the output port from the flow table, and with it which port a class's bytes load.
+- 0, ports: discovery frames to the controller; a port that faces hosts marks the packet as from the edge
+  and goes on to table 1, a link's goes on to table 2; any other port (new, quiet, down) forwards nothing.
+- 1, from the edge: ARP to the controller (it answers or floods it to edge ports); flooded frames on to
+  table 2; a known host's packets, by port and source address, on to table 2; the first packet of an
+  unknown source to the controller (it learns it) and on to table 2 as well.
+- 2, routing: flooded frames along the spanning tree and out of the edge ports (never back in, and
+  dropped when they come in by a link off the tree); a known host's address writes the port toward it
+  into the metadata and goes on to table 3; an unknown one to the controller.
+- 3, the egress port's classes: per port, the same shape as a hand-written table (the port's output, one
+  rule per class rule, and the rules that keep a class's mark from an upstream switch), so that a class's
+  traffic has an output port and steering, class rates and meters work per port as for listed switches.
+  These rules depend on the bridge's ports only: they are listed first, so their positions (and the
+  counting meters numbered by them) stay put as hosts and links come and go.
 
-A class's mark (its DSCP, set where a port reserves) is kept by the next switches: entries above the
-class rules match it, so voice marked at one bottleneck is voice at the next.
-
-Pure: packets in, desired SwitchPolicy out.
+Every rule is keyed by its table, priority and match (SwitchPolicy.keyed): a rule keeps its cookie, and its
+counters, whatever rules come and go beside it. Pure.
 """
 from __future__ import annotations
 
 from controller.core.bridges import BridgeInfo
+from controller.core.fabric import INGRESS_TABLE, ROUTING_TABLE, FabricRules
+from controller.core.frames import ETH_ARP, ETH_LLDP
 from controller.core.policy import (
     ETH_TYPE_IPV4,
     LEARNED_PRIORITY,
@@ -27,65 +35,70 @@ from controller.core.policy import (
     SwitchPolicy,
 )
 
-CONTROLLER, FLOOD = SPECIAL_OUTPUTS["controller"], SPECIAL_OUTPUTS["flood"]
-MAX_LEARNED = 65536       # MACs a switch keeps: a host that makes up source addresses cannot grow it for ever
+CONTROLLER = SPECIAL_OUTPUTS["controller"]
+PORTS_TABLE, CLASSES_TABLE = 0, 3
+FROM_EDGE = 1 << 32                            # metadata: came in by an edge port
+PORT_BITS = 0xFFFF_FFFF                        # metadata: the port toward the destination (table 2 → 3)
+GROUP = ("01:00:00:00:00:00", "01:00:00:00:00:00")   # any group address (broadcast included)
+PROBE_PRIORITY, ARP_PRIORITY, FLOOD_PRIORITY = 65000, 3000, 2500
 
 
-class Learned:
-    """Where each MAC address is on one switch, in the order learned: a MAC keeps its place (and its entries
-    their cookies) when it moves."""
-
-    def __init__(self) -> None:
-        self.ports: dict[str, int] = {}
-
-    def learn(self, mac: str, port_no: int) -> bool:
-        """Whether that changed what the switch should hold."""
-        if self.ports.get(mac) == port_no or mac not in self.ports and len(self.ports) >= MAX_LEARNED:
-            return False
-        self.ports[mac] = port_no
-        return True
-
-    def forget_ports(self, ports: set[int]) -> bool:
-        """MACs learned on ports the switch no longer has; whether any was."""
-        gone = [mac for mac, port in self.ports.items() if port not in ports]
-        for mac in gone:
-            del self.ports[mac]
-        return bool(gone)
-
-
-def addresses(data: bytes) -> tuple[str, str] | None:
-    """(destination, source) MAC of an Ethernet frame; None for a runt."""
-    if len(data) < 14:
-        return None
-    return _mac(data[0:6]), _mac(data[6:12])
-
-
-def unicast(mac: str) -> bool:
-    return not int(mac[:2], 16) & 1
-
-
-def _mac(raw: bytes) -> str:
-    return ":".join(f"{b:02x}" for b in raw)
-
-
-def site_switch(policy: Policy, dp_id: int, bridge: BridgeInfo, learned: Learned) -> SwitchPolicy:
-    """What a switch the policy does not list should hold, with the MACs learned so far."""
+def site_switch(policy: Policy, dp_id: int, bridge: BridgeInfo, fabric: FabricRules) -> SwitchPolicy:
+    """What a switch the policy does not list should hold, with what the fabric knows now."""
     network = policy.network
     assert network is not None, "a switch the policy does not list, and no network: section"
-    flows = [FlowRule(0, (), (CONTROLLER,), None, "network.forwarding")]
-    for mac, port in learned.ports.items():
-        dst = ("eth_dst", mac)
-        where = f"network (learned {mac})"
-        flows.append(FlowRule(LEARNED_PRIORITY, (dst,), (port,), None, where))
-        flows += [FlowRule(MARKED_PRIORITY, tuple(sorted((dst, ("eth_type", ETH_TYPE_IPV4), ("ip_dscp", c.dscp)))),
-                           (port,), c.name, where) for c in policy.classes]
-        flows += [FlowRule(rule.priority, tuple(sorted((*rule.match, dst))), (port,), rule.traffic_class, where)
-                  for rule in network.classify]
-    rule = network.ports
+    bridge_ports = sorted(p for p in bridge.ports if p <= MAX_PORT)    # not the bridge's LOCAL port
+    flows = [rule for port in bridge_ports for rule in _classes(policy, port)]
+    where = "network.forwarding"
+
+    def rule(table: int, priority: int, match: dict[str, object], outputs: tuple[int, ...] = (),
+             goto: int | None = None, metadata: tuple[int, int] | None = None) -> None:
+        flows.append(FlowRule(priority, tuple(sorted(match.items())), outputs, None, where, table=table, goto=goto,
+                              write_metadata=metadata))
+
+    rule(PORTS_TABLE, PROBE_PRIORITY, {"eth_type": ETH_LLDP}, (CONTROLLER,))
+    for port in sorted(fabric.edge):
+        rule(PORTS_TABLE, LEARNED_PRIORITY, {"in_port": port}, goto=INGRESS_TABLE, metadata=(FROM_EDGE, FROM_EDGE))
+    for port in sorted(fabric.links):
+        rule(PORTS_TABLE, LEARNED_PRIORITY, {"in_port": port}, goto=ROUTING_TABLE)
+    rule(INGRESS_TABLE, ARP_PRIORITY, {"eth_type": ETH_ARP}, (CONTROLLER,))
+    rule(INGRESS_TABLE, FLOOD_PRIORITY, {"eth_dst": GROUP}, goto=ROUTING_TABLE)
+    for mac, port in fabric.hosts:
+        rule(INGRESS_TABLE, LEARNED_PRIORITY, {"in_port": port, "eth_src": mac}, goto=ROUTING_TABLE)
+    rule(INGRESS_TABLE, 0, {}, (CONTROLLER,), goto=ROUTING_TABLE)
+    flood = fabric.edge | fabric.tree
+    for port in sorted(fabric.edge | fabric.links):
+        outputs = tuple(sorted(flood - {port})) if port in flood else ()    # off the tree: dropped
+        rule(ROUTING_TABLE, FLOOD_PRIORITY, {"in_port": port, "eth_dst": GROUP}, outputs)
+    for mac, port in fabric.routes:
+        rule(ROUTING_TABLE, LEARNED_PRIORITY, {"eth_dst": mac}, goto=CLASSES_TABLE, metadata=(port, PORT_BITS))
+    rule(ROUTING_TABLE, 0, {}, (CONTROLLER,))
+    return SwitchPolicy(name=bridge.name, dp_id=dp_id, flows=tuple(flows), ports=_ports(policy, bridge, bridge_ports),
+                        keyed=True)
+
+
+def _classes(policy: Policy, port: int) -> list[FlowRule]:
+    """Table 3 for one egress port: its output, each class rule, and the rules that keep a class's mark."""
+    network = policy.network
+    assert network is not None
+    out = ("metadata", (port, PORT_BITS))
+    where = f"network (port {port})"
+    rules = [FlowRule(LEARNED_PRIORITY, (out,), (port,), None, where, table=CLASSES_TABLE)]
+    rules += [FlowRule(MARKED_PRIORITY, tuple(sorted((out, ("eth_type", ETH_TYPE_IPV4), ("ip_dscp", c.dscp)))),
+                       (port,), c.name, where, table=CLASSES_TABLE) for c in policy.classes]
+    rules += [FlowRule(r.priority, tuple(sorted((*r.match, out))), (port,), r.traffic_class, where,
+                       table=CLASSES_TABLE) for r in network.classify]
+    return rules
+
+
+def _ports(policy: Policy, bridge: BridgeInfo, bridge_ports: list[int]) -> tuple[PortPolicy, ...]:
+    """The queues of every port whose capacity the policy gives or the port declares."""
+    rule = policy.network.ports if policy.network else None
+    if rule is None:
+        return ()
     ports = []
-    for port_no in sorted(p for p in bridge.ports if p <= MAX_PORT) if rule else ():   # not the bridge's LOCAL port
-        assert rule is not None
+    for port_no in bridge_ports:
         capacity = rule.capacity_bps or bridge.declared.get(port_no)
         if capacity:
             ports.append(PortPolicy(port_no, capacity, rule.queues, rule.queue_packets, rule.discipline, rule.qos_type))
-    return SwitchPolicy(name=bridge.name, dp_id=dp_id, flows=tuple(flows), ports=tuple(ports))
+    return tuple(ports)

@@ -20,6 +20,7 @@ from typing import Any
 from controller.core import actions as act
 from controller.core import events as ev
 from controller.core.bridges import BridgeInfo
+from controller.core.fabric import NO_FABRIC
 from controller.core.flowsync import FlowSync
 from controller.core.meters import meter_id
 from controller.core.part import LOG, Link, SwitchPart
@@ -29,7 +30,7 @@ from controller.core.poller import Poller
 from controller.core.portjobs import PortJobs
 from controller.core.queues import OvsdbQos
 from controller.core.role import RoleManager
-from controller.core.site import FLOOD, Learned, addresses, site_switch, unicast
+from controller.core.site import site_switch
 from controller.core.switch_state import SwitchState
 from controller.core.telemetry import SwitchTelemetry
 from controller.core.view import Mode, SwitchView
@@ -52,7 +53,6 @@ class Switch:
         self.in_sync = False
         self.settled = False                              # nothing in flight: in sync, or failed until the next poll
         self.ovsdb_generation: tuple[int, ...] = ()       # what OVSDB held at the last reconcile
-        self.learned = Learned()                          # under a policy's network: where each MAC is
         self.taken_over = False                           # what the switch holds is read once it confirms us master
 
     @property
@@ -75,12 +75,8 @@ class Switch:
         match event:
             case ev.BridgeDue():
                 self.find_bridge(event.tries, view, now)
-            case ev.PacketIn():
-                self._packet_in(event, view)
             case ev.PortsChanged():
                 self.ports = event.ports
-                if self.learned.forget_ports(set(event.ports)):
-                    self._set_state(view)
                 # OVSDB numbers a new port a moment after the switch reports it: read until it has.
                 self.link.later(BRIDGE_RETRY_SECONDS, ev.BridgeDue(self.conn, BRIDGE_RETRIES))
             case ev.PollDue():
@@ -152,8 +148,11 @@ class Switch:
                 self.role.due(view)
             case ev.Reconcile():
                 self.reconcile(view)
-            case ev.EchoReply():
-                pass   # the controller's: whether a rival's claim to this datapath id is true
+            case ev.FabricChanged():
+                self._set_state(view)
+                self.reconcile(view)
+            case ev.PacketIn() | ev.EchoReply():   # the controller's: the fabric's packets, a rival's claim
+                pass
         return self.link.drain()
 
     # --- the bridge behind the switch ----------------------------------------------------------------
@@ -187,7 +186,7 @@ class Switch:
         policy = view.policy
         switch_policy = policy.switch(self.dp_id) if policy and self.bridge else None
         if policy and policy.network and self.bridge and switch_policy is None:
-            switch_policy = site_switch(policy, self.dp_id, self.bridge, self.learned)
+            switch_policy = site_switch(policy, self.dp_id, self.bridge, view.fabric or NO_FABRIC)
         if policy and self.bridge and switch_policy is None:
             LOG.warning("switch %016x is not in policy %s; nothing of ours stays on it", self.dp_id, policy.name)
         previous, self.state = self.state, None
@@ -201,22 +200,6 @@ class Switch:
                     self.telemetry.events.setdefault((port.port_no, action), 0)
 
     # --- what the switch says ------------------------------------------------------------------------
-    def _packet_in(self, packet: ev.PacketIn, view: SwitchView) -> None:
-        """Learn where its sender is; send it on where its receiver is, or flood it. Only as the writer:
-        another controller's switch is not ours to forward for."""
-        macs = addresses(packet.data)
-        policy = view.policy
-        if macs is None or self.state is None or not self.role.writable(view) or policy is None \
-                or policy.network is None or policy.switch(self.dp_id) is not None:
-            return
-        dst, src = macs
-        if unicast(src) and packet.in_port in self.ports and self.learned.learn(src, packet.in_port):
-            self._set_state(view)
-            self.reconcile(view)
-        output = self.learned.ports.get(dst, FLOOD) if unicast(dst) else FLOOD
-        if output != packet.in_port:
-            self.link.send(act.PacketOut(self.link.xid(), packet.in_port, output, packet.data))
-
     def _error(self, reply: ev.ErrorReply) -> None:
         if self.role.refused(reply) or self.flows.error(reply):
             return

@@ -10,7 +10,7 @@ and no qdisc rebuild.
 from __future__ import annotations
 
 from controller.core.congestion import Decision, PortCongestion, PortSample, bitrate
-from controller.core.flows import FlowEntry, desired_flows, rule_index
+from controller.core.flows import FlowEntry, desired_flows, rule_cookies
 from controller.core.meters import counted_rule, counted_rules, desired_meters
 from controller.core.policy import Police, Policy, PortPolicy, SwitchPolicy
 from controller.core.queues import QosSpec, desired_qos
@@ -30,6 +30,8 @@ class SwitchState:
         self.reserving = frozenset(p.port_no for p in switch.ports if p.queues == "reserve")
         self.auto = frozenset(p.port_no for p in switch.ports if p.queues == "auto")
         self._counted = frozenset(counted_rules(policy, switch))
+        self.cookies = rule_cookies(switch)
+        self._rules = {cookie: index for index, cookie in enumerate(self.cookies)}
         self._detectors = {p.port_no: PortCongestion(policy.congestion) for p in switch.ports}
         self._active: dict[int, dict[str, float]] = {p.port_no: {} for p in switch.ports}   # port → class → last seen
         self.adopted = previous is not None     # a new state looks once at what the ports have (adopt)
@@ -65,7 +67,7 @@ class SwitchState:
     def flows(self, reserving: frozenset[int] | set[int]) -> tuple[FlowEntry, ...]:
         """The flows while the ports in `reserving` have their class queues in force."""
         return desired_flows(self.policy, self.switch, frozenset(reserving), mark_dscp=self.userspace,
-                             counted=self._counted if self.counting else frozenset())
+                             counted=self._counted if self.counting else frozenset(), cookies=self.cookies)
 
     def qos(self, reserving: frozenset[int] | set[int]) -> dict[int, QosSpec]:
         """Each port's queues: class queues for the ports in `reserving`, and always for `auto` ports."""
@@ -93,8 +95,8 @@ class SwitchState:
 
     def rule_class(self, cookie: int) -> tuple[int, str] | None:
         """(output port, class) of the classified rule behind a flow's cookie."""
-        index = rule_index(cookie)
-        if index is None or not 0 <= index < len(self.switch.flows):
+        index = self._rules.get(cookie)
+        if index is None:
             return None
         rule = self.switch.flows[index]
         return (rule.outputs[0], rule.traffic_class) if rule.traffic_class else None

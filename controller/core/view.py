@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from controller.core.bridges import BridgeInfo
+from controller.core.fabric import FabricRules
 from controller.core.policy import Policy
 from controller.core.queues import OvsdbQos
 
@@ -56,6 +57,7 @@ class SwitchView:
     generation: int              # ours as master; 0 until one is claimed
     ovsdb: OvsdbReplica
     epoch: int = 0               # the condition of our OVSDB writes for it (a cluster's; 0: OVSDB's lock fences)
+    fabric: FabricRules | None = None   # under a policy's network: what the fabric says of the switch
 
     @property
     def interval(self) -> float:

@@ -73,7 +73,9 @@ class FakeSwitch:
         self.id = dp_id
         self.bridge = BridgeInfo(f"br{dp_id}", "netdev" if userspace else "system", dict(ports))
         self.ports = frozenset(ports)
-        self.table: dict[tuple, Entry] = {}          # (priority, match items) → entry
+        self.tables: dict[int, dict[tuple, Entry]] = {0: {}}   # table id → (priority, match items) → entry
+        self.table = self.tables[0]                  # table 0, where a policy's flows are
+        self.net: Any = None                         # the FakeNet its ports are cabled into (tests/unit/fakenet.py)
         self.traffic: dict[int, PortTraffic] = {p: PortTraffic() for p in ports}
         self.queues: dict[tuple[int, int], tuple[int, int, int]] = {}   # (port, queue) → bytes, packets, drops
         self.replies: collections.deque = collections.deque()         # (connection, reply), not yet delivered
@@ -89,6 +91,7 @@ class FakeSwitch:
         self.role = None                            # the role the last role request set
         self.generation_id = None                   # ... and its generation id
         self.connections: list[FakeConnection] = []
+        self.packet_outs: list[tuple[list[int], bytes]] = []   # every packet a controller sent out of it
 
     def run(self, seconds: float) -> None:
         """Time passes: the loads the test set move the counters."""
@@ -99,7 +102,7 @@ class FakeSwitch:
         for (port, queue), pps in self.drop_load.items():
             b, n, d = self.queues.get((port, queue), (0, 0, 0))
             self.queues[(port, queue)] = (b, n, d + pps * seconds)
-        for entry in self.table.values():
+        for entry in self.entries():
             nbytes = self.class_load.get(entry.cookie, 0.0) * seconds / 8
             entry.bytes += nbytes
             entry.packets += nbytes / 1500
@@ -127,6 +130,12 @@ class FakeSwitch:
         elif kind == "OFPEchoRequest":
             if conn.answers_echo:
                 self.reply(conn, parser.OFPEchoReply(conn), msg.xid)
+        elif kind == "OFPPacketOut":
+            ports = [a.port for a in msg.actions if type(a).__name__ == "OFPActionOutput"]
+            self.packet_outs.append((ports, msg.data))
+            if self.net is not None:
+                for port in ports:
+                    self.net.leave(self, port, bytes(msg.data), read_fields(bytes(msg.data)), 0)
         else:
             self.reply(conn, self._stats(conn, msg), msg.xid)
 
@@ -159,12 +168,13 @@ class FakeSwitch:
         kind = type(msg).__name__
         if kind == "OFPFlowStatsRequest":
             return parser.OFPFlowStatsReply(conn, body=[
-                parser.OFPFlowStats(0, 0, 0, prio, 0, 0, 0, e.cookie, int(e.packets), int(e.bytes),
+                parser.OFPFlowStats(table_id, 0, 0, prio, 0, 0, 0, e.cookie, int(e.packets), int(e.bytes),
                                     parser.OFPMatch(**dict(match)), e.instructions)
-                for (prio, match), e in self.table.items() if e.cookie & msg.cookie_mask == msg.cookie
+                for table_id, table in sorted(self.tables.items()) for (prio, match), e in table.items()
+                if e.cookie & msg.cookie_mask == msg.cookie
                 and (msg.out_port == ofp.OFPP_ANY or msg.out_port in outputs(e))], flags=0)
         if kind == "OFPAggregateStatsRequest":
-            count = sum(e.cookie & msg.cookie_mask == msg.cookie for e in self.table.values())
+            count = sum(e.cookie & msg.cookie_mask == msg.cookie for e in self.entries())
             return parser.OFPAggregateStatsReply(conn, body=parser.OFPAggregateStats(0, 0, count), flags=0)
         if kind == "OFPMeterFeaturesStatsRequest":
             features = parser.OFPMeterFeaturesStats(self.max_meter, 1 << ofp.OFPMBT_DROP if self.max_meter else 0,
@@ -197,8 +207,9 @@ class FakeSwitch:
             self.error(conn, msg.xid, ofp.OFPET_METER_MOD_FAILED, code)
         elif msg.command == ofp.OFPMC_DELETE:
             self.meters.pop(msg.meter_id, None)
-            for key in [k for k, e in self.table.items() if msg.meter_id in self.meters_of(e)]:
-                del self.table[key]   # as OpenFlow says: a meter's flows go with it
+            for table in self.tables.values():
+                for key in [k for k, e in table.items() if msg.meter_id in self.meters_of(e)]:
+                    del table[key]   # as OpenFlow says: a meter's flows go with it
         else:
             self.meters[msg.meter_id] = msg
 
@@ -214,24 +225,92 @@ class FakeSwitch:
             self.error(conn, msg.xid, ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_INVALID_METER)
             return
         key = (msg.priority, tuple(sorted(msg.match.items())))
+        table = self.tables.setdefault(msg.table_id, {}) if msg.table_id != ofp.OFPTT_ALL else {}
         if msg.command == ofp.OFPFC_ADD:
-            self.table[key] = Entry(msg.cookie, msg.instructions)
-        elif msg.command == ofp.OFPFC_MODIFY_STRICT and key in self.table:
-            self.table[key].instructions = msg.instructions
+            table[key] = Entry(msg.cookie, msg.instructions)
+        elif msg.command == ofp.OFPFC_MODIFY_STRICT and key in table:
+            table[key].instructions = msg.instructions
         elif msg.command == ofp.OFPFC_DELETE:
-            for k in [k for k, e in self.table.items() if e.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask]:
-                del self.table[k]
+            for table in self.tables.values():
+                for k in [k for k, e in table.items() if e.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask]:
+                    del table[k]
+
+    def entries(self) -> list[Entry]:
+        return [e for table in self.tables.values() for e in table.values()]
 
     def steering(self) -> set[int]:
         """Cookies of the flows that set a queue."""
-        return {e.cookie for e in self.table.values()
+        return {e.cookie for e in self.entries()
                 for i in e.instructions for a in getattr(i, "actions", ()) if type(a).__name__ == "OFPActionSetQueue"}
+
+    # --- the pipeline: a packet through the tables, as OpenFlow 1.3 runs it --------------------------------
+    def receive(self, in_port: int, data: bytes, fields: dict, hops: int) -> None:
+        """A packet arrives on `in_port`: the tables decide where it goes (out of ports into the FakeNet, or to
+        the controllers as a packet-in)."""
+        fields = {**fields, "in_port": in_port, "metadata": 0}
+        table_id: int | None = 0
+        while table_id is not None:
+            entry = self._lookup(table_id, fields)
+            if entry is None:
+                return                                   # a table miss: dropped (OpenFlow 1.3)
+            entry.packets += 1
+            entry.bytes += len(data)
+            table_id, now = None, table_id
+            for instruction in entry.instructions:
+                name = type(instruction).__name__
+                if name == "OFPInstructionActions":
+                    for action in instruction.actions:
+                        self._apply(action, in_port, data, fields, now, hops)
+                elif name == "OFPInstructionWriteMetadata":
+                    mask = instruction.metadata_mask
+                    fields["metadata"] = fields["metadata"] & ~mask | instruction.metadata & mask
+                elif name == "OFPInstructionGotoTable":
+                    table_id = instruction.table_id
+
+    def _lookup(self, table_id: int, fields: dict) -> Entry | None:
+        best = None
+        for (prio, match), entry in self.tables.get(table_id, {}).items():
+            if (best is None or prio > best[0]) and all(_matches(fields.get(k), v) for k, v in match):
+                best = (prio, entry)
+        return best[1] if best else None
+
+    def _apply(self, action, in_port: int, data: bytes, fields: dict, table_id: int, hops: int) -> None:
+        name = type(action).__name__
+        if name == "OFPActionSetField":
+            fields[action.key] = action.value
+        elif name == "OFPActionOutput" and action.port == ofp.OFPP_CONTROLLER:
+            for conn in self.connections:
+                if conn.role != "slave":
+                    self.reply(conn, parser.OFPPacketIn(conn, ofp.OFP_NO_BUFFER, len(data), ofp.OFPR_ACTION,
+                                                        table_id, 0, parser.OFPMatch(in_port=in_port), data), 0)
+        elif name == "OFPActionOutput" and self.net is not None and action.port != in_port:
+            self.net.leave(self, action.port, data, {k: v for k, v in fields.items()
+                                                     if k not in ("in_port", "metadata")}, hops)
 
     def flow_mods(self) -> list:
         return [m for m in self.sent if type(m).__name__ == "OFPFlowMod"]
 
     def meter_mods(self) -> list:
         return [m for m in self.sent if type(m).__name__ == "OFPMeterMod"]
+
+
+def _matches(have: Any, want: Any) -> bool:
+    if have is None:
+        return False
+    if isinstance(want, tuple):                  # (value, mask): MAC addresses as text, numbers as numbers
+        value, mask = (int(str(x).replace(":", ""), 16) if isinstance(x, str) else x for x in want)
+        have = int(have.replace(":", ""), 16) if isinstance(have, str) else have
+        return have & mask == value & mask
+    return have == want
+
+
+def read_fields(data: bytes) -> dict:
+    """The fields a flow matches on, read from a frame (Ethernet, and IPv4's protocol and DSCP)."""
+    fields = {"eth_dst": ":".join(f"{b:02x}" for b in data[0:6]), "eth_src": ":".join(f"{b:02x}" for b in data[6:12]),
+              "eth_type": int.from_bytes(data[12:14], "big")}
+    if fields["eth_type"] == 0x0800 and len(data) >= 34:
+        fields |= {"ip_proto": data[23], "ip_dscp": data[15] >> 2}
+    return fields
 
 
 def outputs(entry: Entry) -> set[int]:
@@ -609,7 +688,8 @@ class Harness:
         """A new connection to `switch` (claiming its datapath id, or `claims`); its number."""
         number = next(self._conns)
         self.conns[number] = FakeConnection(switch)
-        self.handle(ev.SwitchUp(number, switch.id if claims is None else claims, switch.ports))
+        self.handle(ev.SwitchUp(number, switch.id if claims is None else claims, switch.ports,
+                                frozenset(getattr(switch, "down", ()))))
         self.settle()
         return number
 

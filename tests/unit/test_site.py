@@ -1,7 +1,7 @@
-"""A switch the policy does not list, under its `network:` section (controller/core/site.py): the
-controller learns where hosts are from the packets the switch sends it, forwards them, and gives the
-switch a hand-written table's shape (an entry per MAC and class, with its output port), so classes are
-steered and counted per port; ports whose capacity is declared queue as the policy says."""
+"""A switch the policy does not list, under its `network:` section (controller/core/site.py): its tables
+from what the fabric says of it (tests/unit/test_fabric.py runs them), each egress port with a hand-written
+table's shape of classes, so classes are steered and counted per port; ports whose capacity is declared
+queue as the policy says."""
 from __future__ import annotations
 
 from typing import Any
@@ -12,10 +12,11 @@ from controller.core import actions as act
 from controller.core import events as ev
 from controller.core.bridges import BridgeInfo
 from controller.core.errors import PolicyError
-from controller.core.flows import rule_index
+from controller.core.fabric import FabricRules
+from controller.core.flows import rule_cookies
 from controller.core.jobs import JobResult
-from controller.core.policy import for_any_network, load_document, parse_policy
-from controller.core.site import CONTROLLER, FLOOD
+from controller.core.policy import SwitchPolicy, for_any_network, load_document, parse_policy
+from controller.core.site import CLASSES_TABLE, CONTROLLER, FROM_EDGE, GROUP, PORT_BITS, site_switch
 from controller.core.switch import Switch
 from controller.core.view import Mode, SwitchView
 from tests.unit.test_switch import REMOTE, read_tables, sent
@@ -23,7 +24,6 @@ from tests.unit.test_switch import REMOTE, read_tables, sent
 PORTS = {1: "s1-eth1", 2: "s1-eth2", 3: "s1-eth3"}
 ANY = parse_policy(for_any_network(load_document("policies/auto.yaml")))
 H1, H2 = "00:00:00:00:00:01", "00:00:00:00:00:02"
-BROADCAST = "ff:ff:ff:ff:ff:ff"
 
 
 class Replica:
@@ -48,10 +48,6 @@ def view(replica: Replica, policy: Any = ANY, active: bool = True) -> SwitchView
     return SwitchView(policy, Mode.IN_FORCE, active, active, 5, replica)
 
 
-def frame(dst: str, src: str) -> bytes:
-    return bytes.fromhex(dst.replace(":", "")) + bytes.fromhex(src.replace(":", "")) + b"\x08\x00" + bytes(46)
-
-
 def mastered(replica: Replica, policy: Any = ANY) -> tuple[Switch, list[act.SwitchAction]]:
     sw = Switch(conn=7, dp_id=1, ports=frozenset(PORTS), now=100.0, phase=0.5)
     out = sw.handle(ev.BridgeDue(7, 0), 100.0, view(replica, policy))
@@ -73,9 +69,11 @@ def replica() -> Replica:
     return Replica()
 
 
-def test_an_unlisted_switch_starts_with_its_misses_sent_here_and_its_declared_link_queued(replica):
+def test_an_unlisted_switch_starts_with_its_probes_sent_here_and_its_declared_link_queued(replica):
     sw, out = mastered(replica)
-    assert flows_to(out) == {(): (("output", CONTROLLER),)}
+    forwarding = {m for m in flows_to(out) if not any(k == "metadata" for k, _ in m)}
+    # Nothing is known of its ports yet: probes to the controller, misses too, and no port forwarded from.
+    assert forwarding == {(("eth_type", 0x88CC),), (("eth_type", 0x0806),), (("eth_dst", GROUP),), ()}
     (submit,) = [a for a in out if isinstance(a, act.Submit)]
     assert [(j.port_no, j.qos) for j in submit.jobs] == [(1, True)]          # port 1 declared its rate; 2, 3 did not
     assert sw.state is not None and [(p.port_no, p.capacity_bps, p.queues) for p in sw.state.switch.ports] == \
@@ -121,73 +119,50 @@ def test_a_declared_delay_puts_netem_under_the_classes_of_its_port_and_a_later_o
     assert [(j.port_no, j.qos, j.spec.delay_us if j.spec else None) for j in submit.jobs] == [(2, False, 500)]
 
 
-def test_a_packet_from_a_new_host_is_flooded_and_its_mac_gets_entries_to_its_port(replica):
-    sw, _ = mastered(replica)
-    out = sw.handle(ev.PacketIn(7, 3, frame(BROADCAST, H1)), 101.0, view(replica))
-    (packet_out,) = sent(out, act.PacketOut)
-    assert (packet_out.in_port, packet_out.output) == (3, FLOOD)
-    added = flows_to(out)
-    assert added[(("eth_dst", H1),)] == (("output", 3),)
-    classified = {m: a for m, a in added.items() if ("eth_dst", H1) in m and len(m) > 1}
-    # One entry per class rule (tcp, udp, voice) and one per class mark kept from upstream, each to port 3.
-    assert len(classified) == 6 and all(a[-1] == ("output", 3) for a in classified.values())
-    assert (("eth_dst", H1), ("eth_type", 0x0800), ("ip_proto", 6)) in classified
+def rules(**fabric: object) -> SwitchPolicy:
+    known = {"edge": frozenset({3}), "links": frozenset({1}), "tree": frozenset({1}), "hosts": ((H1, 3),),
+             "routes": ((H1, 3), (H2, 1))} | fabric
+    return site_switch(ANY, 1, Replica().bridge(1), FabricRules(**known))
 
 
-def test_a_packet_for_a_learned_host_goes_to_its_port_only(replica):
-    sw, _ = mastered(replica)
-    out = sw.handle(ev.PacketIn(7, 3, frame(BROADCAST, H1)), 101.0, view(replica))
-    (batch,) = sent(out, act.Barrier)
-    sw.handle(ev.BarrierReply(7, batch.xid), 101.0, view(replica))
-    out = sw.handle(ev.PacketIn(7, 2, frame(H1, H2)), 101.1, view(replica))
-    (packet_out,) = sent(out, act.PacketOut)
-    assert (packet_out.in_port, packet_out.output) == (2, 3)
-    assert flows_to(out)[(("eth_dst", H2),)] == (("output", 2),)      # and H2 is learned on port 2
+def test_each_port_gets_the_classes_of_a_hand_written_table_in_table_3():
+    policy = rules()
+    to_port_2 = [r for r in policy.flows if r.table == CLASSES_TABLE and ("metadata", (2, PORT_BITS)) in r.match]
+    # Its output, one rule per class rule (tcp, udp, voice) and one per class mark kept from upstream.
+    assert len(to_port_2) == 7 and all(r.outputs == (2,) for r in to_port_2)
+    assert {r.traffic_class for r in to_port_2} == {None, "tcp", "udp", "voice"}
 
 
-def test_a_host_that_moves_keeps_its_entries_cookies_with_the_new_port(replica):
-    sw, out = mastered(replica)
-    out = sw.handle(ev.PacketIn(7, 3, frame(BROADCAST, H1)), 101.0, view(replica))
-    (batch,) = sent(out, act.Barrier)
-    sw.handle(ev.BarrierReply(7, batch.xid), 101.0, view(replica))
-    before = {m.entry.match: m.entry.cookie for m in sent(out, act.AddFlow)}
-    out = sw.handle(ev.PacketIn(7, 2, frame(BROADCAST, H1)), 102.0, view(replica))
-    moved = {m.entry.match: m.entry for m in sent(out, act.ModifyFlow) + sent(out, act.AddFlow)}
-    assert moved[(("eth_dst", H1),)].actions == (("output", 2),)
-    assert {match: e.cookie for match, e in moved.items()} == {m: c for m, c in before.items() if m in moved}
-    assert len(moved) == 7 and rule_index(moved[(("eth_dst", H1),)].cookie) == 1
+def test_a_host_or_a_link_that_comes_or_goes_leaves_every_other_rule_its_cookie():
+    before, after = rules(), rules(hosts=((H1, 3), (H2, 2)), edge=frozenset({2, 3}), routes=((H1, 3), (H2, 2)))
+    cookies = dict(zip(before.flows, rule_cookies(before)))
+    kept = [(rule, cookie) for rule, cookie in zip(after.flows, rule_cookies(after)) if rule in cookies]
+    assert len(kept) > len(after.flows) / 2 and all(cookies[rule] == cookie for rule, cookie in kept)
+    # H2's route moved from the link to port 2: the same rule (table, priority, match), other actions.
+    moved = {r.match: (r.write_metadata, c) for r, c in zip(after.flows, rule_cookies(after)) if r.table == 2}
+    was = {r.match: (r.write_metadata, c) for r, c in zip(before.flows, rule_cookies(before)) if r.table == 2}
+    h2 = (("eth_dst", H2),)
+    assert moved[h2][0] == (2, PORT_BITS) and was[h2][0] == (1, PORT_BITS) and moved[h2][1] == was[h2][1]
 
 
-def test_a_port_that_goes_forgets_the_hosts_learned_on_it(replica):
-    sw, _ = mastered(replica)
-    sw.handle(ev.PacketIn(7, 3, frame(BROADCAST, H1)), 101.0, view(replica))
-    assert sw.learned.ports == {H1: 3}
-    sw.handle(ev.PortsChanged(7, frozenset({1, 2})), 102.0, view(replica))
-    assert sw.learned.ports == {}
+def test_the_ports_table_sends_probes_here_and_forwards_from_known_ports_only():
+    table0 = {r.match: (r.outputs, r.goto, r.write_metadata) for r in rules(edge=frozenset({3})).flows if r.table == 0}
+    assert table0 == {(("eth_type", 0x88CC),): ((CONTROLLER,), None, None),
+                      (("in_port", 3),): ((), 1, (FROM_EDGE, FROM_EDGE)),      # a host's: on to its sources
+                      (("in_port", 1),): ((), 2, None)}                        # a link's: on to routing
 
 
-def test_a_standby_neither_forwards_nor_learns(replica):
-    sw, _ = mastered(replica)
-    out = sw.handle(ev.PacketIn(7, 3, frame(BROADCAST, H1)), 101.0, view(replica, active=False))
-    assert not sent(out, act.PacketOut) and sw.learned.ports == {}
-
-
-def test_a_listed_switch_is_forwarded_by_its_own_table_not_by_learning(replica):
-    listed = parse_policy(load_document("policies/auto.yaml"))    # lists s1 (dp_id 1) with its flows
-    sw, _ = mastered(replica, listed)
-    out = sw.handle(ev.PacketIn(7, 3, frame(BROADCAST, H1)), 101.0, view(replica, listed))
-    assert not sent(out, act.PacketOut) and sw.learned.ports == {}
-
-
-def test_a_runt_or_a_multicast_source_is_not_learned(replica):
-    sw, _ = mastered(replica)
-    assert not sent(sw.handle(ev.PacketIn(7, 3, b"\x01\x02"), 101.0, view(replica)), act.PacketOut)
-    out = sw.handle(ev.PacketIn(7, 3, frame(H2, "01:00:5e:00:00:01")), 101.0, view(replica))
-    assert sw.learned.ports == {} and [m.output for m in sent(out, act.PacketOut)] == [FLOOD]
+def test_what_is_flooded_goes_along_the_tree_and_out_of_edge_ports_and_a_link_off_the_tree_drops_it():
+    policy = rules(edge=frozenset({3, 4}), links=frozenset({1, 2}), tree=frozenset({1}))
+    flood = {dict(r.match)["in_port"]: r.outputs for r in policy.flows
+             if r.table == 2 and ("eth_dst", GROUP) in r.match}
+    assert flood == {1: (3, 4), 2: (), 3: (1, 4), 4: (1, 3)}
 
 
 @pytest.mark.parametrize("network, message", [
     ({"forwarding": "normal"}, "network.forwarding: 'normal' is not a forwarding this controller does"),
+    ({"paths": "random"}, "network.paths: 'random' is not a way of choosing paths"),
+    ({"paths": "adaptive"}, None),
     ({"classify": [{"match": {"in_port": 1, "ip_proto": "tcp"}, "class": "tcp"}]},
      "network.classify[0].match.in_port: a network-wide class cannot name a port"),
     ({"classify": [{"match": {"ip_proto": "tcp"}, "class": "bulk"}]},

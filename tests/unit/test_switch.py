@@ -235,7 +235,7 @@ def test_a_switch_that_leaves_is_forgotten_whole(replica):
     ctl.handle(ev.SwitchUp(7, 1, frozenset(S1)), 1.0)
     assert 1 in ctl.switches and 1 in ctl.snapshot(2.0).in_sync
     ctl.handle(ev.SwitchDown(7), 2.0)
-    assert ctl.switches == {} and ctl.conns == {} and ctl.snapshot(2.0).in_sync == {}
+    assert ctl.switches == {} and ctl.conns.switches == {} and ctl.snapshot(2.0).in_sync == {}
 
 
 def test_a_write_refused_as_from_a_slave_demotes_the_switch_and_asks_its_generation_again(replica):

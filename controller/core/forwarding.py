@@ -1,0 +1,84 @@
+"""The fabric (controller/core/fabric.py) among the controller's switches: which switches it covers (those a
+policy's `network:` section covers), its rounds of discovery, the packets the switches send it, and what it
+says of each switch, kept so that a switch's view carries it and a switch is told when it changes.
+
+A part of controller/core/controller.py: events and `now` in, actions out, and the switches whose tables must
+be built anew; it holds no pointer to the controller.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+
+from controller.core import actions as act
+from controller.core import events as ev
+from controller.core.fabric import Fabric, FabricRules, Out
+from controller.core.policy import Policy
+from controller.core.switch import Switch
+from controller.core.topology import PROBE_SECONDS
+
+
+class Forwarding:
+    def __init__(self, key: bytes, rng: random.Random, wall: Callable[[], float]):
+        """`key`: what the discovery frames are signed with (a cluster's members share it)."""
+        self.fabric = Fabric(key, rng)
+        self.wall = wall
+        self.rules: dict[int, FabricRules] = {}    # what the fabric last said of each switch it covers
+        self.due: float | None = None              # the next round, while one is set
+
+    @staticmethod
+    def covered(policy: Policy | None, switches: dict[int, Switch]) -> dict[int, Switch]:
+        """The switches the fabric forwards for: those the policy's network: section covers."""
+        if policy is None or policy.network is None:
+            return {}
+        return {dp: sw for dp, sw in switches.items() if policy.switch(dp) is None}
+
+    def refresh(self, policy: Policy | None, switches: dict[int, Switch], now: float) -> tuple[list[act.Action],
+                                                                                              list[Switch]]:
+        """What the fabric says of each switch it covers, anew: a round set if none is, and the switches whose
+        rules changed."""
+        covered = self.covered(policy, switches)
+        if policy is not None and policy.network is not None:
+            self.fabric.mode = policy.network.paths
+        for dp in set(self.rules) - set(covered):
+            del self.rules[dp]
+        changed = []
+        for dp, sw in covered.items():
+            rules = self.fabric.rules(dp, now)
+            if self.rules.get(dp) != rules:
+                self.rules[dp] = rules
+                changed.append(sw)
+        if not covered or self.due is not None:
+            return [], changed
+        self.due = now
+        return [act.Later(0.0, ev.DiscoveryDue(now))], changed
+
+    def round(self, due: ev.DiscoveryDue, covered: dict[int, Switch], writable: set[int],
+              now: float) -> list[act.Action]:
+        """Links not heard lately lost, probes out of the writable switches' ports, the next round set."""
+        if due.due != self.due:
+            return []
+        self.due = None
+        if not covered:
+            return []       # rounds start again with the next switch covered
+        # A round that comes late (the event loop was busy) loses no link: the probes were late too.
+        if now - due.due < PROBE_SECONDS:
+            self.fabric.expire(now)
+        wall_ms = int(self.wall() * 1000)
+        out = [send for dp in sorted(writable)
+               for send in self._send(covered[dp], self.fabric.probes(dp, now, wall_ms))]
+        self.due = max(due.due + PROBE_SECONDS, now)
+        return [*out, act.Later(self.due - now, ev.DiscoveryDue(self.due))]
+
+    def packet_in(self, sw: Switch, packet: ev.PacketIn, covered: dict[int, Switch], writable: set[int],
+                  now: float) -> list[act.Action]:
+        if sw.dp_id not in writable:
+            return []       # another controller's switch, or one the fabric does not cover
+        outs = self.fabric.packet_in(sw.dp_id, packet.in_port, packet.table, packet.data, now,
+                                     int(self.wall() * 1000), writable)
+        return [send for out in outs for send in self._send(covered[out.dp_id], [out])]
+
+    @staticmethod
+    def _send(sw: Switch, outs: Iterable[Out]) -> list[act.Action]:
+        messages = tuple(act.PacketOut(sw.link.xid(), out.outputs, out.data) for out in outs)
+        return [act.Send(sw.conn, messages)] if messages else []

@@ -1,0 +1,170 @@
+"""The switches' ports and the links between them, as the controller finds them (pure: events and `now`
+in, what changed out).
+
+A port is one of:
+- NEW: up, but not yet known to face a host or a switch. Nothing is forwarded in or out of it, so that a
+  link not yet discovered can carry no loop; it is probed at every round.
+- LINK: a discovery frame of ours crossed it (either way) within LINK_TIMEOUT.
+- EDGE: up for EDGE_SETTLE with no such frame: it faces hosts. It is not probed any more: a host there
+  could capture a probe and send it again elsewhere. A switch cabled to it later probes it itself (its
+  own port is new), or the port goes down and up as the cable moves.
+- QUIET: a link on it went silent while the port stayed up (a far switch that lost its controller, or a
+  link that drops frames): no longer a path, and never taken for an edge port, which would flood into it.
+  A frame heard again makes it a link again; the port going down and up makes it new.
+- DOWN: the switch says the link is down (or the port is gone): its link is removed at once.
+
+Discovery frames are accepted only when genuine (controller/core/frames.py), sent within PROBE_MAX_AGE,
+with a nonce not seen before, from a port of a connected switch that is up, onto another such port.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from controller.core.frames import Probe
+
+PROBE_SECONDS = 0.25          # a link port's probes: a silent link is lost within LINK_TIMEOUT + this
+LINK_TIMEOUT = 0.75           # ... three probes missed
+EDGE_SETTLE = 1.0             # a port probed this long with no frame back faces hosts
+PROBE_MAX_AGE_MS = 2000       # a frame sent longer ago is refused (a replay), as is one from the future
+_NONCES_KEPT = 100_000        # nonces remembered (more than PROBE_MAX_AGE of frames at any size we run)
+
+End = tuple[int, int]         # (datapath id, OpenFlow port)
+
+
+class Role(enum.StrEnum):
+    NEW = "new"
+    EDGE = "edge"
+    LINK = "link"
+    QUIET = "quiet"
+    DOWN = "down"
+
+
+@dataclass
+class PortState:
+    up: bool
+    since: float                   # when it came up, or its switch connected
+    quiet: bool = False
+    probed: float = float("-inf")  # when a probe last left it
+
+
+@dataclass
+class Topology:
+    ports: dict[int, dict[int, PortState]] = field(default_factory=dict)   # switch → port → state
+    peer: dict[End, End] = field(default_factory=dict)                     # a live link's end → the other
+    seen: dict[End, float] = field(default_factory=dict)                   # a link's lower end → last heard
+    version: int = 0                                                       # bumped by every change of links
+    refused: dict[str, int] = field(default_factory=dict)                  # frames refused, by reason
+    _nonces: dict[bytes, int] = field(default_factory=dict)
+
+    # --- switches and their ports, as they say ---------------------------------------------------------
+    def switch_up(self, dp_id: int, ports: Iterable[int], down: Iterable[int], now: float) -> None:
+        self.ports[dp_id] = {}
+        self.set_ports(dp_id, ports, down, now)
+
+    def switch_down(self, dp_id: int) -> bool:
+        """Its links go; the far ends stay up, so they turn quiet. Whether a link went."""
+        gone = [end for end in self.peer if end[0] == dp_id]
+        self.ports.pop(dp_id, None)
+        return self._cut(gone)
+
+    def set_ports(self, dp_id: int, ports: Iterable[int], down: Iterable[int], now: float) -> bool:
+        """The switch's ports now, and which of them are down. Whether a link went."""
+        states = self.ports.get(dp_id)
+        if states is None:
+            return False
+        up = set(ports) - set(down)
+        gone = [(dp_id, p) for p, state in states.items() if state.up and p not in up]
+        for port_no in set(states) - set(ports):
+            del states[port_no]
+        for port_no in ports:
+            state = states.get(port_no)
+            if state is None or state.up != (port_no in up):
+                states[port_no] = PortState(port_no in up, now)
+        return self._cut([end for end in gone if end in self.peer])
+
+    def role(self, end: End, now: float) -> Role:
+        state = self.ports.get(end[0], {}).get(end[1])
+        if state is None or not state.up:
+            return Role.DOWN
+        if end in self.peer:
+            return Role.LINK
+        if state.quiet:
+            return Role.QUIET
+        return Role.EDGE if now - state.since >= EDGE_SETTLE else Role.NEW
+
+    def roles(self, dp_id: int, now: float) -> dict[int, Role]:
+        return {p: self.role((dp_id, p), now) for p in self.ports.get(dp_id, {})}
+
+    def settling(self, now: float) -> bool:
+        """Whether some port is still new (a round of probes may change roles)."""
+        return any(state.up and not state.quiet and (dp, p) not in self.peer and now - state.since < EDGE_SETTLE
+                   for dp, states in self.ports.items() for p, state in states.items())
+
+    # --- probes ------------------------------------------------------------------------------------------
+    def to_probe(self, dp_id: int, now: float) -> list[int]:
+        """The ports of `dp_id` due a probe now; each is marked as probed."""
+        due = []
+        for port_no, state in self.ports.get(dp_id, {}).items():
+            role = self.role((dp_id, port_no), now)
+            if role not in (Role.DOWN, Role.EDGE) and now - state.probed >= PROBE_SECONDS / 2:
+                state.probed = now
+                due.append(port_no)
+        return due
+
+    def heard(self, probe: Probe, at: End, now: float, wall_ms: int) -> bool:
+        """A genuine frame of ours, received on `at`; whether it made or moved a link."""
+        since = wall_ms - probe.sent_ms
+        if not 0 <= since + 100 <= PROBE_MAX_AGE_MS:    # 0.1 s of slack for clocks read at other moments
+            return self._refuse("stale")
+        if probe.nonce in self._nonces:
+            return self._refuse("replayed")
+        self._nonces[probe.nonce] = probe.sent_ms
+        if len(self._nonces) > _NONCES_KEPT:
+            del self._nonces[next(iter(self._nonces))]
+        src = (probe.dp_id, probe.port_no)
+        if src == at or Role.DOWN in (self.role(src, now), self.role(at, now)):
+            return self._refuse("not between two live ports")
+        key = min(src, at)
+        if self.peer.get(at) == src:
+            self.seen[key] = now
+            return False
+        self._cut([end for end in (src, at) if end in self.peer])    # re-cabled: the old links go
+        self.peer[src], self.peer[at] = at, src
+        self.seen[key] = now
+        for dp, port in (src, at):
+            self.ports[dp][port].quiet = False
+        self.version += 1
+        return True
+
+    def expire(self, now: float) -> bool:
+        """Links not heard within LINK_TIMEOUT go (their ports turn quiet); whether one did."""
+        return self._cut([end for end, last in self.seen.items() if now - last > LINK_TIMEOUT])
+
+    def _refuse(self, why: str) -> bool:
+        self.refused[why] = self.refused.get(why, 0) + 1
+        return False
+
+    def _cut(self, ends: list[End]) -> bool:
+        for end in ends:
+            other = self.peer.pop(end, None)
+            if other is None:
+                continue
+            del self.peer[other]
+            self.seen.pop(min(end, other), None)
+            for dp, port in (end, other):
+                state = self.ports.get(dp, {}).get(port)
+                if state is not None and state.up:
+                    state.quiet = True
+        if ends:
+            self.version += 1
+        return bool(ends)
+
+    # --- the graph -----------------------------------------------------------------------------------------
+    def graph(self) -> dict[int, list[tuple[int, int, int]]]:
+        """Switch → its live links as (port, the switch at the other end, its port), in port order."""
+        near: dict[int, list[tuple[int, int, int]]] = {dp: [] for dp in self.ports}
+        for (dp, port), (other, their_port) in sorted(self.peer.items()):
+            near[dp].append((port, other, their_port))
+        return near

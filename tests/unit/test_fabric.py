@@ -1,0 +1,118 @@
+"""The controller's own forwarding on networks with loops (controller/core/fabric.py), through the real core and
+the real OpenFlow adapter on fake switches cabled together (tests/unit/fakenet.py): links found by its signed
+probes, hosts reached along installed paths, nothing flooded around a loop, failures routed around."""
+from __future__ import annotations
+
+import pytest
+
+from controller.core import frames
+from controller.core.policy import for_any_network, load_document
+from controller.core.topology import EDGE_SETTLE, LINK_TIMEOUT, PROBE_SECONDS, Role
+from tests.unit.fakenet import BROADCAST, FakeNet, fat_tree
+
+AUTO = for_any_network(load_document("policies/auto.yaml"))
+
+
+def network(tmp_path, links, hosts, paths: str = "ecmp") -> FakeNet:
+    policy = {**AUTO, "network": {**AUTO["network"], "paths": paths}}
+    net = FakeNet(tmp_path, links, hosts, policy)
+    net.app.advance(EDGE_SETTLE + 2 * PROBE_SECONDS)
+    return net
+
+
+@pytest.fixture
+def tree4(tmp_path) -> FakeNet:
+    return network(tmp_path, *fat_tree(4))
+
+
+def fabric(net: FakeNet):
+    return net.app.core.forwarding.fabric
+
+
+def test_a_fat_tree_is_found_and_every_host_reaches_every_other_with_nothing_flooded_around_a_loop(tree4):
+    assert len(fabric(tree4).topology.peer) == 2 * 32          # k=4: 16 aggregation-core, 16 aggregation-edge links
+    names = list(tree4.hosts)
+    unreached = [(a, b) for a in names for b in names if a != b and not tree4.ping(a, b)]
+    assert unreached == [] and tree4.storms == 0
+
+
+def test_a_broadcast_reaches_every_other_host_once(tree4):
+    before = {name: host.received for name, host in tree4.hosts.items()}
+    h1 = tree4.hosts["h1"]
+    tree4.send(h1, frames.mac_bytes(BROADCAST) + frames.mac_bytes(h1.mac) + b"\x88\xb5" + bytes(46))
+    tree4.app.settle()
+    assert {name: host.received - before[name] for name, host in tree4.hosts.items()} == \
+        {name: int(name != "h1") for name in tree4.hosts}
+    assert tree4.storms == 0
+
+
+def test_a_new_port_forwards_nothing_until_it_is_known_to_face_a_host(tmp_path):
+    net = FakeNet(tmp_path, [(1, 2), (2, 3), (3, 1)], {1: 1, 3: 1}, AUTO)   # a triangle: a loop
+    assert not net.ping("h1", "h2") and net.storms == 0
+    net.app.advance(EDGE_SETTLE + PROBE_SECONDS)
+    assert net.ping("h1", "h2") and net.storms == 0
+
+
+def test_a_probe_a_host_forges_or_sends_again_makes_no_link(tmp_path):
+    net = FakeNet(tmp_path, *fat_tree(4), AUTO)
+    topology = fabric(net).topology
+    h1, h5 = net.hosts["h1"], net.hosts["h5"]
+    # While h1's port is new, the controller probes it: h1 keeps one, as a host could.
+    net.app.advance(PROBE_SECONDS)
+    (_, kept), *_ = [out for out in net.switches[h1.at[0]].packet_outs if out[0] == [h1.at[1]]]
+    net.app.advance(EDGE_SETTLE)
+    assert net.ping("h5", "h1")                              # both have been heard on their ports
+    links = dict(topology.peer)
+    net.send(h1, frames.probe_frame(b"not the controller's key", 99, 1, int(net.app.clock * 1000), b"12345678"))
+    net.send(h5, kept)                                       # sent again by a host elsewhere, to fake a link
+    net.send(h1, kept)                                       # or back where it came from
+    net.app.settle()
+    assert topology.peer == links
+    assert topology.refused == {"forged": 1, "a host's port": 2}
+    assert topology.role(h1.at, net.app.clock) is Role.EDGE and topology.role(h5.at, net.app.clock) is Role.EDGE
+
+
+def first_hop(net: FakeNet, src: str, dst: str) -> int:
+    """The port the source's switch sends toward `dst` by."""
+    rules = net.app.core.forwarding.rules[net.hosts[src].at[0]]
+    return dict(rules.routes)[net.hosts[dst].mac]
+
+
+def test_a_link_that_goes_down_is_routed_around_at_once_and_used_again_when_it_is_back(tree4):
+    assert tree4.ping("h1", "h16")
+    port = first_hop(tree4, "h1", "h16")
+    edge = tree4.hosts["h1"].at[0]
+    (agg, _), = [peer for end, peer in tree4.peer.items() if end == (edge, port)]
+    tree4.link(edge, agg, "down")
+    assert first_hop(tree4, "h1", "h16") != port
+    assert tree4.ping("h1", "h16")                           # no time passed: the port status was enough
+    tree4.link(edge, agg, "up")
+    tree4.app.advance(2 * PROBE_SECONDS)
+    assert first_hop(tree4, "h1", "h16") == port and tree4.ping("h1", "h16") and tree4.storms == 0
+
+
+def test_a_link_that_goes_silent_is_lost_within_a_second(tree4):
+    assert tree4.ping("h1", "h16")
+    edge = tree4.hosts["h1"].at[0]
+    port = first_hop(tree4, "h1", "h16")
+    (agg, agg_port), = [peer for end, peer in tree4.peer.items() if end == (edge, port)]
+    tree4.cut |= {(edge, port), (agg, agg_port)}             # frames lost both ways, ports still up
+    tree4.app.advance(LINK_TIMEOUT - PROBE_SECONDS)
+    assert not tree4.ping("h1", "h16")
+    tree4.app.advance(1.0 - (LINK_TIMEOUT - PROBE_SECONDS))
+    assert tree4.ping("h1", "h16") and first_hop(tree4, "h1", "h16") != port
+    assert fabric(tree4).topology.role((edge, port), tree4.app.clock) is Role.QUIET   # not flooded into
+
+
+@pytest.mark.parametrize("paths, uplinks", [("one", 1), ("ecmp", 2)])
+def test_one_path_takes_the_first_uplink_and_ecmp_shares_both(tmp_path, paths, uplinks):
+    net = network(tmp_path, *fat_tree(4), paths=paths)
+    remote = [name for name, host in net.hosts.items() if host.at[0] != net.hosts["h1"].at[0]]
+    assert all(net.ping("h1", name) for name in remote)
+    assert len({first_hop(net, "h1", name) for name in remote}) == uplinks
+
+
+def test_probes_cost_one_packet_per_link_end_and_round_and_none_to_hosts(tree4):
+    sent = sum(len(s.packet_outs) for s in tree4.switches.values())
+    tree4.app.advance(10.0)
+    assert sum(len(s.packet_outs) for s in tree4.switches.values()) - sent == 2 * 32 * 10.0 / PROBE_SECONDS
