@@ -212,10 +212,21 @@ class NeedGeneration:
 
 @dataclass(frozen=True)
 class Decided:
-    """The detector changed a port's queues."""
+    """The detector changed a port's queues (deferred: asks whether traffic can be moved off it instead)."""
     dp_id: int
     port_no: int
     decision: Decision
+    deferred: bool = False
 
 
-SwitchAction = Action | NeedGeneration | Decided
+@dataclass(frozen=True)
+class Loads:
+    """A poll's figures for adaptive paths (controller/core/placement.py): bit/s sent by the switch's link ports,
+    bit/s of its routes (host → rate), and the link ports' capacities."""
+    dp_id: int
+    ports: dict[int, float]
+    routes: dict[str, float]
+    capacity: dict[int, int]
+
+
+SwitchAction = Action | NeedGeneration | Decided | Loads

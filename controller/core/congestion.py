@@ -115,6 +115,10 @@ class PortCongestion:
         """Not congested and no hot sample in a row: a sample that is not hot changes nothing."""
         return not self._congested and self._hot_streak == 0
 
+    def reset(self) -> None:
+        """Not congested, as if it had never been: what made it so was answered another way."""
+        self._congested, self._hot_streak, self._calm_since = False, 0, None
+
     def adopt(self) -> None:
         """The port was found with its reservation in force (a controller before this one decided so):
         congested until it has been calm for the hold time, as if this detector had decided it."""

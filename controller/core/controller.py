@@ -10,7 +10,6 @@ covers (controller/core/forwarding.py), and the rival claims to a connected data
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import logging
@@ -30,7 +29,7 @@ from controller.core.held import Held
 from controller.core.keeper import SAVED_CLEARED, SAVED_POLICY, PolicyKeeper, from_saved
 from controller.core.policy import Policy, parse_policy
 from controller.core.switch import BRIDGE_RETRIES, Switch
-from controller.core.telemetry import Snapshot
+from controller.core.telemetry import Decisions, Snapshot
 from controller.core.view import Mode, OvsdbReplica, SwitchView
 
 LOG = logging.getLogger("qos")
@@ -52,7 +51,7 @@ class Controller:
         self.authority = Authority(active, standby, cluster)
         self.switches: dict[int, Switch] = {}          # datapath id → the switch (its accepted connection)
         self.conns = Connections()                     # by connection; their devices; rival claims
-        self.decisions: collections.deque[dict[str, Any]] = collections.deque(maxlen=1000)
+        self.decisions = Decisions(wall)                # the last programs, rollbacks and moves, for the status
         self.reported = ev.RemotesChanged({})         # the remotes as the app last reported them
         self.held = Held(self.authority)               # what our switches hold of the policy in force
         self.out: list[act.Action] = []
@@ -182,11 +181,17 @@ class Controller:
                 case act.NeedGeneration():
                     self.out += self.authority.need(action.dp_id, action.above)
                 case act.Decided():
-                    decision = action.decision
-                    self.decisions.append({"time": self.wall(), "dp_id": f"{action.dp_id:016x}",
-                                           "port": action.port_no, "action": decision.action,
-                                           "reason": decision.reason, "utilisation": decision.utilisation,
-                                           "loss_ratio": decision.loss_ratio})
+                    moves = self.forwarding.relieve(sw.dp_id, action.port_no, self.keeper.policy, now) \
+                        if action.deferred else None
+                    if moves is None:
+                        self.decisions.decided(action)
+                    if action.deferred:
+                        self._to(sw, ev.Relieved(action.port_no, moves is not None), now)
+                    if self.decisions.moved(moves or []):
+                        self._refresh(now)
+                case act.Loads():
+                    if self.decisions.moved(self.forwarding.loads(action, self.keeper.policy, now)):
+                        self._refresh(now)
                 case _:
                     self.out.append(action)
 
@@ -308,7 +313,7 @@ class Controller:
                    for name in self.ovsdb.names}
         return {"role": self.authority.label(now), "policy": self.keeper.name,
                 "mode": str(self.keeper.mode), "owner": self.owner, "ovsdb": remotes, "switches": switches,
-                "decisions": list(self.decisions), **({"cluster": cluster.status()} if cluster else {})}
+                "decisions": list(self.decisions.last), **({"cluster": cluster.status()} if cluster else {})}
 
     # --- a cluster's members sharing the switches (controller/core/cluster.py) -------------------------------
     def _cluster(self, event: ev.ClusterChanged | ev.SwitchClaimed, now: float) -> None:

@@ -319,6 +319,13 @@ class Reconcile:
 
 
 @dataclass(frozen=True)
+class Relieved:
+    """The answer to a deferred program of a link port's queues: traffic was moved off it, or not (it reserves)."""
+    port_no: int
+    moved: bool
+
+
+@dataclass(frozen=True)
 class FabricChanged:
     """What the fabric says of the switch changed (links, hosts, paths): its table anew, then reconcile."""
 
@@ -326,7 +333,7 @@ class FabricChanged:
 SwitchEvent = (PortsChanged | PacketIn | BridgeDue | PollDue | RoleReply | ErrorReply | BarrierReply | FlowStatsReply
                | FlowCountReply | MeterFeaturesReply | MeterConfigReply | MeterStatsReply | QueueStatsReply
                | PortStatsReply | EchoReply | JobsDone | TcChanged | PolicyInstalled | RoleDue | TakingOver
-               | StandingDown | Reconcile | FabricChanged)
+               | StandingDown | Reconcile | FabricChanged | Relieved)
 Event = (SwitchUp | SwitchDown | PortsChanged | PacketIn | BridgeDue | PollDue | RoleReply | ErrorReply | BarrierReply
          | FlowStatsReply | FlowCountReply | MeterFeaturesReply | MeterConfigReply | MeterStatsReply
          | QueueStatsReply | PortStatsReply | EchoReply | ClaimDue | DiscoveryDue | ConfirmDue | GetPolicy | SetPolicy

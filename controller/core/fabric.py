@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 from controller.core import frames
 from controller.core.hosts import Hosts
-from controller.core.paths import ECMP, Graph, hops_to, next_hops, pick, tree
-from controller.core.topology import End, Role, Topology
+from controller.core.paths import ADAPTIVE
+from controller.core.routes import Routes
+from controller.core.topology import Role, Topology
 
 CONTROLLER_PORT = 0xFFFFFFFD    # OFPP_CONTROLLER: a packet-out's in_port, so that it may leave by any port
 INGRESS_TABLE, ROUTING_TABLE = 1, 2   # the tables whose misses reach us (controller/core/site.py)
@@ -42,6 +43,7 @@ class FabricRules:
     tree: frozenset[int]                      # the links of the spanning tree among them
     hosts: tuple[tuple[str, int], ...]        # the hosts on this switch: (MAC, port)
     routes: tuple[tuple[str, int], ...]       # every host it can reach: (MAC, the port toward it)
+    counted: bool = False                     # its routes' rates are read at every poll (adaptive paths)
 
 
 NO_FABRIC = FabricRules(frozenset(), frozenset(), frozenset(), (), ())   # a switch nothing is known of yet
@@ -53,11 +55,7 @@ class Fabric:
         self.key, self.rng = key, rng
         self.topology = Topology()
         self.hosts = Hosts()
-        self.mode = ECMP
-        self._graph: Graph = {}
-        self._tree: set[End] = set()
-        self._hops: dict[int, dict[int, int]] = {}
-        self._version = -1
+        self.routes = Routes(self.topology, self.hosts)
 
     # --- switches, as they connect and say what their ports are ---------------------------------------------
     def connect(self, dp_id: int, ports: Iterable[int], down: Iterable[int], now: float) -> None:
@@ -121,14 +119,14 @@ class Fabric:
         if arp.sender_ip == arp.target_ip:
             return []     # gratuitous: an announcement, learned
         mac = self.hosts.macs.get(arp.target_ip)
-        if mac in self.hosts.at and self._reaches(dp_id, self.hosts.at[mac][0]):
+        if mac in self.hosts.at and self.routes.reaches(dp_id, self.hosts.at[mac][0]):
             return [Out(dp_id, (port,), frames.arp_reply(arp, mac))] if dp_id in ours else []
         return self._flood(dp_id, port, data, now, ours)
 
     def _deliver(self, dp_id: int, mac: str, data: bytes, ours: set[int]) -> list[Out]:
         """Straight to a known host's port, while its switches' paths are being installed."""
         end = self.hosts.at.get(mac)
-        if end is None or end[0] not in ours or not self._reaches(dp_id, end[0]):
+        if end is None or end[0] not in ours or not self.routes.reaches(dp_id, end[0]):
             return []
         return [Out(end[0], (end[1],), data)]
 
@@ -136,43 +134,23 @@ class Fabric:
         """Out of every edge port of every switch it can reach, but the one it came in by: never onto a link."""
         outs = []
         for dp in sorted(ours):
-            if self._reaches(dp_id, dp):
+            if self.routes.reaches(dp_id, dp):
                 edge = tuple(sorted(p for p, role in self.topology.roles(dp, now).items()
                                     if role is Role.EDGE and (dp, p) != (dp_id, port)))
                 if edge:
                     outs.append(Out(dp, edge, data))
         return outs
 
-    # --- paths ---------------------------------------------------------------------------------------------
-    def _fresh(self) -> None:
-        if self._version != self.topology.version:
-            self._version = self.topology.version
-            self._graph = self.topology.graph()
-            self._tree = tree(self._graph)
-            self._hops = {}
-
-    def _hops_to(self, dp_id: int) -> dict[int, int]:
-        self._fresh()
-        hops = self._hops.get(dp_id)
-        if hops is None:
-            hops = self._hops[dp_id] = hops_to(self._graph, dp_id)
-        return hops
-
-    def _reaches(self, src: int, dst: int) -> bool:
-        return src in self._hops_to(dst)
-
     def rules(self, dp_id: int, now: float) -> FabricRules:
-        self._fresh()
         roles = self.topology.roles(dp_id, now)
         hosts = self.hosts.on(dp_id)
         routes = dict(hosts)
-        for mac, (host_dp, _) in self.hosts.at.items():
-            if host_dp != dp_id:
-                ports = next_hops(self._graph, dp_id, self._hops_to(host_dp))
-                if ports:
-                    routes[mac] = pick(ports, self.mode, mac, dp_id)
+        for mac in self.hosts.at:
+            port = self.routes.next_hop(dp_id, mac)
+            if port is not None:
+                routes[mac] = port
         return FabricRules(edge=frozenset(p for p, r in roles.items() if r is Role.EDGE),
                            links=frozenset(p for p, r in roles.items() if r is Role.LINK),
-                           tree=frozenset(p for dp, p in self._tree if dp == dp_id),
+                           tree=self.routes.tree_ports(dp_id),
                            hosts=tuple(sorted((m, p) for m, p in hosts.items() if roles.get(p) is Role.EDGE)),
-                           routes=tuple(sorted(routes.items())))
+                           routes=tuple(sorted(routes.items())), counted=self.routes.mode == ADAPTIVE)

@@ -17,8 +17,8 @@ from controller.core.policy import Policy, SwitchPolicy
 
 # The high bits mark this controller's flows so it replaces exactly its own; the low bits
 # number the policy's rule, so flow statistics map back to a rule (and its class) directly.
-# CLASSIFIED marks the rules of a traffic class: their statistics (the class rates) are asked
-# for on every poll, without the rest of the table.
+# CLASSIFIED marks the rules of a traffic class (and routes whose rates adaptive paths need): their
+# statistics (the class rates) are asked for on every poll, without the rest of the table.
 COOKIE = 0x5153_0000_0000_0000
 COOKIE_MASK = 0xFFFF_0000_0000_0000
 CLASSIFIED = 0x0000_0001_0000_0000
@@ -40,7 +40,7 @@ def rule_cookies(switch: SwitchPolicy) -> tuple[int, ...]:
             low |= KEYED
         else:
             low = index + 1
-        cookies.append(COOKIE | (CLASSIFIED if rule.traffic_class is not None else 0) | low)
+        cookies.append(COOKIE | (CLASSIFIED if rule.traffic_class is not None or rule.counted else 0) | low)
     return tuple(cookies)
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from controller.core import actions as act
 from controller.core import events as ev
 from controller.core.fabric import Fabric, FabricRules, Out
+from controller.core.placement import Move
 from controller.core.policy import Policy
 from controller.core.switch import Switch
 from controller.core.topology import PROBE_SECONDS
@@ -25,6 +26,8 @@ class Forwarding:
         self.wall = wall
         self.rules: dict[int, FabricRules] = {}    # what the fabric last said of each switch it covers
         self.due: float | None = None              # the next round, while one is set
+        self._said: tuple[object, ...] = ()       # the fabric's version and the switches it was last said for
+        self._said_at = float("-inf")              # ... and when
 
     @staticmethod
     def covered(policy: Policy | None, switches: dict[int, Switch]) -> dict[int, Switch]:
@@ -39,7 +42,12 @@ class Forwarding:
         rules changed."""
         covered = self.covered(policy, switches)
         if policy is not None and policy.network is not None:
-            self.fabric.mode = policy.network.paths
+            self.fabric.routes.set_mode(policy.network.paths)
+        # Unchanged since it was last said, and said after every new port could turn edge: nothing to say.
+        said = (self.fabric.routes.version(), frozenset(covered))
+        if said == self._said and self._said_at > self.fabric.topology.settle_by:
+            return [], []
+        self._said, self._said_at = said, now
         for dp in set(self.rules) - set(covered):
             del self.rules[dp]
         changed = []
@@ -77,6 +85,25 @@ class Forwarding:
         outs = self.fabric.packet_in(sw.dp_id, packet.in_port, packet.table, packet.data, now,
                                      int(self.wall() * 1000), writable)
         return [send for out in outs for send in self._send(covered[out.dp_id], [out])]
+
+    def loads(self, loads: act.Loads, policy: Policy | None, now: float) -> list[Move]:
+        """A poll's figures, for adaptive paths: the moves they made."""
+        if policy is None or policy.network is None:
+            return []
+        routes = self.fabric.routes
+        return routes.placement.observe(loads.dp_id, loads.ports, loads.routes, loads.capacity, policy.congestion,
+                                        routes, now)
+
+    def relieve(self, dp_id: int, port_no: int, policy: Policy | None, now: float) -> list[Move] | None:
+        """A link port's detector would reserve: the moves that relieve it, [] if it was relieved lately (give
+        them time), or None if nothing can be moved (it reserves)."""
+        if policy is None:
+            return None
+        routes = self.fabric.routes
+        if routes.placement.recently_relieved((dp_id, port_no), policy.congestion, now):
+            return []
+        return routes.placement.relieve((dp_id, port_no), policy.congestion, routes, now, "its queue drops or its "
+                                 "classes contend") or None
 
     @staticmethod
     def _send(sw: Switch, outs: Iterable[Out]) -> list[act.Action]:

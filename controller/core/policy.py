@@ -85,6 +85,7 @@ class FlowRule:
     table: int = 0
     goto: int | None = None                        # then the packet goes on to this table
     write_metadata: tuple[int, int] | None = None  # (value, mask) written into the metadata first
+    counted: bool = False                          # its counters are read at every poll (a route's rate)
 
     @property
     def flow_source(self) -> str:

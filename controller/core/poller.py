@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from controller.core import actions as act
 from controller.core import events as ev
+from controller.core.congestion import PROGRAM
 from controller.core.flows import CLASSIFIED
 from controller.core.part import LOG, Link, SwitchPart
 from controller.core.plan import ActualFlow
@@ -163,7 +164,20 @@ class Poller(SwitchPart):
             self.round = None
             telemetry.poll_duration = now - round_.sent
             telemetry.polls += 1
-        class_bps = self._class_rates(round_, state)
+        flow_bps = self._flow_rates(round_)
+        class_bps = self._class_rates(round_, flow_bps, state)
+        # Adaptive paths (controller/core/placement.py): the links' loads and the routes' rates, to the fabric
+        # first, and a program of a link's queues deferred to it, which may move traffic instead.
+        links = view.fabric.links if view.fabric is not None and view.fabric.counted and state is not None \
+            else frozenset()
+        ports = {port_no: self.rates.port(0, port_no, counters, round_.at["ports"])
+                 for port_no, counters in (round_.ports or {}).items()}
+        if links:
+            assert state is not None
+            self.link.do(act.Loads(self.link.dp_id, {p: r.tx_bps for p, r in ports.items()
+                                                     if p in links and r is not None and r.tx_bps is not None},
+                                   {state.routes[c]: bps for c, bps in flow_bps.items() if c in state.routes},
+                                   {p.port_no: p.capacity_bps for p in state.switch.ports if p.port_no in links}))
         drops: dict[int, float] = {}
         for (port_no, queue_id), queue_counters in (round_.queues or {}).items():
             queue = self.rates.queue(0, port_no, queue_id, queue_counters, round_.at["queues"])
@@ -171,8 +185,7 @@ class Poller(SwitchPart):
                 drops[port_no] = drops.get(port_no, 0.0) + queue.tx_errors_ps
         fast = view.fast_interval
         decisions = []
-        for port_no, port_counters in (round_.ports or {}).items():
-            port = self.rates.port(0, port_no, port_counters, round_.at["ports"])
+        for port_no, port in ports.items():
             if port is None or state is None:
                 continue
             if not port.tx_pps and not port.tx_drops_ps and not drops.get(port_no) and state.resting(port_no):
@@ -183,11 +196,13 @@ class Poller(SwitchPart):
             # A port fast polls watch is decided by them alone: a slow poll's sample would be a second long.
             if not round_.fast and fast and port_no in self.watched:
                 continue
+            deferred = port_no in links
             decision = state.observe(port_no, port, drops.get(port_no, 0.0), class_bps.get(port_no, {}),
-                                     round_.at["ports"])
+                                     round_.at["ports"], defer=deferred)
             telemetry.congested[port_no] = state.congested(port_no)
             if decision is not None:
-                decisions.append(act.Decided(self.link.dp_id, port_no, decision))
+                decisions.append(act.Decided(self.link.dp_id, port_no, decision,
+                                             deferred and decision.action == PROGRAM))
         if fast and self.watched and self.next_fast is None and self.fast is None:
             self.next_fast = max(round_.due + fast, now) if round_.fast else now + fast
             self.link.later(self.next_fast - now, ev.PollDue(self.link.conn, self.next_fast, fast=True))
@@ -203,17 +218,26 @@ class Poller(SwitchPart):
         busy = tx_bps >= state.policy.congestion.clear_utilisation * port.capacity_bps
         self.watched = self.watched | {port_no} if busy else self.watched - {port_no}
 
-    def _class_rates(self, round_: PollRound, state: SwitchState | None) -> dict[int, dict[str, float]]:
+    def _flow_rates(self, round_: PollRound) -> dict[int, float]:
+        """Cookie → bit/s, of the flows the poll read."""
+        rates = {}
+        for cookie, counters in (round_.flows or {}).items():
+            flow = self.rates.flow(0, cookie, counters, round_.at["flows"])
+            if flow is not None and flow.bps is not None:
+                rates[cookie] = flow.bps
+        return rates
+
+    def _class_rates(self, round_: PollRound, flow_bps: dict[int, float],
+                     state: SwitchState | None) -> dict[int, dict[str, float]]:
         """Output port → class → bit/s offered, from the classified flows' counters, and from the counting
         meters' where there are some (the flows' may be half a second old)."""
         class_bps: dict[int, dict[str, float]] = {}
         counted: dict[int, dict[str, float]] = {}
-        for cookie, counters in (round_.flows or {}).items():
+        for cookie, bps in flow_bps.items():
             owner = state.rule_class(cookie) if state else None
-            flow = self.rates.flow(0, cookie, counters, round_.at["flows"])
-            if owner is not None and flow is not None and flow.bps is not None:
+            if owner is not None:
                 classes = class_bps.setdefault(owner[0], {})
-                classes[owner[1]] = classes.get(owner[1], 0.0) + flow.bps
+                classes[owner[1]] = classes.get(owner[1], 0.0) + bps
         for meter, meter_counters in (round_.meters or {}).items():
             owner = state.counted_class(meter) if state else None
             measured = self.rates.meter(0, meter, meter_counters, round_.at["meters"])

@@ -52,9 +52,9 @@ def site_switch(policy: Policy, dp_id: int, bridge: BridgeInfo, fabric: FabricRu
     where = "network.forwarding"
 
     def rule(table: int, priority: int, match: dict[str, object], outputs: tuple[int, ...] = (),
-             goto: int | None = None, metadata: tuple[int, int] | None = None) -> None:
+             goto: int | None = None, metadata: tuple[int, int] | None = None, counted: bool = False) -> None:
         flows.append(FlowRule(priority, tuple(sorted(match.items())), outputs, None, where, table=table, goto=goto,
-                              write_metadata=metadata))
+                              write_metadata=metadata, counted=counted))
 
     rule(PORTS_TABLE, PROBE_PRIORITY, {"eth_type": ETH_LLDP}, (CONTROLLER,))
     for port in sorted(fabric.edge):
@@ -71,7 +71,8 @@ def site_switch(policy: Policy, dp_id: int, bridge: BridgeInfo, fabric: FabricRu
         outputs = tuple(sorted(flood - {port})) if port in flood else ()    # off the tree: dropped
         rule(ROUTING_TABLE, FLOOD_PRIORITY, {"in_port": port, "eth_dst": GROUP}, outputs)
     for mac, port in fabric.routes:
-        rule(ROUTING_TABLE, LEARNED_PRIORITY, {"eth_dst": mac}, goto=CLASSES_TABLE, metadata=(port, PORT_BITS))
+        rule(ROUTING_TABLE, LEARNED_PRIORITY, {"eth_dst": mac}, goto=CLASSES_TABLE, metadata=(port, PORT_BITS),
+             counted=fabric.counted)
     rule(ROUTING_TABLE, 0, {}, (CONTROLLER,))
     return SwitchPolicy(name=bridge.name, dp_id=dp_id, flows=tuple(flows), ports=_ports(policy, bridge, bridge_ports),
                         keyed=True)

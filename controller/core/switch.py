@@ -151,6 +151,10 @@ class Switch:
             case ev.FabricChanged():
                 self._set_state(view)
                 self.reconcile(view)
+            case ev.Relieved():
+                if self.state is not None:
+                    self.state.relieved(event.port_no, event.moved)
+                    self.reconcile(view)
             case ev.PacketIn() | ev.EchoReply():   # the controller's: the fabric's packets, a rival's claim
                 pass
         return self.link.drain()

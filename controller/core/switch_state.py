@@ -32,6 +32,10 @@ class SwitchState:
         self._counted = frozenset(counted_rules(policy, switch))
         self.cookies = rule_cookies(switch)
         self._rules = {cookie: index for index, cookie in enumerate(self.cookies)}
+        # Routes whose rates adaptive paths read (controller/core/site.py): cookie → the host they lead to.
+        self.routes = {cookie: str(dict(rule.match)["eth_dst"]) for cookie, rule in zip(self.cookies, switch.flows)
+                       if rule.counted and rule.traffic_class is None}
+        self.urgent = urgent_classes(policy)
         self._detectors = {p.port_no: PortCongestion(policy.congestion) for p in switch.ports}
         self._active: dict[int, dict[str, float]] = {p.port_no: {} for p in switch.ports}   # port → class → last seen
         self.adopted = previous is not None     # a new state looks once at what the ports have (adopt)
@@ -102,8 +106,9 @@ class SwitchState:
         return (rule.outputs[0], rule.traffic_class) if rule.traffic_class else None
 
     def observe(self, port_no: int, rates: PortRates, queue_drops_ps: float, class_bps: dict[str, float],
-                now: float) -> Decision | None:
-        """Feed one port's rates; returns the decision when an `auto` port must change queues."""
+                now: float, defer: bool = False) -> Decision | None:
+        """Feed one port's rates; returns the decision when an `auto` port must change queues. `defer`: a program
+        is not put in force but asked about (relieved()): traffic may be moved off the port instead."""
         port = self.switch.port(port_no)
         if port is None or rates.tx_bps is None or rates.tx_pps is None:
             return None
@@ -117,18 +122,27 @@ class SwitchState:
         lossy = drops >= self.policy.congestion.loss_ratio * (rates.tx_pps + drops) > 0
         recent = {name for name, at in seen.items() if now - at <= RECENT_SECONDS} if lossy else active
         active_now = len(active)
-        sample = PortSample(rates.tx_bps, rates.tx_pps, drops, port.capacity_bps,
-                            contention=class_contention(self.policy, port, class_bps, recent),
+        contention = class_contention(self.policy, port, class_bps, recent) or \
+            urgent_waiting(self.urgent, port, rates.tx_bps, class_bps, self.policy.congestion.utilisation)
+        sample = PortSample(rates.tx_bps, rates.tx_pps, drops, port.capacity_bps, contention=contention,
                             competing=not class_bps or len(recent) >= 2,
                             alone=bool(class_bps) and active_now < 2)
         decision = self._detectors[port_no].observe(sample, now)
         if decision is None or port.queues != "auto":
             return None
-        if decision.action == "program":
-            self.reserving |= {port_no}
-        else:
+        if decision.action == "rollback":
             self.reserving -= {port_no}
+        elif not defer:
+            self.reserving |= {port_no}
         return decision
+
+    def relieved(self, port_no: int, moved: bool) -> None:
+        """The answer to a deferred program: traffic was moved off the port (it is calm until the detector says
+        otherwise), or it was not (the port reserves)."""
+        if moved:
+            self._detectors[port_no].reset()
+        elif self.switch.port(port_no) is not None:
+            self.reserving |= {port_no}
 
 
 # Below this share of the port a class is idle, not squeezed: no reservation would help it, and it
@@ -136,6 +150,28 @@ class SwitchState:
 # the last RECENT_SECONDS still competes.
 ACTIVE_SHARE = 0.05
 RECENT_SECONDS = 1.0
+URGENT_BPS = 1000          # an urgent class sending this much is there, however small its share
+
+
+def urgent_classes(policy: Policy) -> frozenset[str]:
+    """The class served before every other (a priority below all of theirs): a voice call's. Its packets wait
+    behind the others' in a shared queue whatever its share of the port, so a busy port it crosses is
+    congested for it, and a reservation costs the others nothing (HTB lends them what it leaves)."""
+    if len(policy.classes) < 2:
+        return frozenset()
+    first = min(c.priority for c in policy.classes)
+    served_first = [c.name for c in policy.classes if c.priority == first]
+    return frozenset(served_first) if len(served_first) == 1 else frozenset()
+
+
+def urgent_waiting(urgent: frozenset[str], port: PortPolicy, tx_bps: float, class_bps: dict[str, float],
+                   utilisation: float) -> str | None:
+    """Which urgent class waits behind the others' traffic on a busy port."""
+    for name in sorted(urgent):
+        rate = class_bps.get(name, 0.0)
+        if rate >= URGENT_BPS and tx_bps >= utilisation * port.capacity_bps:
+            return f"class {name} ({bitrate(rate)}) waits behind {bitrate(max(0.0, tx_bps - rate))} of others"
+    return None
 
 
 def class_contention(policy: Policy, port: PortPolicy, class_bps: dict[str, float],

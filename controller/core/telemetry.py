@@ -3,10 +3,17 @@ status. Each switch keeps its own figures (SwitchTelemetry, written as its event
 a Snapshot joins them with the controller's own at the moment it is asked for. Pure data."""
 from __future__ import annotations
 
+import collections
+import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from controller.core.actions import Decided
+from controller.core.placement import Move
 from controller.core.stats import MeterCounters, PortCounters, QueueCounters
+
+LOG = logging.getLogger("qos")
 
 K = TypeVar("K")
 
@@ -49,3 +56,29 @@ class Snapshot:
             for kind, count in sw.drift_repairs.items():
                 total[kind] = total.get(kind, 0) + count
         return total
+
+
+class Decisions:
+    """The last decisions (a port's queues programmed or rolled back, traffic moved), for the status."""
+
+    def __init__(self, wall: Callable[[], float]):
+        self.wall = wall
+        self.last: collections.deque[dict[str, Any]] = collections.deque(maxlen=1000)
+
+    def decided(self, action: Decided) -> None:
+        decision = action.decision
+        self.last.append({"time": self.wall(), "dp_id": f"{action.dp_id:016x}", "port": action.port_no,
+                          "action": decision.action, "reason": decision.reason,
+                          "utilisation": decision.utilisation, "loss_ratio": decision.loss_ratio})
+
+    def moved(self, moves: Iterable[Move]) -> bool:
+        """Traffic moved by adaptive paths (controller/core/placement.py), logged; whether there was any."""
+        any_moved = False
+        for move in moves:
+            LOG.info("switch %016x: traffic to %s moved from port %s to %s (%s)", move.dp_id, move.mac, move.before,
+                     move.after, move.why)
+            self.last.append({"time": self.wall(), "dp_id": f"{move.dp_id:016x}", "port": move.before,
+                              "action": "move", "to_port": move.after, "host": move.mac, "bit_rate": round(move.bps),
+                              "reason": move.why})
+            any_moved = True
+        return any_moved

@@ -55,6 +55,7 @@ class Topology:
     peer: dict[End, End] = field(default_factory=dict)                     # a live link's end → the other
     seen: dict[End, float] = field(default_factory=dict)                   # a link's lower end → last heard
     version: int = 0                                                       # bumped by every change of links
+    settle_by: float = float("-inf")                                       # until then a new port may turn edge
     refused: dict[str, int] = field(default_factory=dict)                  # frames refused, by reason
     _nonces: dict[bytes, int] = field(default_factory=dict)
 
@@ -67,6 +68,7 @@ class Topology:
         """Its links go; the far ends stay up, so they turn quiet. Whether a link went."""
         gone = [end for end in self.peer if end[0] == dp_id]
         self.ports.pop(dp_id, None)
+        self.version += 1
         return self._cut(gone)
 
     def set_ports(self, dp_id: int, ports: Iterable[int], down: Iterable[int], now: float) -> bool:
@@ -82,6 +84,8 @@ class Topology:
             state = states.get(port_no)
             if state is None or state.up != (port_no in up):
                 states[port_no] = PortState(port_no in up, now)
+                self.settle_by = max(self.settle_by, now + EDGE_SETTLE)
+                self.version += 1
         return self._cut([end for end in gone if end in self.peer])
 
     def role(self, end: End, now: float) -> Role:

@@ -9,6 +9,7 @@ ICMP echo, as a Mininet host's kernel does.
 """
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,9 +44,12 @@ class Host:
 
 
 class FakeNet:
-    def __init__(self, tmp: Path, links: list[tuple[int, int]], hosts: dict[int, int], policy: dict[str, Any]):
+    def __init__(self, tmp: Path, links: list[tuple[int, int]], hosts: dict[int, int], policy: dict[str, Any],
+                 capacity: int | None = None, put_after: float = 0.0):
         """`links`: switch pairs cabled together (ports numbered in order, links first); `hosts`: switch →
-        how many hosts it has (h1, h2, ... in switch order)."""
+        how many hosts it has (h1, h2, ... in switch order); `capacity`: what every link's ports declare (bit/s),
+        as the launcher declares a link's bw=; `put_after`: seconds between the switches connecting and the
+        policy put."""
         ports: dict[int, int] = {}
         self.peer: dict[tuple[int, int], tuple[int, int]] = {}
         for a, b in links:
@@ -63,6 +67,9 @@ class FakeNet:
                          for dp, n in sorted(ports.items())}
         for switch in self.switches.values():
             switch.net, switch.down = self, set()
+            if capacity:
+                switch.bridge = dataclasses.replace(switch.bridge, declared={
+                    port: capacity for (dp, port) in self.peer if dp == switch.id})
         self.cut: set[tuple[int, int]] = set()                # link ends whose frames are lost (a silent failure)
         self.storms = 0
         self.crossed = 0                                      # link crossings, in all
@@ -70,6 +77,7 @@ class FakeNet:
         self.app = Harness(self.ovsdb, tmp / "state.json")
         for switch in self.switches.values():
             self.app.connect(switch)
+        self.app.advance(put_after)
         result, error = self.app.request(ev.SetPolicy, policy)
         assert error is None, error
         parse_policy(policy)
@@ -145,6 +153,32 @@ class FakeNet:
 
     def end_of(self, a: int, b: int) -> tuple[int, int]:
         return next(end for end, (o, _) in self.peer.items() if end[0] == a and o == b)
+
+    def path(self, src: str, dst: str) -> list[tuple[int, int]]:
+        """The switch ports `src`'s traffic to `dst` leaves by, as the switches' routes say now."""
+        mac, (here, _) = self.hosts[dst].mac, self.hosts[src].at
+        ends = []
+        while here != self.hosts[dst].at[0]:
+            port = dict(self.app.core.forwarding.rules[here].routes)[mac]
+            ends.append((here, port))
+            here = self.peer[(here, port)][0]
+        return ends
+
+    def offer(self, flows: list[tuple[str, str, float]], capacity: float) -> None:
+        """Until the next poll: each (source, destination, bit/s) flow along its path, as the switches count it:
+        each route entry its offered rate, each link port what it sends (at most its capacity)."""
+        sent: dict[tuple[int, int], float] = {}
+        for switch in self.switches.values():
+            switch.load, switch.class_load = {}, {}
+        for src, dst, bps in flows:
+            mac = self.hosts[dst].mac
+            for dp, port in self.path(src, dst):
+                sent[(dp, port)] = sent.get((dp, port), 0.0) + bps
+                switch = self.switches[dp]
+                (cookie,) = [e.cookie for (prio, match), e in switch.tables[2].items() if match == (("eth_dst", mac),)]
+                switch.class_load[cookie] = switch.class_load.get(cookie, 0.0) + bps
+        for (dp, port), bps in sent.items():
+            self.switches[dp].load[port] = min(bps, capacity)
 
 
 def arp_frame(op: int, src: Host, target_ip: str, dst_mac: str) -> bytes:

@@ -102,8 +102,10 @@ class FakeSwitch:
         for (port, queue), pps in self.drop_load.items():
             b, n, d = self.queues.get((port, queue), (0, 0, 0))
             self.queues[(port, queue)] = (b, n, d + pps * seconds)
-        for entry in self.entries():
-            nbytes = self.class_load.get(entry.cookie, 0.0) * seconds / 8
+        for entry in self.entries() if self.class_load else ():
+            if entry.cookie not in self.class_load:
+                continue
+            nbytes = self.class_load[entry.cookie] * seconds / 8
             entry.bytes += nbytes
             entry.packets += nbytes / 1500
             for meter in self.meters_of(entry):

@@ -98,12 +98,12 @@ def test_auto_programs_by_steering_into_its_ready_classes_and_rolls_back_by_stee
         flood(net, tcp_bps=2.5e6, udp_bps=2.5e6)   # TCP well short of its 4 Mbit/s reservation
         net.app.poll()
     assert net.s1.steering() == {TCP, UDP, VOICE}
-    assert [d["action"] for d in net.app.decisions] == ["program"]
+    assert [d["action"] for d in net.app.decisions.last] == ["program"]
     assert record == [("steer", "reserve")] * 3     # one flow batch: no QoS change at all
     record.clear()
     for _ in range(6):                              # calm: the port idles for the hold time
         net.app.poll()
-    assert [d["action"] for d in net.app.decisions] == ["program", "rollback"]
+    assert [d["action"] for d in net.app.decisions.last] == ["program", "rollback"]
     assert mode(net) == "reserve" and net.s1.steering() == set() and record == []
 
 
@@ -134,10 +134,10 @@ def test_a_restarted_controller_keeps_a_reserving_auto_port_reserving_until_it_i
     for _ in range(3):                             # the flood goes on: nothing is rolled back and put again
         flood(net, 2.5e6, 2.5e6)
         restarted.poll()
-    assert net.s1.steering() and net.s1.flow_mods() == [] and restarted.decisions == deque()
+    assert net.s1.steering() and net.s1.flow_mods() == [] and restarted.decisions.last == deque()
     for _ in range(6):                             # calm for the hold time: rolled back as usual
         restarted.poll()
-    assert [d["action"] for d in restarted.decisions] == ["rollback"] and net.s1.steering() == set()
+    assert [d["action"] for d in restarted.decisions.last] == ["rollback"] and net.s1.steering() == set()
 
 
 # --- drift --------------------------------------------------------------------------------------------

@@ -46,8 +46,11 @@ def test_a_broadcast_reaches_every_other_host_once(tree4):
     assert tree4.storms == 0
 
 
-def test_a_new_port_forwards_nothing_until_it_is_known_to_face_a_host(tmp_path):
-    net = FakeNet(tmp_path, [(1, 2), (2, 3), (3, 1)], {1: 1, 3: 1}, AUTO)   # a triangle: a loop
+@pytest.mark.parametrize("put_after", [0.0, 0.1])
+def test_a_new_port_forwards_nothing_until_it_is_known_to_face_a_host(tmp_path, put_after):
+    """Whether the policy comes with the switches or a moment after them (the rules are said again once the new
+    ports have turned edge, however the rounds fall)."""
+    net = FakeNet(tmp_path, [(1, 2), (2, 3), (3, 1)], {1: 1, 3: 1}, AUTO, put_after=put_after)   # a loop
     assert not net.ping("h1", "h2") and net.storms == 0
     net.app.advance(EDGE_SETTLE + PROBE_SECONDS)
     assert net.ping("h1", "h2") and net.storms == 0
@@ -116,3 +119,51 @@ def test_probes_cost_one_packet_per_link_end_and_round_and_none_to_hosts(tree4):
     sent = sum(len(s.packet_outs) for s in tree4.switches.values())
     tree4.app.advance(10.0)
     assert sum(len(s.packet_outs) for s in tree4.switches.values()) - sent == 2 * 32 * 10.0 / PROBE_SECONDS
+
+
+MBIT = 1_000_000
+
+
+def adaptive(tmp_path) -> FakeNet:
+    net = FakeNet(tmp_path, *fat_tree(4), {**AUTO, "network": {**AUTO["network"], "paths": "adaptive"}},
+                  capacity=10 * MBIT)
+    net.app.advance(EDGE_SETTLE + 2 * PROBE_SECONDS)
+    assert all(net.ping("h1", b) for b in net.hosts if b != "h1")      # every host heard from
+    return net
+
+
+def colliding(net: FakeNet) -> tuple[str, str]:
+    """Two hosts of another pod whose traffic from h1's and h2's switch leaves by the same uplink."""
+    far = [name for name, host in net.hosts.items() if host.at[0] not in (7, 8)]   # pod 1's edge switches: 7, 8
+    for a in far:
+        for b in far:
+            if a < b and net.path("h1", a)[0] == net.path("h2", b)[0]:
+                return a, b
+    raise AssertionError("ECMP spread every pair: no collision to test")
+
+
+def test_two_elephants_on_one_uplink_beside_an_idle_one_are_moved_apart_and_back_once_it_is_quiet(tmp_path):
+    net = adaptive(tmp_path)
+    a, b = colliding(net)
+    flows = [("h1", a, 6 * MBIT), ("h2", b, 6 * MBIT)]
+    for _ in range(3):
+        net.offer(flows, 10 * MBIT)
+        net.app.poll()
+    assert net.path("h1", a)[0] != net.path("h2", b)[0]       # each on an uplink of its own
+    (move,) = [d for d in net.app.core.decisions.last if d["action"] == "move"]
+    assert "elephants collide" in move["reason"] and not net.app.core.forwarding.fabric.routes.placement.hot.get(
+        net.path("h1", a)[0])
+    assert all(net.ping("h1", x) and net.ping("h2", x) for x in (a, b))
+    for _ in range(5):                                         # quiet for longer than the hold time
+        net.app.poll()
+    assert net.app.core.forwarding.fabric.routes.placement.overrides == {}
+    assert net.path("h1", a)[0] == net.path("h2", b)[0]        # ECMP's own choice again
+
+
+def test_one_elephant_alone_is_left_where_it_is(tmp_path):
+    net = adaptive(tmp_path)
+    a, _ = colliding(net)
+    for _ in range(3):
+        net.offer([("h1", a, 12 * MBIT)], 10 * MBIT)
+        net.app.poll()
+    assert not [d for d in net.app.core.decisions.last if d["action"] == "move"]

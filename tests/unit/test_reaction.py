@@ -43,12 +43,12 @@ def test_a_flood_onset_beside_a_lone_flow_is_answered_within_two_fast_polls(net)
     up(net, "auto")
     lone_tcp(net, drops_ps=1.2)                    # cubic alone: a drop now and then
     net.app.advance(5.0)
-    assert net.app.decisions == deque_of() and net.app.switches[1].poller.watched == {1}
+    assert net.app.decisions.last == deque_of() and net.app.switches[1].poller.watched == {1}
     onset = net.app.clock + 0.013                  # any phase against the polls
     net.app.advance(0.013)
     udp_flood(net, 8e6)
     net.app.advance(0.5)
-    (decision,) = net.app.decisions
+    (decision,) = net.app.decisions.last
     assert decision["action"] == "program" and decision["time"] - onset <= 0.15, decision["time"] - onset
     assert net.s1.steering() == {TCP, UDP, VOICE}
 
@@ -57,7 +57,7 @@ def test_a_lone_flow_losing_packets_at_capacity_programs_nothing(net):
     up(net, "auto")
     lone_tcp(net, drops_ps=200.0)                  # BBR's start-up overshoot, and worse, for 10 s
     net.app.advance(10.0)
-    assert list(net.app.decisions) == [] and net.s1.steering() == set()
+    assert list(net.app.decisions.last) == [] and net.s1.steering() == set()
 
 
 def test_a_blip_programs_nothing(net):
@@ -71,7 +71,7 @@ def test_a_blip_programs_nothing(net):
     net.app.advance(0.01)
     lone_tcp(net)
     net.app.advance(3.0)
-    assert list(net.app.decisions) == []
+    assert list(net.app.decisions.last) == []
 
 
 def test_a_blip_across_a_slow_poll_programs_nothing(net):
@@ -97,7 +97,7 @@ def test_a_blip_across_a_slow_poll_programs_nothing(net):
     net.app.advance(poller.next_fast - net.app.clock - 0.001)       # ... the next fast poll its end
     lone_tcp(net, drops_ps=1.2)
     net.app.advance(3.0)
-    assert list(net.app.decisions) == []
+    assert list(net.app.decisions.last) == []
 
 
 def test_an_idle_auto_port_is_not_fast_polled(net):
@@ -117,9 +117,9 @@ def test_the_flood_ending_rolls_back_after_the_hold_by_steering_out(net):
     net.app.advance(2.0)
     lone_tcp(net, drops_ps=1.2)                    # TCP alone again: no classes compete
     net.app.advance(2.9)                           # the hold is 3 s
-    assert [d["action"] for d in net.app.decisions] == ["program"]
+    assert [d["action"] for d in net.app.decisions.last] == ["program"]
     net.app.advance(2.0)                           # (UDP counts as competing for a second after it stopped)
-    assert [d["action"] for d in net.app.decisions] == ["program", "rollback"]
+    assert [d["action"] for d in net.app.decisions.last] == ["program", "rollback"]
     assert net.s1.steering() == set() and mode(net) == "reserve"
 
 
@@ -145,5 +145,5 @@ def test_a_flood_that_silences_tcp_at_once_is_still_answered(net):
     net.s1.class_load = {UDP: 10e6}                 # TCP offers nothing any more
     net.s1.drop_load = {(1, 0): (10e6 - CAPACITY) / 8 / 1500}
     net.app.advance(0.5)
-    (decision,) = net.app.decisions
+    (decision,) = net.app.decisions.last
     assert decision["action"] == "program" and decision["time"] - onset <= 0.15

@@ -81,14 +81,14 @@ def test_the_standby_takes_over_when_the_lock_is_its_and_keeps_what_the_active_o
     for _ in range(3):                               # the flood goes on: nothing rolled back and put again
         flood(net, 2.5e6, 2.5e6)
         standby.poll()
-    assert mode(net) == "reserve" and writes(net.s1) == [] and not standby.decisions
+    assert mode(net) == "reserve" and writes(net.s1) == [] and not standby.decisions.last
     for _ in range(6):                               # calm: its own rollback, then a new episode is answered
         standby.poll()
     assert net.s1.steering() == set()
     for _ in range(2):
         flood(net, 2.5e6, 2.5e6)
         standby.poll()
-    assert [d["action"] for d in standby.decisions] == ["rollback", "program"] and net.s1.steering()
+    assert [d["action"] for d in standby.decisions.last] == ["rollback", "program"] and net.s1.steering()
 
 
 def test_an_active_controller_whose_lock_another_took_stands_down(pair):
