@@ -1,7 +1,7 @@
-"""Which port each switch sends a host's traffic by (the Paths controller/core/placement.py moves traffic along): the shortest
-paths' next hops over the links found, one chosen among equals as the policy's `network.paths` says, unless
-a move of adaptive paths chose another; and the spanning tree what is flooded follows. Worked out again, lazily,
-whenever the links change. Pure.
+"""Which port each switch sends a host's traffic by: the shortest paths' next hops over the links found, one
+chosen among equals as the policy's `network.paths` says, unless a move of adaptive paths chose another (this
+is the Paths that controller/core/placement.py moves traffic along); and the spanning tree what is flooded
+follows. Worked out again, lazily, whenever the links change. Pure.
 """
 from __future__ import annotations
 
