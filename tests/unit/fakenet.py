@@ -164,21 +164,26 @@ class FakeNet:
             here = self.peer[(here, port)][0]
         return ends
 
-    def offer(self, flows: list[tuple[str, str, float]], capacity: float) -> None:
-        """Until the next poll: each (source, destination, bit/s) flow along its path, as the switches count it:
-        each route entry its offered rate, each link port what it sends (at most its capacity)."""
+    def offer(self, flows: list[tuple[str, str, float, int]], capacity: float) -> None:
+        """Until the next poll: each (source, destination, bit/s, IP protocol) flow along its path, as the
+        switches count it: each route entry and egress class rule its offered rate, each link port what it sends
+        (at most its capacity), and what it cannot send dropped from its queue."""
         sent: dict[tuple[int, int], float] = {}
         for switch in self.switches.values():
-            switch.load, switch.class_load = {}, {}
-        for src, dst, bps in flows:
+            switch.load, switch.class_load, switch.drop_load = {}, {}, {}
+        for src, dst, bps, proto in flows:
             mac = self.hosts[dst].mac
             for dp, port in self.path(src, dst):
                 sent[(dp, port)] = sent.get((dp, port), 0.0) + bps
                 switch = self.switches[dp]
-                (cookie,) = [e.cookie for (prio, match), e in switch.tables[2].items() if match == (("eth_dst", mac),)]
-                switch.class_load[cookie] = switch.class_load.get(cookie, 0.0) + bps
+                for table, match in ((2, {("eth_dst", mac)}), (3, {("metadata", (port, 0xFFFF_FFFF)), ("ip_proto", proto)})):
+                    (cookie,) = [e.cookie for (prio, m), e in switch.tables[table].items()
+                                 if match <= set(m) and (table == 2 or prio == 40000)]
+                    switch.class_load[cookie] = switch.class_load.get(cookie, 0.0) + bps
         for (dp, port), bps in sent.items():
             self.switches[dp].load[port] = min(bps, capacity)
+            if bps > capacity:
+                self.switches[dp].drop_load[(port, 0)] = (bps - capacity) / 8 / 1500
 
 
 def arp_frame(op: int, src: Host, target_ip: str, dst_mac: str) -> bytes:

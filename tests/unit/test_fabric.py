@@ -122,6 +122,7 @@ def test_probes_cost_one_packet_per_link_end_and_round_and_none_to_hosts(tree4):
 
 
 MBIT = 1_000_000
+TCP, UDP = 6, 17
 
 
 def adaptive(tmp_path) -> FakeNet:
@@ -145,7 +146,7 @@ def colliding(net: FakeNet) -> tuple[str, str]:
 def test_two_elephants_on_one_uplink_beside_an_idle_one_are_moved_apart_and_back_once_it_is_quiet(tmp_path):
     net = adaptive(tmp_path)
     a, b = colliding(net)
-    flows = [("h1", a, 6 * MBIT), ("h2", b, 6 * MBIT)]
+    flows = [("h1", a, 6 * MBIT, TCP), ("h2", b, 6 * MBIT, TCP)]
     for _ in range(3):
         net.offer(flows, 10 * MBIT)
         net.app.poll()
@@ -164,6 +165,43 @@ def test_one_elephant_alone_is_left_where_it_is(tmp_path):
     net = adaptive(tmp_path)
     a, _ = colliding(net)
     for _ in range(3):
-        net.offer([("h1", a, 12 * MBIT)], 10 * MBIT)
+        net.offer([("h1", a, 12 * MBIT, TCP)], 10 * MBIT)
         net.app.poll()
     assert not [d for d in net.app.core.decisions.last if d["action"] == "move"]
+
+
+def twin_links(tmp_path) -> FakeNet:
+    """Two switches with two links between them (either may carry any host's traffic), three hosts on each."""
+    net = FakeNet(tmp_path, [(1, 2), (1, 2)], {1: 3, 2: 3}, {**AUTO, "network": {**AUTO["network"],
+                  "paths": "adaptive"}}, capacity=5 * MBIT)
+    net.app.advance(EDGE_SETTLE + 2 * PROBE_SECONDS)
+    assert all(net.ping("h1", b) for b in net.hosts if b != "h1")
+    return net
+
+
+def link_ports_reserving(net: FakeNet) -> set[tuple[int, int]]:
+    return {(dp, port) for dp in net.switches for port in net.app.core.switches[dp].state.reserving}
+
+
+def test_a_flood_beside_a_tcp_flow_to_the_same_host_cannot_be_moved_apart_so_the_link_reserves(tmp_path):
+    net = twin_links(tmp_path)
+    link = net.path("h1", "h4")[0]
+    for _ in range(2):
+        net.offer([("h1", "h4", 2.5 * MBIT, TCP), ("h2", "h4", 8 * MBIT, UDP)], 5 * MBIT)
+        net.app.poll()
+    assert link in link_ports_reserving(net)
+    assert not [d for d in net.app.core.decisions.last if d["action"] == "move"]
+    (program,) = [d for d in net.app.core.decisions.last if d["action"] == "program"]
+    assert (int(program["dp_id"], 16), program["port"]) == link
+
+
+def test_a_flood_beside_a_tcp_flow_to_another_host_is_moved_onto_the_idle_link_and_nothing_reserves(tmp_path):
+    net = twin_links(tmp_path)
+    tcp_to, flood_to = next((a, b) for a in ("h4", "h5", "h6") for b in ("h4", "h5", "h6")
+                            if a != b and net.path("h1", a) == net.path("h2", b))
+    for _ in range(2):
+        net.offer([("h1", tcp_to, 2.5 * MBIT, TCP), ("h2", flood_to, 8 * MBIT, UDP)], 5 * MBIT)
+        net.app.poll()
+    assert net.path("h1", tcp_to) != net.path("h2", flood_to)
+    assert link_ports_reserving(net) == set()
+    assert [d["action"] for d in net.app.core.decisions.last] == ["move"]
