@@ -76,6 +76,12 @@ EXPORTED_METRICS: dict[str, str] = {
     "ovsqos_switch_in_sync": "gauge",
     "ovsqos_ovsdb_connected": "gauge",
     "ovsqos_controller_role": "gauge",
+    # controller: its own forwarding under a policy's network: section; {kind}, {reason}
+    "ovsqos_fabric_links": "gauge",
+    "ovsqos_fabric_hosts": "gauge",
+    "ovsqos_fabric_moves_total": "counter",
+    "ovsqos_fabric_packet_ins_total": "counter",
+    "ovsqos_fabric_probes_refused_total": "counter",
     # launcher
     "ovsqos_study_flow_throughput_bytes_per_second": "gauge",
     "ovsqos_study_udp_offered_bytes_per_second": "gauge",

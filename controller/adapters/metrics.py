@@ -25,7 +25,7 @@ from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
 from controller.core.stats import ALL_ONES
-from controller.core.telemetry import Snapshot
+from controller.core.telemetry import FabricFigures, Snapshot
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
@@ -124,6 +124,27 @@ class ControllerCollector(Collector):
         yield info
         yield GaugeMetricFamily("ovsqos_policy_load_error", "1 when the last policy load or apply failed",
                                 value=int(snap.load_error))
+        if snap.fabric is not None:
+            yield from _fabric(snap.fabric)
+
+
+def _fabric(figures: FabricFigures) -> Iterator[Metric]:
+    """The controller's own forwarding under a policy's network: section."""
+    yield GaugeMetricFamily("ovsqos_fabric_links", "Links found between the switches", value=figures.links)
+    yield GaugeMetricFamily("ovsqos_fabric_hosts", "Hosts learned on edge ports", value=figures.hosts)
+    yield CounterMetricFamily("ovsqos_fabric_moves", "Traffic to a host moved off a full link by adaptive paths, "
+                              "or moved back", value=figures.moves)
+    packet_ins = CounterMetricFamily("ovsqos_fabric_packet_ins", "Packets the switches sent the controller, by "
+                                     "kind: probe, arp, source (a new one), destination (an unknown one)",
+                                     labels=["kind"])
+    for kind, count in sorted(figures.packet_ins.items()):
+        packet_ins.add_metric([kind], count)
+    yield packet_ins
+    refused = CounterMetricFamily("ovsqos_fabric_probes_refused", "Discovery frames refused (forged, replayed, "
+                                  "stale, from or onto a host's port)", labels=["reason"])
+    for reason, count in sorted(figures.refused.items()):
+        refused.add_metric([reason], count)
+    yield refused
 
 
 def _per_switch(name: str, doc: str, values: Mapping[int, float]) -> GaugeMetricFamily:

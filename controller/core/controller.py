@@ -313,7 +313,8 @@ class Controller:
                    for name in self.ovsdb.names}
         return {"role": self.authority.label(now), "policy": self.keeper.name,
                 "mode": str(self.keeper.mode), "owner": self.owner, "ovsdb": remotes, "switches": switches,
-                "decisions": list(self.decisions.last), **({"cluster": cluster.status()} if cluster else {})}
+                "decisions": list(self.decisions.last), **({"cluster": cluster.status()} if cluster else {}),
+                **({"fabric": self.forwarding.fabric.status()} if self.forwarding.rules else {})}
 
     # --- a cluster's members sharing the switches (controller/core/cluster.py) -------------------------------
     def _cluster(self, event: ev.ClusterChanged | ev.SwitchClaimed, now: float) -> None:
@@ -356,6 +357,8 @@ class Controller:
         for dp_id, sw in self.switches.items():
             if sw.bridge is not None:
                 snap.switches[dp_id], snap.in_sync[dp_id] = sw.telemetry, sw.in_sync
+        if self.forwarding.rules:
+            snap.fabric = self.forwarding.fabric.figures()
         return snap
 
 

@@ -16,11 +16,13 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from controller.core import frames
 from controller.core.hosts import Hosts
 from controller.core.paths import ADAPTIVE
 from controller.core.routes import Routes
+from controller.core.telemetry import FabricFigures
 from controller.core.topology import Role, Topology
 
 CONTROLLER_PORT = 0xFFFFFFFD    # OFPP_CONTROLLER: a packet-out's in_port, so that it may leave by any port
@@ -56,6 +58,7 @@ class Fabric:
         self.topology = Topology()
         self.hosts = Hosts()
         self.routes = Routes(self.topology, self.hosts)
+        self.packet_ins: dict[str, int] = {}       # by kind: probe, arp, a new source, an unknown destination
 
     # --- switches, as they connect and say what their ports are ---------------------------------------------
     def connect(self, dp_id: int, ports: Iterable[int], down: Iterable[int], now: float) -> None:
@@ -84,6 +87,8 @@ class Fabric:
                   ours: set[int]) -> list[Out]:
         """A packet a switch sent us; `ours`: the switches this controller may send packets out of."""
         probe = frames.read_probe(data)
+        kind = "probe" if probe is not None else "source" if table != ROUTING_TABLE else "destination"
+        self.packet_ins[kind] = self.packet_ins.get(kind, 0) + 1
         if probe is not None:
             # A probe from or onto a port a host was heard on: one a host captured and sent again elsewhere
             # (only a port going down makes such a port new again).
@@ -102,6 +107,8 @@ class Fabric:
         if role is Role.EDGE and not frames.multicast(src):
             self.hosts.learn(src, (dp_id, port))
         if role is Role.EDGE and eth_type == frames.ETH_ARP:
+            self.packet_ins["arp"] = self.packet_ins.get("arp", 0) + 1
+            self.packet_ins[kind] -= 1
             return self._arp(dp_id, port, data, now, ours)
         if table != ROUTING_TABLE:
             return []     # a new source, learned: the switch forwards the packet itself
@@ -140,6 +147,17 @@ class Fabric:
                 if edge:
                     outs.append(Out(dp, edge, data))
         return outs
+
+    def status(self) -> dict[str, Any]:
+        """Its links (each once, as two ends) and hosts, as the status shows them."""
+        def at(end: tuple[int, int]) -> str:
+            return f"{end[0]:016x}:{end[1]}"
+        return {"links": sorted([at(a), at(b)] for a, b in self.topology.peer.items() if a < b),
+                "hosts": {mac: at(end) for mac, end in sorted(self.hosts.at.items())}}
+
+    def figures(self) -> FabricFigures:
+        return FabricFigures(len(self.topology.peer) // 2, len(self.hosts.at), self.routes.placement.moves,
+                             dict(self.packet_ins), dict(self.topology.refused))
 
     def rules(self, dp_id: int, now: float) -> FabricRules:
         roles = self.topology.roles(dp_id, now)

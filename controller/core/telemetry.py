@@ -48,6 +48,8 @@ class Snapshot:
     ovsdb_connected: dict[str, bool] = field(default_factory=dict)              # OVSDB remote → connected
     switches: dict[int, SwitchTelemetry] = field(default_factory=dict)
     in_sync: dict[int, bool] = field(default_factory=dict)                      # dp → all confirmed
+    fabric: FabricFigures | None = None                                         # under a policy's network:
+
 
     def drift_repairs(self) -> dict[str, int]:
         """Repairs by kind, every switch's together."""
@@ -56,6 +58,17 @@ class Snapshot:
             for kind, count in sw.drift_repairs.items():
                 total[kind] = total.get(kind, 0) + count
         return total
+
+
+
+@dataclass
+class FabricFigures:
+    """The controller's own forwarding (controller/core/fabric.py): what it found and what it did."""
+    links: int                       # links between its switches, each counted once
+    hosts: int
+    moves: int                       # traffic moved by adaptive paths (and moved back)
+    packet_ins: dict[str, int]       # the packets its switches sent it, by kind
+    refused: dict[str, int]          # discovery frames refused, by reason
 
 
 class Decisions:

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.adapters.metrics import MAX_AGE, CachedExposition, ControllerCollector, Snapshot
 from controller.core.stats import ALL_ONES, MeterCounters, PortCounters, QueueCounters
-from controller.core.telemetry import SwitchTelemetry
+from controller.core.telemetry import FabricFigures, SwitchTelemetry
 
 DP1 = "0000000000000001"
 DP_BIG = "00000000000000ab"
@@ -31,6 +31,8 @@ def snapshot() -> Snapshot:
         policy="reserve",
         load_error=True,
         ovsdb_connected={"unix:/var/run/openvswitch/db.sock": True, "tcp:127.0.0.2:6640": False},
+        fabric=FabricFigures(links=48, hosts=16, moves=3, packet_ins={"probe": 900, "arp": 16},
+                             refused={"forged": 1}),
     )
 
 
@@ -81,6 +83,19 @@ def test_every_metric_the_controller_exports_is_listed_for_the_dashboards(regist
     assert families == {n: k for n, k in EXPORTED_METRICS.items() if not n.startswith("ovsqos_study_")}
 
 
+def test_the_fabric_says_what_it_found_and_what_its_switches_sent_it(registry):
+    value = registry.get_sample_value
+    assert (value("ovsqos_fabric_links"), value("ovsqos_fabric_hosts"), value("ovsqos_fabric_moves_total")) == (48, 16, 3)
+    assert value("ovsqos_fabric_packet_ins_total", {"kind": "probe"}) == 900
+    assert value("ovsqos_fabric_probes_refused_total", {"reason": "forged"}) == 1
+
+
+def test_without_a_network_section_there_are_no_fabric_metrics():
+    reg = CollectorRegistry()
+    reg.register(ControllerCollector(Snapshot))
+    assert not [f for f in reg.collect() if f.name.startswith("ovsqos_fabric")]
+
+
 def test_each_ovsdb_remote_is_connected_or_not(registry):
     assert registry.get_sample_value("ovsqos_ovsdb_connected", {"remote": "unix:/var/run/openvswitch/db.sock"}) == 1
     assert registry.get_sample_value("ovsqos_ovsdb_connected", {"remote": "tcp:127.0.0.2:6640"}) == 0
@@ -123,7 +138,9 @@ def test_the_exposition_parses_and_counters_end_in_total(registry):
     assert families["ovsqos_port_tx_bytes"].type == "counter"
     assert families["ovsqos_port_congested"].type == "gauge"
     counters = re.findall(r"^# TYPE (\S+) counter$", text, re.MULTILINE)
-    assert len(counters) == 8 + 3 + 3 + 4   # port, queue, meter, then qos events, openflow errors, drift repairs, polls
+    # port, queue, meter, then qos events, openflow errors, drift repairs, polls, then the fabric's moves, packet-ins
+    # and probes refused
+    assert len(counters) == 8 + 3 + 3 + 4 + 3
     assert all(name.endswith("_total") for name in counters)
     samples = [line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")]
     counter_families = {name[:-len("_total")] for name in counters}
