@@ -39,11 +39,12 @@ def next_hops(graph: Graph, here: int, hops: dict[int, int]) -> list[int]:
     return [] if mine is None else [port for port, other, _ in graph.get(here, ()) if hops.get(other) == mine - 1]
 
 
-def pick(choices: list[int], mode: str, *key: object) -> int:
-    """One of equal `choices`: the first (`one`), or one chosen by the key's hash (`ecmp`, `adaptive`)."""
+def pick(choices: list[int], mode: str, mac: str, dp_id: int) -> int:
+    """One of equal `choices` toward host `mac` from switch `dp_id`: the first (`one`), or one chosen by their
+    hash (`ecmp`, `adaptive`)."""
     if mode == ONE or len(choices) == 1:
         return choices[0]
-    return choices[zlib.crc32(repr(key).encode()) % len(choices)]
+    return choices[zlib.crc32(f"{mac}/{dp_id}".encode()) % len(choices)]
 
 
 def tree(graph: Graph) -> set[tuple[int, int]]:

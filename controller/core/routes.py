@@ -20,7 +20,8 @@ class Routes:
         self.mode = ECMP
         self.graph: Graph = {}
         self.tree: set[End] = set()
-        self._hops: dict[int, dict[int, int]] = {}
+        self._hops: dict[int, dict[int, int]] = {}                   # switch → every switch's hops to it
+        self._next: dict[tuple[int, int], list[int]] = {}           # (switch, toward) → its next hops
         self._version = -1
 
     def fresh(self) -> None:
@@ -28,7 +29,7 @@ class Routes:
             self._version = self.topology.version
             self.graph = self.topology.graph()
             self.tree = tree(self.graph)
-            self._hops = {}
+            self._hops, self._next = {}, {}
             self.placement.validate(self)
 
     def version(self) -> tuple[int, int, int, str]:
@@ -58,7 +59,10 @@ class Routes:
             return None
         if home == dp_id:
             return self.hosts.at[mac][1]
-        ports = next_hops(self.graph, dp_id, self.hops_to(home))
+        self.fresh()
+        ports = self._next.get((dp_id, home))
+        if ports is None:
+            ports = self._next[(dp_id, home)] = next_hops(self.graph, dp_id, self.hops_to(home))
         return pick(ports, self.mode, mac, dp_id) if ports else None
 
     def next_hop(self, dp_id: int, mac: str) -> int | None:

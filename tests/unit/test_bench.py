@@ -22,6 +22,13 @@ def test_the_decision_benchmarks_mix_programs_and_rolls_back_its_flooded_third()
     assert float(figures["cost"].split()[0]) > 0
 
 
+def test_the_paths_benchmark_builds_the_whole_fat_tree_and_cuts_one_of_its_links():
+    done = subprocess.run([sys.executable, "bench/bench_paths.py", "--k", "4"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, check=True)
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("k=4")]
+    assert line.startswith("k=4: 20 switches, 16 hosts, 32 links (ecmp)") and "largest table" in line
+
+
 def test_polls_are_counted_as_the_request_goes_out_not_when_a_slow_exposition_answers():
     started: list[float] = []
 
