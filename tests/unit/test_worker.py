@@ -1,5 +1,11 @@
 """controller/adapters/worker.py: a job's outcome as the core takes it."""
+import socket
+import time
+
+from controller.adapters import rtnl
+from controller.adapters.hostlock import SwitchLocks
 from controller.adapters.remotes import Remotes
+from controller.adapters.tc import Tc
 from controller.adapters.worker import Worker
 from controller.core.jobs import Job
 from controller.core.policy import load_policy
@@ -79,3 +85,22 @@ def test_a_check_that_finds_other_filters_replaces_them_all():
     tc.filters_["s1-eth1"] = {("ipv4", 9, "1:2")}                          # another tool's, at our prio
     (result,) = worker.execute([Job(1, 7, 1, "s1-eth1", True, spec, False)])
     assert result.error is None and tc.filters("s1-eth1") == wanted
+
+
+def test_a_netlink_answer_that_never_comes_is_the_ports_error_and_the_switchs_host_lock_is_free_again(tmp_path,
+                                                                                                      monkeypatch):
+    monkeypatch.setattr(rtnl, "TIMEOUT_SECONDS", 0.2)
+    ovsdb, remotes, spec = one_switch()
+    tc = Tc()
+    tc._rtnl._sock.close()
+    tc._rtnl._sock, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)   # a kernel that never answers
+    tc._rtnl._sock.setblocking(False)                                                # as the Rtnl keeps its own
+    worker = Worker(remotes.view("fake"), tc, lambda results: None, locks=SwitchLocks(tmp_path, time.sleep))
+    try:
+        (result,) = worker.execute([Job(1, 7, 1, "lo", True, spec, False, epoch=3)])   # a check of lo's tc
+    finally:
+        tc.close()
+        kernel.close()
+    assert result.error == "lo: tc: netlink: no answer within 0.2 s: class dump"
+    with SwitchLocks(tmp_path, time.sleep, wait=0).held([1]) as busy:
+        assert busy == {}
