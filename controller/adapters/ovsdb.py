@@ -520,7 +520,15 @@ class _Fence(command.BaseCommand):
     """Each switch's epoch raised to ours, or the switch refused: `strict` fails the transaction (the
     writes beside it must not land), else the refused are the result. The bridge's external_ids are
     verified: if another member changed them since our replica read them, OVSDB refuses the commit and
-    ovsdbapp runs this again on the fresh rows."""
+    ovsdbapp runs this again on the fresh rows.
+
+    The epoch is written even where our replica shows it ours already, a write the server finds changes
+    nothing: python-ovs sends no transaction that writes nothing, and leaves out the verify of a row the
+    transaction does not write, so our epoch would be judged by our replica alone, however far behind the
+    server it is (a paused process's). Judged by the server, that is enough for tc: a member writes a
+    switch's tc only after this transaction, under the switch's host lock, and a new owner raises the epoch
+    under the same lock; so a newer epoch was committed before we took the lock, and the server refuses
+    us, or it waits for our lock and comes after all our writes."""
 
     def __init__(self, api: Any, key: str, epochs: dict[int, int], strict: bool) -> None:
         super().__init__(api)
@@ -539,7 +547,7 @@ class _Fence(command.BaseCommand):
             if current > epoch:
                 refused[dp_id] = (f"another controller of this owner holds it now (epoch {current} in OVSDB, ours "
                                   f"{epoch}); this one writes nothing to it")
-            elif current < epoch:
+            else:
                 row.setkey("external_ids", self.key, str(epoch))
         if refused and self.strict:
             raise Fenced("; ".join(f"switch {dp:016x}: {why}" for dp, why in refused.items()))

@@ -34,22 +34,6 @@ def test_a_device_that_is_gone_has_no_ifindex_rather_than_a_made_up_one():
     assert result.error is None and result.ifindex is None
 
 
-def test_a_member_deposed_by_a_newer_epoch_writes_neither_ovsdb_nor_tc():
-    ovsdb, remotes, spec = one_switch()
-    tc = FakeTc(ovsdb)
-    old, new = (Worker(remotes.view("fake"), tc, lambda results: None) for _ in range(2))
-    (first,) = old.execute([Job(1, 7, 1, "s1-eth1", True, spec, True, epoch=10)])
-    assert first.error is None and ovsdb.epochs == {1: 10} and ovsdb.writes_to["s1-eth1"] == 1
-    (taken,) = new.execute([Job(1, 8, 1, "s1-eth1", True, None, True, epoch=20)])   # the new owner: queues off
-    assert taken.error is None and ovsdb.epochs == {1: 20} and "s1-eth1" not in ovsdb.qos
-    tc_writes = tc.writes
-    for qos in (True, False):                 # a change, and a check (which would write tc only)
-        (late,) = old.execute([Job(1, 7, 1, "s1-eth1", True, spec, qos, epoch=10)])
-        assert late.error and "another controller of this owner holds it now" in late.error
-    assert "s1-eth1" not in ovsdb.qos and ovsdb.epochs == {1: 20} and ovsdb.writes_to["s1-eth1"] == 2
-    assert tc.writes == tc_writes
-
-
 def test_a_batch_ovsdb_does_not_answer_in_time_fails_once_and_is_not_retried_port_by_port():
     ovsdb, remotes, spec = one_switch()
     jobs = [Job(1, 7, port, iface, True, spec, True) for port, iface in sorted(S1.items())]
