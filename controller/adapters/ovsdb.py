@@ -355,9 +355,14 @@ class Ovsdb:
     def save_policy(self, text: str) -> None:
         """Save a standby pair's policy (JSON text) in Open_vSwitch external_ids: the transaction asserts our
         lock, so OVSDB itself refuses the write of a holder deposed since (OvsdbError), however late it
-        comes; the file a pair once shared had no such guard."""
-        with self._quiet_transaction() as txn:
-            txn.add(_SetKey(self._api, self._policy_key, text))
+        comes; the file a pair once shared had no such guard. Unconfirmed where OVSDB did not answer in
+        time: the transaction stays queued, and commits if OVSDB answers later."""
+        try:
+            with self._quiet_transaction() as txn:
+                txn.add(_SetKey(self._api, self._policy_key, text))
+        except exceptions.TimeoutException:   # its text lists the policy whole
+            raise Unconfirmed(f"OVSDB did not confirm the save within {self._api.ovsdb_connection.timeout:g} s; "
+                              "it may commit yet") from None
 
     @property
     def _policy_key(self) -> str:
