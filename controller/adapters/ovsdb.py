@@ -355,9 +355,14 @@ class Ovsdb:
     def save_policy(self, text: str) -> None:
         """Save a standby pair's policy (JSON text) in Open_vSwitch external_ids: the transaction asserts our
         lock, so OVSDB itself refuses the write of a holder deposed since (OvsdbError), however late it
-        comes; the file a pair once shared had no such guard."""
-        with self._quiet_transaction() as txn:
-            txn.add(_SetKey(self._api, self._policy_key, text))
+        comes; the file a pair once shared had no such guard. Unconfirmed where OVSDB did not answer in
+        time: the transaction stays queued, and commits if OVSDB answers later."""
+        try:
+            with self._quiet_transaction() as txn:
+                txn.add(_SetKey(self._api, self._policy_key, text))
+        except exceptions.TimeoutException:   # its text lists the policy whole
+            raise Unconfirmed(f"OVSDB did not confirm the save within {self._api.ovsdb_connection.timeout:g} s; "
+                              "it may commit yet") from None
 
     @property
     def _policy_key(self) -> str:
@@ -520,7 +525,15 @@ class _Fence(command.BaseCommand):
     """Each switch's epoch raised to ours, or the switch refused: `strict` fails the transaction (the
     writes beside it must not land), else the refused are the result. The bridge's external_ids are
     verified: if another member changed them since our replica read them, OVSDB refuses the commit and
-    ovsdbapp runs this again on the fresh rows."""
+    ovsdbapp runs this again on the fresh rows.
+
+    The epoch is written even where our replica shows it ours already, a write the server finds changes
+    nothing: python-ovs sends no transaction that writes nothing, and leaves out the verify of a row the
+    transaction does not write, so our epoch would be judged by our replica alone, however far behind the
+    server it is (a paused process's). Judged by the server, that is enough for tc: a member writes a
+    switch's tc only after this transaction, under the switch's host lock, and a new owner raises the epoch
+    under the same lock; so a newer epoch was committed before we took the lock, and the server refuses
+    us, or it waits for our lock and comes after all our writes."""
 
     def __init__(self, api: Any, key: str, epochs: dict[int, int], strict: bool) -> None:
         super().__init__(api)
@@ -539,7 +552,7 @@ class _Fence(command.BaseCommand):
             if current > epoch:
                 refused[dp_id] = (f"another controller of this owner holds it now (epoch {current} in OVSDB, ours "
                                   f"{epoch}); this one writes nothing to it")
-            elif current < epoch:
+            else:
                 row.setkey("external_ids", self.key, str(epoch))
         if refused and self.strict:
             raise Fenced("; ".join(f"switch {dp:016x}: {why}" for dp, why in refused.items()))

@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from controller.adapters.coordination import Coordination, CoordinationError
-from controller.adapters.ovsdb import OvsdbError
+from controller.adapters.ovsdb import OvsdbError, Unconfirmed
 from controller.adapters.remotes import Remotes
 from controller.adapters.rest import Unavailable
 from controller.adapters.statefile import StateFile, decode, encode, load, save
@@ -40,6 +40,7 @@ class PairStore:
 
     def __init__(self, remotes: Remotes, legacy: StateFile) -> None:
         self._remotes, self._legacy = remotes, legacy
+        self._unknown = 0     # the last revision a save of unknown outcome may have stored
 
     def load(self) -> ev.PolicyLoaded:
         where = f"OVSDB {self._remotes.names[0]}"
@@ -60,9 +61,15 @@ class PairStore:
         return ev.PolicyLoaded(saved, document, revision=revision)
 
     def save(self, document: Any, revision: int, expect: int | None = None) -> ev.PolicySaved:
-        """`expect`: a cluster's; the pair's If-Match was answered by its active controller's copy."""
+        """`expect`: a cluster's; the pair's If-Match was answered by its active controller's copy. A save OVSDB
+        did not answer is indeterminate (it commits if OVSDB answers later), and its revision is never given
+        to another: the answer to it names it, and the core asks for it again, having put nothing in force."""
+        revision = max(revision, self._unknown + 1)
         try:
             self._remotes.save_policy(encode(document, revision))
+        except Unconfirmed as err:
+            self._unknown = revision
+            return ev.PolicySaved(f"OVSDB {self._remotes.names[0]}: {err}", indeterminate=True)
         except (OvsdbError, RuntimeError) as err:
             return ev.PolicySaved(f"OVSDB {self._remotes.names[0]} refused it ({err}); this controller may no "
                                   "longer hold the pair's lock")

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from controller.adapters.rtnl import (
     RTM_GETTFILTER,
     RTM_NEWQDISC,
+    NetlinkError,
     Qdisc,
     Rtnl,
     fifo_limit,
@@ -44,6 +45,7 @@ from controller.core.queues import FIFO_KINDS
 ROOT = 0x10000                  # 1: (OVS's HTB or HFSC root)
 RTMGRP_TC = 0x8                 # linux/rtnetlink.h: the group of qdisc, class and filter announcements
 QDISC_KINDS = ("htb", "hfsc")   # OVS's linux-htb and linux-hfsc
+GONE = (errno.ENOENT, errno.ENODEV)   # the kernel's answer for a class, qdisc or device that is not there
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,9 @@ class Tc:
             try:
                 with self._raw() as rtnl:
                     qdisc = rtnl.qdisc(index, parse_classid(cls))
-            except OSError:
+            except OSError as err:
+                if err.errno not in GONE:
+                    raise
                 continue                 # the class went while we asked
             if qdisc is None:
                 found[cls] = DEFAULT_LEAF
@@ -178,8 +182,9 @@ class Tc:
                 try:
                     with self._raw() as rtnl:
                         qdisc = rtnl.qdisc(index, qdisc.handle | 1) or qdisc
-                except OSError:
-                    pass                # netem has no qdisc below (the kernel says ENOENT)
+                except OSError as err:
+                    if err.errno not in GONE:
+                        raise           # netem has no qdisc below: the kernel says ENOENT
             _, packets, drops, backlog, qlen = qdisc.stats or (0, 0, 0, 0, 0)
             found[cls] = Leaf(qdisc.kind, _packet_limit(qdisc), packets, drops, backlog, qlen, delay)
         return found
@@ -270,9 +275,9 @@ class TcEvents:
 
     def next(self, ours: frozenset[int] = frozenset()) -> set[int] | None:
         """The devices (ifindex) someone changed, waiting for one; None when the kernel had to drop
-        announcements (the buffer overran): then every device may have changed. Announcements of what
-        the netlink ports `ours` asked for (our own changes, and our GETs, which the kernel announces
-        too) are left out: otherwise every check would announce a change and start the next."""
+        announcements (the buffer overran), or sent one we cannot read: then every device may have changed.
+        Announcements of what the netlink ports `ours` asked for (our own changes, and our GETs, which the
+        kernel announces too) are left out: otherwise every check would announce a change and start the next."""
         changed: set[int] = set()
         while True:   # wait for one, then take whatever is queued with it
             try:
@@ -283,7 +288,10 @@ class TcEvents:
                 if err.errno == errno.ENOBUFS:
                     return None
                 raise
-            changed |= tc_announcements(data, ours)
+            try:
+                changed |= tc_announcements(data, ours)
+            except NetlinkError:
+                return None
 
     def close(self) -> None:
         self._raw.close()
@@ -296,5 +304,5 @@ TC_MESSAGES = range(RTM_NEWQDISC, RTM_GETTFILTER + 1)
 
 def tc_announcements(data: bytes, ours: frozenset[int]) -> set[int]:
     """The devices of the qdisc/class/filter messages in one netlink datagram not sent for the ports `ours`."""
-    return {_TCMSG_INDEX.unpack_from(body)[0] for kind, _, sender, body in messages(data)
+    return {_TCMSG_INDEX.unpack_from(body)[0] for kind, _, _, sender, body in messages(data)
             if kind in TC_MESSAGES and sender not in ours and len(body) >= _TCMSG_INDEX.size}

@@ -104,8 +104,8 @@ class Worker:
             return [JobResult(job, self._unconfirmed) for job in jobs]
         results = {id(job): JobResult(job) for job in jobs}
         epochs = raised | {job.dp_id: job.epoch for job in jobs if job.epoch}
-        # A member verifies (or raises) its epochs and writes tc under the switches' host locks, so that
-        # no tc write of a deposed member comes after a newer epoch (controller/adapters/hostlock.py).
+        # A member has ovsdb-server verify (or raise) its epochs, and writes tc, under the switches' host locks,
+        # so that no tc write of a deposed member comes after a newer epoch (controller/adapters/hostlock.py).
         with self._switch_locks(epochs) as busy:
             self._held(self._fenced(jobs, results, epochs, raised, busy), results, sweep)
         return list(results.values())

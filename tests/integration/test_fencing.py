@@ -1,11 +1,15 @@
 """tc fenced by the switches' host locks, against the real ovsdb-server, ovs-vswitchd and tc: a cluster
-member stopped in the middle of writing a switch's tc, and the member that owns the switch after it."""
+member stopped in the middle of writing a switch's tc, and the member that owns the switch after it; a
+deposed member (or a pair's deposed active) whose copy of OVSDB is behind the server's."""
+import contextlib
 import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -13,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from controller.adapters.hostlock import SwitchLocks
-from controller.adapters.ovsdb import Ovsdb
+from controller.adapters.ovsdb import DEFAULT_DB, Fenced, Ovsdb
 from controller.adapters.tc import Tc
 from controller.adapters.worker import Worker
 from controller.compat import hub
@@ -21,6 +25,7 @@ from controller.core.jobs import Job
 from controller.core.policy import load_policy
 from controller.core.queues import reserve_qos
 from tests.integration.conftest import requires_ovs
+from tests.integration.proxy import Proxy
 
 pytestmark = requires_ovs
 REPO = Path(__file__).resolve().parents[2]
@@ -140,3 +145,101 @@ def test_a_member_stopped_mid_write_never_writes_tc_after_the_new_owners_epoch(b
             member.wait()
         db.close()
         tc.close()
+
+
+class HeldReplica(Proxy):
+    """A member's OVSDB connection through a unix socket of its own. After hold(), what the server sends it
+    (the updates its copy of OVSDB is made of) waits until the member next sends the server something: its
+    copy stays as it was, however long, as a paused process's does while updates queue up for it, unless it
+    asks the server."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(str(path), DEFAULT_DB.removeprefix("unix:"))
+        self.flowing = threading.Event()
+        self.flowing.set()
+
+    def hold(self) -> None:
+        self.flowing.clear()
+
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        to_member = a.getpeername() == self.target
+        try:
+            while data := a.recv(65536):
+                if to_member:
+                    self.flowing.wait()
+                else:
+                    self.flowing.set()
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.mark.parametrize("pair", [False, True], ids=["cluster member", "pair's active"])
+def test_a_deposed_member_whose_copy_of_ovsdb_is_behind_writes_no_tc_after_the_new_owners_epoch(bridge, tmp_path,
+                                                                                                 pair):
+    """Its epoch is still the one its copy shows, so its fence checks nothing it could see locally: only the
+    server knows of the newer epoch (a pair's: and that the lock was stolen)."""
+    _, ifaces = bridge
+    proxy = HeldReplica(tmp_path / "ovsdb.sock")
+    old = Ovsdb(f"unix:{tmp_path / 'ovsdb.sock'}", owner=OWNER, lock=pair, standby=pair)
+    new = Ovsdb(owner=OWNER, lock=pair, standby=pair)
+    tc = Tc()
+    try:
+        specs = {limit: dataclasses.replace(reserve_qos(POLICY, POLICY.switch(1).port(1), True),
+                                            leaf=("pfifo", "limit", str(limit))) for limit in (OLD, NEW)}
+        locks = SwitchLocks(tmp_path, hub.sleep)
+        deposed, owner = (Worker(db, tc, lambda results: None, locks=locks) for db in (old, new))
+        done = deposed.execute([Job(DP_ID, 1, k + 1, iface, True, specs[OLD], True, epoch=10)
+                                for k, iface in enumerate(ifaces)])
+        assert [r.error for r in done] == [None] * PORTS and epoch(bridge[0]) == 10
+        proxy.hold()
+        if pair:
+            new.steal_lock()
+            deadline = time.monotonic() + 10
+            while not new.has_lock:
+                assert time.monotonic() < deadline, "the lock never moved"
+                time.sleep(0.05)
+        done = owner.execute([Job(DP_ID, 2, k + 1, iface, True, specs[NEW], True, epoch=20)
+                              for k, iface in enumerate(ifaces)])
+        assert [r.error for r in done] == [None] * PORTS and epoch(bridge[0]) == 20
+        assert all(found == {NEW} for found in limits(tc, ifaces).values())
+        # The deposed one checks its ports' tc, as at each poll: its leaves are not the new owner's.
+        late = deposed.execute([Job(DP_ID, 1, k + 1, iface, True, specs[OLD], False, epoch=10)
+                                for k, iface in enumerate(ifaces)])
+        assert all(found == {NEW} for found in limits(tc, ifaces).values()), limits(tc, ifaces)
+        assert all(r.error and ("another controller of this owner holds it now" in r.error or
+                                pair and "lock" in r.error) for r in late), [r.error for r in late]
+    finally:
+        proxy.flowing.set()
+        for db in (old, new):
+            db.close()
+        tc.close()
+        proxy.close()
+
+
+def test_a_deposed_member_whose_copy_of_ovsdb_is_behind_changes_no_qos_row_after_the_new_owners_epoch(bridge,
+                                                                                                     tmp_path):
+    """The same for OVSDB: the new owner only raised the epoch (it adopted the port's QoS as it was), so
+    nothing the deposed member's transaction reads or writes on the port changed."""
+    name, ifaces = bridge
+    proxy = HeldReplica(tmp_path / "ovsdb.sock")
+    old = Ovsdb(f"unix:{tmp_path / 'ovsdb.sock'}", owner=OWNER, lock=False)
+    new = Ovsdb(owner=OWNER, lock=False)
+    try:
+        spec = reserve_qos(POLICY, POLICY.switch(1).port(1), True)
+        old.apply({ifaces[0]: spec}, epochs={DP_ID: 10})
+        held = sh("ovs-vsctl", "get", "port", ifaces[0], "qos").strip()
+        assert held != "[]" and epoch(name) == 10
+        proxy.hold()
+        assert new.fence({DP_ID: 20}) == {} and epoch(name) == 20
+        with pytest.raises(Fenced, match="another controller of this owner holds it now"):
+            old.apply({ifaces[0]: None}, epochs={DP_ID: 10})
+        assert sh("ovs-vsctl", "get", "port", ifaces[0], "qos").strip() == held
+    finally:
+        proxy.flowing.set()
+        for db in (old, new):
+            db.close()
+        proxy.close()

@@ -1,6 +1,7 @@
 """The OVSDB adapter against the real ovsdb-server and ovs-vswitchd: rows read back, ownership, the owner's
 lock, many ports in bounded transactions, HTB classes."""
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -15,7 +16,11 @@ import pytest
 
 from controller.adapters import ovsdb
 from controller.adapters.ovsdb import Fenced, LockHeld, Ovsdb, OvsdbError, Unconfirmed
+from controller.adapters.remotes import Remotes
+from controller.adapters.statefile import StateFile
+from controller.adapters.store import PairStore
 from controller.adapters.tc import Leaf, Tc
+from controller.core import events as ev
 from controller.core.plan import ABSENT, FOREIGN
 from controller.core.policy import load_policy
 from controller.core.queues import fifo_qos, leaf_chain, leaf_in_force, reserve_qos
@@ -377,3 +382,49 @@ def test_a_declared_delay_is_read_and_netem_goes_under_a_class_or_is_refused_lea
         below = dataclasses.replace(delayed, leaf=("codel", "limit", "25"))
         TC.replace_leaf(iface, "1:1", leaf_chain(below))
         assert in_force() == leaf_in_force(below) == ("codel", None, 10_000)
+
+
+@pytest.fixture
+def private_ovsdb(tmp_path):
+    """An ovsdb-server of the test's own, with an Open_vSwitch database and no vswitchd: (its pid, remote)."""
+    db, sock = tmp_path / "conf.db", tmp_path / "db.sock"
+    sh("ovsdb-tool", "create", str(db), "/usr/share/openvswitch/vswitch.ovsschema")
+    server = subprocess.Popen(["ovsdb-server", str(db), f"--remote=punix:{sock}", f"--unixctl={tmp_path / 'ctl'}",
+                               "--no-chdir"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(sock.exists, "the private ovsdb-server's socket")
+        sh("ovs-vsctl", f"--db=unix:{sock}", "--no-wait", "init")
+        yield server.pid, f"unix:{sock}"
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        server.terminate()
+        server.wait(10)
+
+
+def test_a_pairs_save_ovsdb_does_not_answer_is_indeterminate_and_its_revision_is_not_used_again(private_ovsdb,
+                                                                                                tmp_path):
+    """The save may commit when OVSDB answers again (it does here): "nothing was changed" would be false."""
+    pid, remote = private_ovsdb
+    remotes = Remotes((remote,), lambda name: Ovsdb(name, owner="pair", timeout=1, standby=True), standby=True)
+    remotes.connect(remote)
+    pair = PairStore(remotes, StateFile(tmp_path / "state.json", shared=True))
+
+    def stored():
+        text = sh("ovs-vsctl", f"--db={remote}", "get", "open", ".", "external_ids:ovs-qos-controller-policy-pair")
+        saved = json.loads(json.loads(text))
+        return saved["policy"]["name"], saved["revision"]
+
+    try:
+        assert pair.save({"name": "first"}, 1) == ev.PolicySaved(None, 1) and stored() == ("first", 1)
+        os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        saved = pair.save({"name": "lost"}, 2)
+        assert saved.indeterminate and "did not confirm" in saved.error, saved
+        assert time.monotonic() - started < 5
+        os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: stored() == ("lost", 2), "the save committed once OVSDB answered again")
+        # The core asks for revision 2 again (it put nothing in force): 2 may name "lost", so this is 3.
+        assert pair.save({"name": "next"}, 2) == ev.PolicySaved(None, 3) and stored() == ("next", 3)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        remotes.close()

@@ -458,6 +458,8 @@ class FakeSession:
         if not self.has_lock:
             raise OvsdbError("ovsdb error: not owner")
         self.db.policy_text = text
+        if self.db.slow:   # committed, its answer lost, as a transaction OVSDB answers after ours gave up
+            raise Unconfirmed("OVSDB did not confirm the save within 30 s; it may commit yet")
 
 
 class FakeTc:

@@ -11,7 +11,7 @@ import pytest
 from controller.core import events as ev
 from controller.core.authority import LEASE_SECONDS
 from controller.core.controller import Standby
-from controller.core.errors import StorageError
+from controller.core.errors import Indeterminate, StorageError
 from controller.core.jobs import Job
 from controller.core.view import Role
 from tests.unit.fakes import S1_FLOWS, FakeSwitch, flood, mode, shipped, up
@@ -228,6 +228,19 @@ def test_a_deposed_actives_put_is_refused_by_ovsdb_and_changes_nothing(pair):
     _, error = active.request(ev.SetPolicy, shipped("reserve"))
     assert isinstance(error, StorageError) and "this controller may no longer hold the pair's lock" in str(error)
     assert net.ovsdb.policy_text == saved and active.keeper.policy.name == "auto"
+
+
+def test_a_put_whose_save_ovsdb_did_not_answer_is_indeterminate_and_its_revision_is_not_given_again(net):
+    up(net, "auto")
+    revision = net.app.keeper.revision
+    net.ovsdb.slow = True
+    _, error = net.app.request(ev.SetPolicy, shipped("reserve"))
+    assert isinstance(error, Indeterminate) and f"a revision above {revision} is it" in str(error), error
+    assert net.app.keeper.policy.name == "auto" and json.loads(net.ovsdb.policy_text)["revision"] == revision + 1
+    net.ovsdb.slow = False
+    result, error = net.app.request(ev.SetPolicy, shipped("reserve"))
+    assert error is None and result["revision"] == revision + 2
+    assert json.loads(net.ovsdb.policy_text)["revision"] == revision + 2
 
 
 def test_a_pair_that_kept_its_policy_in_a_shared_file_takes_it_from_there_until_its_first_change(net):

@@ -1,7 +1,10 @@
 """Reading the kernel's tc announcements: only the header and the device of each message."""
+import socket
 import struct
 
-from controller.adapters.tc import tc_announcements
+import pytest
+
+from controller.adapters.tc import TcEvents, tc_announcements
 
 RTM_NEWQDISC, RTM_DELTFILTER, RTM_NEWLINK = 36, 45, 16
 
@@ -22,6 +25,21 @@ def test_what_our_own_port_asked_for_and_other_messages_are_left_out():
     assert tc_announcements(data, ours=frozenset({1})) == {9}
 
 
-def test_a_truncated_datagram_ends_the_reading():
-    assert tc_announcements(message(RTM_NEWQDISC, 0, 7)[:20], ours=frozenset({1})) == set()
-    assert tc_announcements(struct.pack("=IHHII", 0, RTM_NEWQDISC, 0, 0, 0) * 2, ours=frozenset({1})) == set()
+def test_a_datagram_cut_short_is_refused():
+    for data in (message(RTM_NEWQDISC, 0, 7)[:20], struct.pack("=IHHII", 0, RTM_NEWQDISC, 0, 0, 0) * 2):
+        with pytest.raises(OSError, match="netlink"):
+            tc_announcements(data, ours=frozenset({1}))
+
+
+def test_a_datagram_that_cannot_be_read_is_every_device_changed_not_none():
+    events = TcEvents()
+    events.close()
+    events._sock, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    events._raw = events._sock
+    try:
+        kernel.send(message(RTM_NEWQDISC, 0, 7)[:20])   # then one that names device 9
+        kernel.send(message(RTM_NEWQDISC, 0, 9))
+        assert events.next(frozenset({1})) is None
+    finally:
+        events.close()
+        kernel.close()

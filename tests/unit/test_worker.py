@@ -1,5 +1,11 @@
 """controller/adapters/worker.py: a job's outcome as the core takes it."""
+import socket
+import time
+
+from controller.adapters import rtnl
+from controller.adapters.hostlock import SwitchLocks
 from controller.adapters.remotes import Remotes
+from controller.adapters.tc import Tc
 from controller.adapters.worker import Worker
 from controller.core.jobs import Job
 from controller.core.policy import load_policy
@@ -26,22 +32,6 @@ def test_a_device_that_is_gone_has_no_ifindex_rather_than_a_made_up_one():
     (result,) = Worker(remotes.view("fake"), GoneTc(ovsdb), lambda results: None).execute(
         [Job(1, 7, 1, "s1-eth1", True, spec, True)])
     assert result.error is None and result.ifindex is None
-
-
-def test_a_member_deposed_by_a_newer_epoch_writes_neither_ovsdb_nor_tc():
-    ovsdb, remotes, spec = one_switch()
-    tc = FakeTc(ovsdb)
-    old, new = (Worker(remotes.view("fake"), tc, lambda results: None) for _ in range(2))
-    (first,) = old.execute([Job(1, 7, 1, "s1-eth1", True, spec, True, epoch=10)])
-    assert first.error is None and ovsdb.epochs == {1: 10} and ovsdb.writes_to["s1-eth1"] == 1
-    (taken,) = new.execute([Job(1, 8, 1, "s1-eth1", True, None, True, epoch=20)])   # the new owner: queues off
-    assert taken.error is None and ovsdb.epochs == {1: 20} and "s1-eth1" not in ovsdb.qos
-    tc_writes = tc.writes
-    for qos in (True, False):                 # a change, and a check (which would write tc only)
-        (late,) = old.execute([Job(1, 7, 1, "s1-eth1", True, spec, qos, epoch=10)])
-        assert late.error and "another controller of this owner holds it now" in late.error
-    assert "s1-eth1" not in ovsdb.qos and ovsdb.epochs == {1: 20} and ovsdb.writes_to["s1-eth1"] == 2
-    assert tc.writes == tc_writes
 
 
 def test_a_batch_ovsdb_does_not_answer_in_time_fails_once_and_is_not_retried_port_by_port():
@@ -79,3 +69,22 @@ def test_a_check_that_finds_other_filters_replaces_them_all():
     tc.filters_["s1-eth1"] = {("ipv4", 9, "1:2")}                          # another tool's, at our prio
     (result,) = worker.execute([Job(1, 7, 1, "s1-eth1", True, spec, False)])
     assert result.error is None and tc.filters("s1-eth1") == wanted
+
+
+def test_a_netlink_answer_that_never_comes_is_the_ports_error_and_the_switchs_host_lock_is_free_again(tmp_path,
+                                                                                                      monkeypatch):
+    monkeypatch.setattr(rtnl, "TIMEOUT_SECONDS", 0.2)
+    ovsdb, remotes, spec = one_switch()
+    tc = Tc()
+    tc._rtnl._sock.close()
+    tc._rtnl._sock, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)   # a kernel that never answers
+    tc._rtnl._sock.setblocking(False)                                                # as the Rtnl keeps its own
+    worker = Worker(remotes.view("fake"), tc, lambda results: None, locks=SwitchLocks(tmp_path, time.sleep))
+    try:
+        (result,) = worker.execute([Job(1, 7, 1, "lo", True, spec, False, epoch=3)])   # a check of lo's tc
+    finally:
+        tc.close()
+        kernel.close()
+    assert result.error == "lo: tc: netlink: no answer within 0.2 s: class dump"
+    with SwitchLocks(tmp_path, time.sleep, wait=0).held([1]) as busy:
+        assert busy == {}
