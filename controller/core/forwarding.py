@@ -27,7 +27,7 @@ class Forwarding:
         self.rules: dict[int, FabricRules] = {}    # what the fabric last said of each switch it covers
         self.due: float | None = None              # the next round, while one is set
         self._said: tuple[object, ...] = ()       # the fabric's version and the switches it was last said for
-        self._said_at = float("-inf")              # ... and when
+        self._said_at: dict[int, float] = {}       # switch → when its rules were last said
 
     @staticmethod
     def covered(policy: Policy | None, switches: dict[int, Switch]) -> dict[int, Switch]:
@@ -43,19 +43,26 @@ class Forwarding:
         covered = self.covered(policy, switches)
         if policy is not None and policy.network is not None:
             self.fabric.routes.set_mode(policy.network.paths)
-        # Unchanged since it was last said, and said after every new port could turn edge: nothing to say.
+        # Every switch's rules when the paths may have changed (links, hosts, moves); else only those of the
+        # switches whose ports changed, or whose new ports have turned edge since their rules were said.
         said = (self.fabric.routes.version(), frozenset(covered))
-        if said == self._said and self._said_at > self.fabric.topology.settle_by:
-            return [], []
-        self._said, self._said_at = said, now
+        topology = self.fabric.topology
+        if said != self._said:
+            self._said, redo = said, set(covered)
+        else:
+            redo = {dp for dp in topology.touched | set(topology.settle_by) if dp in covered
+                    and (dp in topology.touched or self._said_at.get(dp, now) <= topology.settle_by[dp] <= now)}
+        topology.touched.clear()
         for dp in set(self.rules) - set(covered):
-            del self.rules[dp]
+            del self.rules[dp], self._said_at[dp]
         changed = []
-        for dp, sw in covered.items():
-            rules = self.fabric.rules(dp, now)
+        for dp in sorted(redo):
+            rules, self._said_at[dp] = self.fabric.rules(dp, now), now
             if self.rules.get(dp) != rules:
                 self.rules[dp] = rules
-                changed.append(sw)
+                changed.append(covered[dp])
+        for dp in [dp for dp, by in topology.settle_by.items() if self._said_at.get(dp, by) > by]:
+            del topology.settle_by[dp]           # settled, and said since
         if not covered or self.due is not None:
             return [], changed
         self.due = now

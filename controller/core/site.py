@@ -9,11 +9,14 @@ fabric says of it (controller/core/fabric.py) and the policy's classes and ports
 - 2, routing: flooded frames along the spanning tree and out of the edge ports (never back in, and
   dropped when they come in by a link off the tree); a known host's address writes the port toward it
   into the metadata and goes on to table 3; an unknown one to the controller.
-- 3, the egress port's classes: per port, the same shape as a hand-written table (the port's output, one
-  rule per class rule, and the rules that keep a class's mark from an upstream switch), so that a class's
-  traffic has an output port and steering, class rates and meters work per port as for listed switches.
-  These rules depend on the bridge's ports only: they are listed first, so their positions (and the
-  counting meters numbered by them) stay put as hosts and links come and go.
+- 3, the egress port's classes: per port that forwards (a link's, or one a host was heard on), the same shape
+  as a hand-written table (the port's output, one rule per class rule, and the rules that keep a class's mark
+  from an upstream switch), so that a class's traffic has an output port and steering, class rates and
+  meters work per port as for listed switches. They are listed first, in port order, so their positions
+  (and the counting meters numbered by them) move only as a port starts or stops forwarding.
+A port no host was heard on (yet) has no rules of its own beyond table 0's: a host's first frame there goes
+to the controller, which learns it (a broadcast is flooded by the controller meanwhile). So a switch of many
+idle ports costs a few rules per port, and a poll reads no class rule of theirs.
 
 Every rule is keyed by its table, priority and match (SwitchPolicy.keyed): a rule keeps its cookie, and its
 counters, whatever rules come and go beside it. Pure.
@@ -48,7 +51,8 @@ def site_switch(policy: Policy, dp_id: int, bridge: BridgeInfo, fabric: FabricRu
     network = policy.network
     assert network is not None, "a switch the policy does not list, and no network: section"
     bridge_ports = sorted(p for p in bridge.ports if p <= MAX_PORT)    # not the bridge's LOCAL port
-    flows = [rule for port in bridge_ports for rule in _classes(policy, port)]
+    forwarding = {port for _, port in fabric.hosts} | fabric.links
+    flows = [rule for port in sorted(forwarding) for rule in _classes(policy, port)]
     where = "network.forwarding"
 
     def rule(table: int, priority: int, match: dict[str, object], outputs: tuple[int, ...] = (),
@@ -67,7 +71,7 @@ def site_switch(policy: Policy, dp_id: int, bridge: BridgeInfo, fabric: FabricRu
         rule(INGRESS_TABLE, LEARNED_PRIORITY, {"in_port": port, "eth_src": mac}, goto=ROUTING_TABLE)
     rule(INGRESS_TABLE, 0, {}, (CONTROLLER,), goto=ROUTING_TABLE)
     flood = fabric.edge | fabric.tree
-    for port in sorted(fabric.edge | fabric.links):
+    for port in sorted(forwarding):
         outputs = tuple(sorted(flood - {port})) if port in flood else ()    # off the tree: dropped
         rule(ROUTING_TABLE, FLOOD_PRIORITY, {"in_port": port, "eth_dst": GROUP}, outputs)
     for mac, port in fabric.routes:

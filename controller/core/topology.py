@@ -55,7 +55,8 @@ class Topology:
     peer: dict[End, End] = field(default_factory=dict)                     # a live link's end → the other
     seen: dict[End, float] = field(default_factory=dict)                   # a link's lower end → last heard
     version: int = 0                                                       # bumped by every change of links
-    settle_by: float = float("-inf")                                       # until then a new port may turn edge
+    settle_by: dict[int, float] = field(default_factory=dict)              # until then a new port may turn edge
+    touched: set[int] = field(default_factory=set)                         # switches whose ports changed
     refused: dict[str, int] = field(default_factory=dict)                  # frames refused, by reason
     _nonces: dict[bytes, int] = field(default_factory=dict)
 
@@ -68,7 +69,8 @@ class Topology:
         """Its links go; the far ends stay up, so they turn quiet. Whether a link went."""
         gone = [end for end in self.peer if end[0] == dp_id]
         self.ports.pop(dp_id, None)
-        self.version += 1
+        self.settle_by.pop(dp_id, None)
+        self.touched.discard(dp_id)
         return self._cut(gone)
 
     def set_ports(self, dp_id: int, ports: Iterable[int], down: Iterable[int], now: float) -> bool:
@@ -84,8 +86,8 @@ class Topology:
             state = states.get(port_no)
             if state is None or state.up != (port_no in up):
                 states[port_no] = PortState(port_no in up, now)
-                self.settle_by = max(self.settle_by, now + EDGE_SETTLE)
-                self.version += 1
+                self.settle_by[dp_id] = now + EDGE_SETTLE
+                self.touched.add(dp_id)
         return self._cut([end for end in gone if end in self.peer])
 
     def role(self, end: End, now: float) -> Role:
@@ -139,6 +141,7 @@ class Topology:
         self.seen[key] = now
         for dp, port in (src, at):
             self.ports[dp][port].quiet = False
+            self.touched.add(dp)
         self.version += 1
         return True
 
@@ -161,6 +164,7 @@ class Topology:
                 state = self.ports.get(dp, {}).get(port)
                 if state is not None and state.up:
                     state.quiet = True
+                    self.touched.add(dp)
         if ends:
             self.version += 1
         return bool(ends)
