@@ -67,6 +67,11 @@ def message(dp: Datapath, m: act.Message) -> OFPMessage:
         msg = parser.OFPRoleRequest(dp, getattr(ofp, ROLES[m.role]), m.generation)
     elif isinstance(m, act.Echo):
         msg = parser.OFPEchoRequest(dp)
+    elif isinstance(m, act.HearAsSlave):
+        # [as master or equal, as slave]: OpenFlow 1.3's defaults, but packet-ins of either reason as a slave.
+        packet_ins = 1 << ofp.OFPR_NO_MATCH | 1 << ofp.OFPR_ACTION
+        msg = parser.OFPSetAsync(dp, [packet_ins | 1 << ofp.OFPR_INVALID_TTL, packet_ins],
+                                 [0b111, 0b111], [0b1111, 0])
     elif isinstance(m, act.PacketOut):
         msg = parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
                                   actions=[parser.OFPActionOutput(port) for port in m.outputs], data=m.data)

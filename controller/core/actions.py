@@ -89,7 +89,16 @@ class PacketOut:
     data: bytes
 
 
-Message = AddFlow | ModifyFlow | DeleteFlow | MeterMod | Barrier | StatsRequest | RoleRequest | Echo | PacketOut
+@dataclass(frozen=True)
+class HearAsSlave:
+    """Ask the switch to send this connection its packet-ins as a slave too (OpenFlow's asynchronous
+    configuration): a standby, or a cluster's member that does not own the switch, hears its probes and hosts
+    as the owner does, so that every controller of the network knows the same links and hosts."""
+    xid: int
+
+
+Message = (AddFlow | ModifyFlow | DeleteFlow | MeterMod | Barrier | StatsRequest | RoleRequest | Echo | PacketOut
+           | HearAsSlave)
 WRITES = (AddFlow, ModifyFlow, DeleteFlow, MeterMod, PacketOut)
 
 

@@ -87,8 +87,10 @@ class Forwarding:
 
     def packet_in(self, sw: Switch, packet: ev.PacketIn, covered: dict[int, Switch], writable: set[int],
                   now: float) -> list[act.Action]:
-        if sw.dp_id not in writable:
-            return []       # another controller's switch, or one the fabric does not cover
+        """From any switch the fabric covers, ours to write or not (a standby's, another member's: it is heard
+        as its owner hears it); what it asks to send goes out of ours only."""
+        if sw.dp_id not in covered:
+            return []
         outs = self.fabric.packet_in(sw.dp_id, packet.in_port, packet.table, packet.data, now,
                                      int(self.wall() * 1000), writable)
         return [send for out in outs for send in self._send(covered[out.dp_id], [out])]

@@ -183,6 +183,7 @@ class Switch:
         LOG.info("switch %016x (%s, datapath %s, OVSDB %s) connected", self.dp_id, bridge.name,
                  bridge.datapath_type or "system", bridge.remote)
         self.role.ask()
+        self.link.send(act.HearAsSlave(self.link.xid()))
         self.flows.start()
         self.poller.start(view, now)
 

@@ -129,6 +129,8 @@ class FakeSwitch:
             self._role(conn, msg)
         elif kind == "OFPBarrierRequest":
             self.reply(conn, parser.OFPBarrierReply(conn), msg.xid)
+        elif kind == "OFPSetAsync":
+            conn.slave_packet_ins = msg.packet_in_mask[1]
         elif kind == "OFPEchoRequest":
             if conn.answers_echo:
                 self.reply(conn, parser.OFPEchoReply(conn), msg.xid)
@@ -281,8 +283,8 @@ class FakeSwitch:
         if name == "OFPActionSetField":
             fields[action.key] = action.value
         elif name == "OFPActionOutput" and action.port == ofp.OFPP_CONTROLLER:
-            for conn in self.connections:
-                if conn.role != "slave":
+            for conn in self.connections:   # our table-miss entries output to the controller: reason ACTION
+                if conn.role != "slave" or conn.slave_packet_ins & 1 << ofp.OFPR_ACTION:
                     self.reply(conn, parser.OFPPacketIn(conn, ofp.OFP_NO_BUFFER, len(data), ofp.OFPR_ACTION,
                                                         table_id, 0, parser.OFPMatch(in_port=in_port), data), 0)
         elif name == "OFPActionOutput" and self.net is not None and action.port != in_port:
@@ -328,6 +330,7 @@ class FakeConnection:
     def __init__(self, switch: FakeSwitch):
         self.switch, self.id = switch, switch.id
         self.role = "equal"              # OpenFlow: every new connection starts as an equal
+        self.slave_packet_ins = 0        # the packet-in reasons it hears as a slave (OFPSetAsync)
         self.answers_echo = True
         switch.connections.append(self)
 

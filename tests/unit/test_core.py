@@ -27,7 +27,7 @@ def test_a_policy_is_answered_once_switches_flows_queues_and_filters_hold_it(net
     assert {leaf.kind for leaf in net.app.tc.leaves("s1-eth1").values()} == {"pfifo_head_drop"}
     assert all(type(m).__name__ in ("OFPFlowMod", "OFPBarrierRequest", "OFPFlowStatsRequest",
                                     "OFPMeterFeaturesStatsRequest",
-                                    "OFPMeterConfigStatsRequest", "OFPRoleRequest") for m in net.s1.sent)
+                                    "OFPMeterConfigStatsRequest", "OFPRoleRequest", "OFPSetAsync") for m in net.s1.sent)
     assert net.s1.role == net.s1.ofproto.OFPCR_ROLE_MASTER
 
 
@@ -289,7 +289,7 @@ def test_a_restarted_controller_adopts_what_is_there_and_sends_no_change(net, tm
         restarted.connect(dp)
     assert restarted.keeper.policy.name == "reserve"
     assert {type(m).__name__ for m in net.s1.sent} == {   # reads only
-        "OFPRoleRequest", "OFPMeterFeaturesStatsRequest", "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest"}
+        "OFPRoleRequest", "OFPMeterFeaturesStatsRequest", "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest", "OFPSetAsync"}
     assert restarted.request(ev.GetStatus)[0]["switches"]["0000000000000001"]["in_sync"] is True
 
 

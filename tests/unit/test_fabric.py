@@ -205,3 +205,22 @@ def test_a_flood_beside_a_tcp_flow_to_another_host_is_moved_onto_the_idle_link_a
     assert net.path("h1", tcp_to) != net.path("h2", flood_to)
     assert link_ports_reserving(net) == set()
     assert [d["action"] for d in net.app.core.decisions.last] == ["move"]
+
+
+def test_a_standby_hears_what_the_active_one_hears_and_forwards_at_once_when_it_takes_over(tree4):
+    standby = tree4.app.another()                  # the active one holds the lock: this one is every switch's slave
+    for switch in tree4.switches.values():
+        standby.connect(switch)
+    standby.advance(EDGE_SETTLE + PROBE_SECONDS)
+    tree4.app.advance(EDGE_SETTLE + PROBE_SECONDS)   # its probes, which the standby hears too
+    assert all(tree4.ping("h1", b) for b in tree4.hosts if b != "h1")
+    standby.settle()
+    heard = standby.core.forwarding.fabric
+    assert heard.topology.peer == fabric(tree4).topology.peer and heard.hosts.at == fabric(tree4).hosts.at
+    assert not any(sw.role.writable(standby.core.view(dp, standby.clock)) for dp, sw in standby.core.switches.items())
+    tree4.app.exit()                                # the active one is gone: its lock goes with it
+    standby.remotes_changed()
+    for switch in tree4.switches.values():
+        switch.net = tree4                          # (the FakeNet drives the standby's harness from here)
+    tree4.app = standby
+    assert tree4.ping("h16", "h1") and tree4.storms == 0

@@ -45,7 +45,7 @@ def test_the_standby_is_a_slave_that_changes_nothing_and_refuses_changes(pair):
     assert s1.generation_id == 1                     # the active one's: a slave's must not be stale either
     standby.poll()
     assert {type(m).__name__ for m in s1.sent} == {"OFPRoleRequest", "OFPMeterFeaturesStatsRequest",
-                                                   "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest"}
+                                                   "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest", "OFPSetAsync"}
     _, error = standby.request(ev.ClearPolicy)
     assert isinstance(error, Standby) and "standby" in str(error)
     status, _ = standby.request(ev.GetStatus)
