@@ -21,6 +21,7 @@ from controller.core.switch_state import SwitchState
 from controller.core.view import SwitchView
 
 WHOLE_TABLE_POLLS = 10        # the whole flow table is read every this many polls
+SILENT_SECONDS, SILENT_POLLS = 10.0, 3   # a switch that answers no poll for this long (and as many polls) is dead
 
 
 class Poller(SwitchPart):
@@ -37,8 +38,9 @@ class Poller(SwitchPart):
         self.sending: set[int] | None = None              # ports whose tx counters moved at the last poll
         self.table_polls = 0                              # polls since the whole flow table was read
         self.late_said = False
-
+        self.heard = 0.0                                  # when a poll's reply last came
     def start(self, view: SwitchView, now: float) -> None:
+        self.heard = now
         if view.active:
             self.next_due = now + self.phase * view.interval
             self.link.later(self.next_due - now, ev.PollDue(self.link.conn, self.next_due))
@@ -62,6 +64,15 @@ class Poller(SwitchPart):
             self.next_due = None
             return False
         interval = view.interval
+        if now - self.heard > max(SILENT_SECONDS, SILENT_POLLS * interval):
+            # Its polls are sent and nothing comes back: a connection dead without a close (a cut cable, a hung
+            # switch). OpenFlow's echo would say so only after minutes; closing it lets the switch connect
+            # again, or (in a cluster) another member take it.
+            LOG.error("switch %016x has answered no poll for %.0f s; closing its connection", self.link.dp_id,
+                      now - self.heard)
+            self.heard = now
+            self.link.do(act.Close(self.link.conn))
+            return False
         self.next_due = max(due.due + interval, now)
         self.link.later(self.next_due - now, ev.PollDue(self.link.conn, self.next_due))
         lag = now - due.due
@@ -110,27 +121,28 @@ class Poller(SwitchPart):
         self.next_fast = None
 
     # --- replies: each fills its poll; the last one of a poll decides ----------------------------------
-    def _round(self, xid: int) -> PollRound | None:
+    def _round(self, xid: int, now: float) -> PollRound | None:
         """The poll (slow or fast) that awaits this reply, if any; it awaits it no more."""
         for round_ in (self.round, self.fast):
             if round_ is not None and round_.answered(xid):
+                self.heard = now
                 return round_
         return None
 
     def flows(self, reply: ev.FlowStatsReply, now: float) -> PollRound | None:
-        round_ = self._round(reply.xid)
+        round_ = self._round(reply.xid, now)
         if round_ is not None:
             round_.flows, round_.at["flows"] = reply.counters, now
         return round_
 
     def meters(self, reply: ev.MeterStatsReply, now: float) -> PollRound | None:
-        round_ = self._round(reply.xid)
+        round_ = self._round(reply.xid, now)
         if round_ is not None:
             round_.meters, round_.at["meters"] = reply.counters, now
         return round_
 
     def queues(self, reply: ev.QueueStatsReply, now: float) -> PollRound | None:
-        round_ = self._round(reply.xid)
+        round_ = self._round(reply.xid, now)
         queues = self.link.telemetry.queues
         if round_ is None or not round_.fast:   # every port's: only the queues in the reply exist now
             queues.clear()
@@ -141,7 +153,7 @@ class Poller(SwitchPart):
         return round_
 
     def ports(self, reply: ev.PortStatsReply, now: float) -> PollRound | None:
-        round_ = self._round(reply.xid)
+        round_ = self._round(reply.xid, now)
         ports = self.link.telemetry.ports
         if round_ is not None and not round_.fast:
             self.sending = {port_no for port_no, counters in reply.ports.items()

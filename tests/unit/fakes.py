@@ -92,6 +92,7 @@ class FakeSwitch:
         self.generation_id = None                   # ... and its generation id
         self.connections: list[FakeConnection] = []
         self.packet_outs: list[tuple[list[int], bytes]] = []   # every packet a controller sent out of it
+        self.mute = False                            # it answers nothing, its connection still open (a cut cable)
 
     def run(self, seconds: float) -> None:
         """Time passes: the loads the test set move the counters."""
@@ -145,7 +146,7 @@ class FakeSwitch:
 
     def reply(self, conn: FakeConnection | None, msg, xid: int) -> None:
         msg.xid = xid
-        if conn is not None:
+        if conn is not None and not self.mute:
             self.replies.append((conn, msg))
 
     def error(self, conn: FakeConnection, xid: int, err_type: int, code: int) -> None:

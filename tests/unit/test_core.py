@@ -409,3 +409,16 @@ def test_a_switch_of_the_policy_that_is_not_connected_is_named_and_changed_when_
     assert result["not_in_sync"] == {"0000000000000002": NOT_CONNECTED} and mode(net, "s2-eth1") == "fifo"
     net.app.connect(net.s2)
     assert net.s2.table == {} and mode(net, "s2-eth1") is None
+
+
+def test_a_switch_that_answers_no_poll_for_ten_seconds_has_its_connection_closed(net):
+    """A connection dead without a close (a cut cable, a hung switch) is found by the polls, not after OpenFlow's
+    echo gives up minutes later; a slow switch that still answers is left alone."""
+    up(net)
+    conn = net.app.conn_of(net.s1)
+    net.app.advance(8.0)
+    net.s1.mute = True
+    net.app.advance(9.0)
+    assert net.app.closed == []
+    net.app.advance(3.0)
+    assert net.app.closed == [conn]
