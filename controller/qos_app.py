@@ -75,6 +75,7 @@ config.register(CONF)
 
 REQUEST_TIMEOUT = 30.0
 FIRST_REMOTE_WAIT = 5.0     # at start, how long the first remote (the lock's) may take before the API opens
+PAIR_PROBE_SECONDS = 1.0    # a pair's TCP or SSL session to OVSDB: probed after 1 s of silence (authority.py)
 REPLIES = [ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPAggregateStatsReply,
            ofp_event.EventOFPMeterConfigStatsReply, ofp_event.EventOFPMeterStatsReply,
            ofp_event.EventOFPMeterFeaturesStatsReply, ofp_event.EventOFPQueueStatsReply,
@@ -104,7 +105,8 @@ class QosController(App):
         self.coordination = Coordination(co.url, settings.owner, co.member, co.lease, settings.ovsdb[0]) if co else None
         self.ovsdb = Remotes(settings.ovsdb, lambda name: Ovsdb(name, owner=settings.owner, timeout=10.0,
                                                               ssl=settings.ovsdb_ssl, standby=settings.standby,
-                                                              lock=co is None, probe=co.lease / 3 if co else None),
+                                                              lock=co is None,
+                                                              probe=co.lease / 3 if co else PAIR_PROBE_SECONDS),
                                  settings.standby)
         self._first_tried: bool = False
         self._held: LockHeld | None = None
@@ -219,7 +221,7 @@ class QosController(App):
 
     def _remotes(self, new: tuple[str, ...] = ()) -> ev.RemotesChanged:
         return ev.RemotesChanged(self.ovsdb.connected(), new, self.ovsdb.locked, self.ovsdb.lock_taken,
-                                 self.ovsdb.heartbeat(), dict(self.ovsdb.errors))
+                                 self.ovsdb.heartbeat(), self.ovsdb.silent_for(), dict(self.ovsdb.errors))
 
     def _watch_tc(self) -> None:
         assert self.tc is not None      # made in start(), before this greenthread

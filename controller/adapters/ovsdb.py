@@ -125,7 +125,7 @@ class Ovsdb:
         how long apply() waits, past `timeout`, for a transaction still queued to end. `probe`: seconds of silence
         after which a TCP or SSL session is probed, and as many again after which it is closed (python-ovs's
         default is 5): a path that drops everything is found as a close is."""
-        self.owner, self.standby, self._late = owner, standby, late
+        self.owner, self.standby, self._late, self._remote = owner, standby, late, remote
         if ssl:   # python-ovs keeps one key, certificate and CA for all its SSL streams
             key, certificate, ca_cert = map(str, ssl)
             Stream.ssl_set_private_key_file(key)
@@ -382,6 +382,11 @@ class Ovsdb:
         so it costs vswitchd nothing; like them, it carries our lock."""
         with self._quiet_transaction() as txn:
             txn.add(_Beat(self._api, self._heartbeat_key))
+
+    def silent_for(self) -> float:
+        """Seconds since ovsdb-server last said anything on this session (0 over a unix socket, which cannot
+        stall on the way: this host's kernel carries it)."""
+        return 0.0 if self._remote.startswith("unix:") else private.silent_for(self._idl)
 
     def steal_lock(self) -> None:
         """Take the owner's lock from the session holding it (RFC 7047 "steal"), which is told it was

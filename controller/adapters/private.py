@@ -5,11 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import ovs.timeval
+
 
 def session(idl: Any) -> Any:
     """An IDL's JSON-RPC session (ovs.jsonrpc.Session): whether it is connected, its reconnections (seqno), its
     back-off and probe interval. python-ovs's Idl keeps it in `_session`."""
     return idl._session
+
+
+def silent_for(idl: Any) -> float:
+    """Seconds since the IDL's session last received anything (an update, a reply, an echo's answer): the
+    reconnect state machine of its session keeps when, in python-ovs's monotonic milliseconds."""
+    session_ = idl._session
+    stats = session_.reconnect.get_stats(ovs.timeval.msec())
+    silent: float = max(0.0, (ovs.timeval.msec() - stats.last_activity) / 1000)
+    return silent
 
 
 def steal_lock(idl: Any) -> None:

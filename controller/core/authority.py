@@ -28,6 +28,7 @@ LOG = logging.getLogger("qos")
 TAKEOVER_SECONDS = 8.0    # a standby steals the lock from an active one whose heartbeat stood still this long
 REPORT_GAP_SECONDS = 3.0  # the remotes are reported every second: a longer gap is time the standby did not run
 LEASE_SECONDS = 3.0       # the holder writes only this long after its last heartbeat OVSDB confirmed
+PATH_SILENT_SECONDS = 2.5 # OVSDB silent this long to a standby that probes it every second: its path is stalled
 
 
 class Authority:
@@ -113,8 +114,9 @@ class Authority:
             self._beat = None
             return []
         # A gap between reports is time this standby did not run (stopped, starved): what it holds of the heartbeat
-        # may be as old as the gap, so the stillness is watched afresh rather than taken from before it.
-        stale = now - self._watched_at > REPORT_GAP_SECONDS
+        # may be as old as the gap, so the stillness is watched afresh rather than taken from before it. So is
+        # a silence of OVSDB's (probed every second): our path to it may be stalled, not the holder dead.
+        stale = now - self._watched_at > REPORT_GAP_SECONDS or change.silent > PATH_SILENT_SECONDS
         self._watched_at = now
         if self._beat is None or self._beat[0] != change.heartbeat or stale:
             self._beat = (change.heartbeat, now)

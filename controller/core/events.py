@@ -220,6 +220,7 @@ class RemotesChanged:
     locked: bool = True                     # this controller holds the lock (or needs none: no standby)
     taken: bool = False                     # another controller of the owner holds it
     heartbeat: int = 0                      # the lock holder's heartbeat, as the first remote holds it
+    silent: float = 0.0                     # seconds since the first remote last said anything to us
     errors: dict[str, str] = field(default_factory=dict)   # why a remote is not connected
 
 

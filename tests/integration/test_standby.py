@@ -233,3 +233,42 @@ def steering_flows(bridge: str) -> list[str]:
 def our_flows_specs(bridge: str) -> list[str]:
     return [re.sub(r"duration=[^,]*, |n_packets=\d+, |n_bytes=\d+, |idle_age=\d+, ", "", f).strip()
             for f in our_flows(bridge)]
+
+
+def test_a_standby_whose_tcp_path_to_ovsdb_stalls_ten_seconds_steals_nothing_at_the_heal(tmp_path, bridges):  # noqa: F811
+    """The active one beats on; the standby's path to the same OVSDB drops everything for 10 s (nothing closed),
+    then heals: its replica stood still, not the heartbeat. It stays the standby and the active one stays."""
+    from tests.integration.proxy import Proxy
+    subprocess.run(["ovs-appctl", "-t", "ovsdb-server", "ovsdb-server/add-remote", "ptcp:6642:127.0.0.1"], check=True)
+    proxy = Proxy(6652, ("127.0.0.1", 6642))
+    common = {"state_file": tmp_path / "state.json", "standby": "true"}
+    first = start_controller(controller_config(tmp_path / "a.conf", ovsdb="tcp:127.0.0.1:6642", **common),
+                             tmp_path / "a.log")
+    second = start_controller(controller_config(tmp_path / "b.conf", ofp_port=6654, api_port=8081, metrics_port=9111,
+                                                ovsdb="tcp:127.0.0.1:6652", **common), tmp_path / "b.log")
+    active, standby = ControllerClient(), ControllerClient("http://127.0.0.1:8081/qos/v1")
+    try:
+        for bridge in bridges:
+            subprocess.run(["ovs-vsctl", "set-controller", bridge, "tcp:127.0.0.1:6653", "tcp:127.0.0.1:6654"],
+                           check=True)
+        dpids = {f"{d:016x}" for d in DPIDS}
+        answering(standby, second, tmp_path / "b.log")
+        standby.wait(lambda s: s["role"] == "standby" and dpids <= set(s["switches"]), 30, "the standby with both")
+        active.wait(lambda s: s["role"] == "active" and dpids <= set(s["switches"]), 30, "the active with both")
+        proxy.open.clear()
+        stalled = time.monotonic()
+        while time.monotonic() - stalled < 10:
+            assert active.status()["role"] == "active"
+            time.sleep(0.5)
+        proxy.open.set()
+        healed = time.monotonic()
+        while time.monotonic() - healed < 6:
+            assert active.status()["role"] == "active" and standby.status()["role"] == "standby"
+            time.sleep(0.5)
+        assert "taking its lock" not in (tmp_path / "b.log").read_text()
+    finally:
+        proxy.close()
+        stop_controller(second, clear=False)
+        stop_controller(first, clear=False)
+        subprocess.run(["ovs-appctl", "-t", "ovsdb-server", "ovsdb-server/remove-remote", "ptcp:6642:127.0.0.1"])
+    assert leftovers()["qos"] == ""

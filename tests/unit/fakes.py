@@ -359,6 +359,7 @@ class FakeOvsdb:
         self.beats = 0                                # the lock holder's heartbeat
         self.epochs: dict[int, int] = {}              # switch → a cluster's epoch in its bridge's external_ids
         self.policy_text: str | None = None           # a standby pair's saved policy (controller/adapters/store.py)
+        self.silent = 0.0                             # seconds it has said nothing to a session (a stalled path)
 
     def session(self) -> FakeSession:
         """A controller's connection; the first to come takes the lock, as ovsdb-server grants it."""
@@ -442,6 +443,9 @@ class FakeSession:
     def beat(self) -> None:
         if self.has_lock:
             self.db.beats += 1
+
+    def silent_for(self) -> float:
+        return self.db.silent if self.db.connected else 0.0
 
     def heartbeat(self) -> int:
         return self.db.beats
@@ -599,7 +603,7 @@ class Harness:
 
     def _report(self) -> ev.RemotesChanged:
         return ev.RemotesChanged(self.remotes.connected(), (), self.remotes.locked, self.remotes.lock_taken,
-                                 self.remotes.heartbeat())
+                                 self.remotes.heartbeat(), self.remotes.silent_for())
 
     # --- the loop -------------------------------------------------------------------------------------
     def handle(self, event: Any) -> None:

@@ -300,6 +300,28 @@ def test_a_standby_leaves_the_lock_to_an_active_one_that_keeps_beating(net):
     assert net.ovsdb.holder is standby.session and standby.authority.role == "active"
 
 
+def test_a_standby_whose_path_to_ovsdb_stalls_steals_nothing_at_the_heal(net):
+    """The standby's TCP path to OVSDB stalls 10 s (its reports go on, its replica stands still: the heartbeat
+    looks still), then heals: OVSDB's silence meanwhile says the path, not the active one, stood still."""
+    up(net)
+    standby = net.app.another()
+    standby.clock = net.app.clock
+    standby.remotes_changed()
+    seen = net.ovsdb.beats
+    for second in range(1, 11):
+        net.app.advance(1.0)                        # the active one beats on ...
+        net.ovsdb.beats, moved = seen, net.ovsdb.beats   # ... and the standby's replica does not see it
+        net.ovsdb.silent = float(second)            # OVSDB has said nothing to it, not even to its probes
+        standby.clock = net.app.clock
+        standby.remotes_changed()
+        net.ovsdb.beats = moved
+        assert standby.authority.role == "standby" and net.ovsdb.holder is net.app.session
+    net.ovsdb.silent = 0.0                          # healed: the replica catches up
+    standby.clock += 1.0
+    standby.remotes_changed()
+    assert standby.authority.role == "standby" and net.ovsdb.holder is net.app.session
+
+
 def test_a_standby_that_was_itself_stopped_watches_the_heartbeat_afresh_before_it_steals(net):
     up(net)
     standby = net.app.another()

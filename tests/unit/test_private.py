@@ -22,6 +22,7 @@ def test_python_ovs_still_has_what_the_ovsdb_adapter_takes_from_it():
     assert not session.is_connected() and isinstance(session.get_seqno(), int)
     session.reconnect.set_probe_interval(2000)
     assert session.reconnect.get_probe_interval() == 2000
+    assert private.silent_for(made) >= 0.0         # since it was made: it never heard anything
     assert callable(made._Idl__do_send_lock_request) and hasattr(made, "_lock_request_id")
     made.set_lock("test_lock")
     private.steal_lock(made)              # unconnected, nothing is sent ...
