@@ -22,8 +22,9 @@ from typing import Any
 
 import yaml
 
-from topo.harness.host import RunRecord, end
+from topo.harness.host import RunRecord
 from topo.harness.launch import note
+from topo.net.processes import end
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "prometheus" / "prometheus.yml"
