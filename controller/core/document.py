@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,38 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 raise PolicyError(f"line {mark.line + 1}: key {_shown(key)} appears twice in one mapping; keep one")
             seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+def mapping(value: Any, where: str, *, error: type[Exception]) -> dict[Any, Any]:
+    """`value` as a mapping (nothing, an empty YAML value, as an empty one); else `error` naming `where`."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise error(f"{where}: expected a mapping of keys to values, got {type(value).__name__}")
+    return value
+
+
+_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,39}$")
+
+
+def known_keys(doc: dict[Any, Any], where: str, allowed: tuple[str, ...], *, error: type[Exception],
+               kind: str) -> None:
+    """Every key of `doc` one of `allowed`; else `error` naming the key (`where`.key) and the keys there are.
+    A key not even shaped like a field is not quoted back: the file may be no `kind` file (a secret, say)."""
+    for key in doc:
+        if key in allowed:
+            continue
+        if isinstance(key, str) and _FIELD_NAME.match(key):
+            raise error(f"{where}.{key}: unknown key; use one of {', '.join(allowed)}")
+        raise error(f"{where}: a key that is not a field name (is this a {kind} file?); use only {', '.join(allowed)}")
+
+
+def whole(value: Any, where: str, low: int, high: int, *, error: type[Exception]) -> int:
+    """`value` as a whole number from `low` to `high` (an int, not a bool or a float); else `error`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise error(f"{where}: {_shown(value)} is not a whole number from {low} to {high}")
+    number: int = value
+    return number
 
 
 def read_file(path: str | Path, where: str) -> bytes:

@@ -59,8 +59,8 @@ def test_a_traffic_file_is_read_relative_to_the_experiment_file(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("[1, 2]", "e.yaml: expected a mapping (key: value), got list"),
-    (f"topo: x.py:y\ncolour: red\ntraffic: {FLOW}", "e.yaml: colour: unknown key; use topo, topo_params"),
+    ("[1, 2]", "e.yaml: expected a mapping of keys to values, got list"),
+    (f"topo: x.py:y\ncolour: red\ntraffic: {FLOW}", "e.yaml.colour: unknown key; use one of topo, topo_params"),
     (f"topo: x.py\ntraffic: {FLOW}", "e.yaml: topo: 'x.py' is not FILE:NAME; e.g. topo: ../topos.py:parkinglot"),
     ("topo: x.py:y", "e.yaml: traffic: missing; give a traffic file's path or the traffic itself"),
     (f"topo: x.py:y\npolicy: 5\ntraffic: {FLOW}", "e.yaml: policy: 5 is not a policy; name one"),
@@ -69,7 +69,7 @@ def test_a_traffic_file_is_read_relative_to_the_experiment_file(tmp_path):
      "e.yaml: policy: a list makes one trial per policy; with trials, give each trial its policy"),
     (f"topo: x.py:y\ntrials: []\ntraffic: {FLOW}", "e.yaml: trials: not a list of trials"),
     (f"topo: x.py:y\ntrials: [{{name: 'a b'}}]\ntraffic: {FLOW}", "e.yaml: trials[0].name: 'a b' is not a name"),
-    (f"topo: x.py:y\ntrials: [{{name: a, speed: 3}}]\ntraffic: {FLOW}", "e.yaml: trials[0]: speed: unknown key"),
+    (f"topo: x.py:y\ntrials: [{{name: a, speed: 3}}]\ntraffic: {FLOW}", "e.yaml: trials[0].speed: unknown key"),
     (f"topo: x.py:y\ntrials: [{{name: a}}, {{name: a}}]\ntraffic: {FLOW}", "e.yaml: two trials are named a"),
     (f"topo: x.py:y\ntrials: [{{name: a, ports: 3}}]\ntraffic: {FLOW}",
      "e.yaml: trials[0] (a).ports: expected a mapping"),

@@ -116,6 +116,9 @@ def test_the_main_studys_traffic_is_the_shipped_traffic_file():
     ("flows: [{name: a, from: h1, to: h2}]\nping: {from: h1, to: h2, interval: 0}",
      "t.yaml: ping.interval: 0 is not seconds from 0.01 to 10; e.g. 0.2"),
     ("flows: [{name: a, from: h1, to: h2}]\nping: {from: h1, too: h2}", "t.yaml: ping.too: unknown key"),
+    ("step_seconds: 2.5\nflows: [{name: a, from: h1, to: h2}]", "t.yaml: step_seconds: 2.5 is not a whole number from 2"),
+    ("1: x\nflows: [{name: a, from: h1, to: h2}]", "t.yaml: a key that is not a field name (is this a traffic file?)"),
+    ("flows: [{name: a, from: h1, to: h2}]\nprobe: [h1, h2]", "t.yaml: probe: expected a mapping of keys to values, got list"),
 ])
 def test_a_bad_traffic_file_is_refused_naming_the_field_and_the_fix(text, message):
     with pytest.raises(trafficfile.TrafficFileError) as err:

@@ -19,11 +19,13 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from controller.core import document
 from topo.net import trafficfile
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
@@ -31,6 +33,10 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
 
 class ExperimentFileError(ValueError):
     """An experiment that cannot run; the message names the file, the field and the fix."""
+
+
+_mapping = partial(document.mapping, error=ExperimentFileError)
+_keys = partial(document.known_keys, error=ExperimentFileError, kind="experiment")
 
 
 @dataclass(frozen=True)
@@ -156,15 +162,3 @@ def _policy(value: Any, where: str) -> str:
 def _path(policy: str, folder: Path) -> str:
     """A policy file is relative to the experiment file; a name stays a name."""
     return os.path.normpath(folder / policy) if policy.endswith((".yaml", ".yml")) else policy
-
-
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ExperimentFileError(f"{where}: expected a mapping (key: value), got {type(value).__name__}")
-    return value
-
-
-def _keys(doc: dict[str, Any], where: str, allowed: tuple[str, ...]) -> None:
-    for key in doc:
-        if key not in allowed:
-            raise ExperimentFileError(f"{where}: {key}: unknown key; use {', '.join(allowed)}")

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from controller.core import document
 from topo.net.traffic import Flow, Item, Pause, Ping, Probe
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
@@ -41,6 +43,11 @@ UNLOADED_SECONDS = 4         # the probe alone before the flows: the path's RTT 
 
 class TrafficFileError(ValueError):
     """A traffic file that cannot run; the message names the file, the field and the fix."""
+
+
+_mapping = partial(document.mapping, error=TrafficFileError)
+_keys = partial(document.known_keys, error=TrafficFileError, kind="traffic")
+_whole = partial(document.whole, error=TrafficFileError)
 
 
 @dataclass(frozen=True)
@@ -259,21 +266,3 @@ def _host(value: Any, where: str) -> str:
     if not isinstance(value, str) or not _NAME.match(value):
         raise TrafficFileError(f"{where}: {value!r} is not a host's name; name a host of the topology, e.g. h1")
     return value
-
-
-def _whole(value: Any, where: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise TrafficFileError(f"{where}: {value!r} is not a whole number from {low} to {high}")
-    return value
-
-
-def _mapping(value: Any, where: str) -> dict[Any, Any]:
-    if not isinstance(value, dict):
-        raise TrafficFileError(f"{where}: expected a mapping (key: value), got {type(value).__name__}")
-    return value
-
-
-def _keys(doc: dict[Any, Any], where: str, allowed: tuple[str, ...]) -> None:
-    for key in doc:
-        if key not in allowed:
-            raise TrafficFileError(f"{where}.{key}: unknown key; use {', '.join(allowed)}")
