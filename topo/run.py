@@ -22,18 +22,22 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 
 
-def _reexec_in_venv() -> None:
-    """Run under the project's venv whatever `python3` root has on PATH."""
-    if Path(sys.prefix).resolve() == (REPO / ".venv").resolve():
-        return
+def _as_module() -> NoReturn:
+    """This file run as a script (`sudo python3 topo/run.py`, whatever `python3` root has on PATH): run again,
+    in the same process, as the module topo.run under the project's venv, with this checkout on its path
+    (PYTHONPATH, which the controller the launcher starts inherits too) and no other (-P: not the working
+    directory, where another checkout's `topo` may be)."""
     if not VENV_PYTHON.exists():
         sys.exit(f"error: {REPO / '.venv'} is missing; run scripts/setup.sh first (as root)")
-    os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])
+    path = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+    os.execve(VENV_PYTHON, [str(VENV_PYTHON), "-P", "-m", "topo.run", *sys.argv[1:]],
+              {**os.environ, "PYTHONPATH": path})
 
 
 def entry(argv: list[str]) -> int:
@@ -60,6 +64,6 @@ def entry(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    _reexec_in_venv()
-    sys.path.insert(0, str(REPO))
+    if not __package__:
+        _as_module()
     sys.exit(entry(sys.argv[1:]))
