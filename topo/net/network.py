@@ -41,6 +41,10 @@ class Network:
             self._record.process(proc.pid, args[0])
         return proc
 
+    def link_state(self, a: str, b: str, up: bool) -> None:
+        """The link between nodes `a` and `b` down or up at both its ends (Mininet's `link a b down`)."""
+        self.net.configLinkStatus(a, b, "up" if up else "down")
+
     def kill_all(self) -> None:
         for proc in self._procs:
             if proc.poll() is None:
