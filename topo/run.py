@@ -11,6 +11,7 @@
                                              without Grafana: RESULTS_DIR/report.html (self-contained) and
                                              RESULTS_DIR/report/*.png, one per panel; needs no root
   topo/run.py vm -- <arguments>              run the launcher in a VM with a full kernel (vm/)
+  topo/run.py COMMAND --help                 that command's or study's own flags
 
 Each study runs its trials on fresh Mininet networks under the QoS controller (one already on
 127.0.0.1:6653, or one it starts and stops), and writes raw iperf3 JSON, summary.json, a table and
@@ -42,6 +43,9 @@ def _as_module() -> NoReturn:
 
 def entry(argv: list[str]) -> int:
     command = argv[0] if argv else ""
+    if command in ("-h", "--help"):
+        print(_help())
+        return 0
     if command == "doctor":
         from topo.harness import capabilities
         return capabilities.main(argv[1:])
@@ -61,6 +65,17 @@ def entry(argv: list[str]) -> int:
     if any(a.split("=")[0] in ("--topo", "--experiment") for a in argv):   # your own network: docs/experiments.md
         return run(STUDIES["experiment"], argv, "topo/run.py")
     return run(STUDIES["main"], argv, "topo/run.py")
+
+
+def _help() -> str:
+    """Every command, then the flags of the two studies the launcher runs without one: the main study's and
+    your own experiment's."""
+    from topo.studies import STUDIES
+    from topo.studies.base import parser_for
+    main = parser_for(STUDIES["main"], "topo/run.py").format_help()
+    own = parser_for(STUDIES["experiment"], "topo/run.py").format_help()
+    return "\n".join([__doc__.strip(), "", "The main study (no command):", "", main,
+                      "Your own experiment (--topo and --traffic, or --experiment):", "", own])
 
 
 if __name__ == "__main__":

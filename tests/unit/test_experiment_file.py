@@ -93,7 +93,7 @@ def test_a_missing_experiment_file_or_one_not_yaml_is_said(tmp_path):
     with pytest.raises(ExperimentFileError, match="cannot read it"):
         experimentfile.load(tmp_path / "nope.yaml")
     (tmp_path / "e.yaml").write_text("topo: [\n")
-    with pytest.raises(ExperimentFileError, match=r"e.yaml: not YAML at line \d; fix the syntax"):
+    with pytest.raises(ExperimentFileError, match=r"e.yaml: not valid YAML \(.* at line \d, column \d+\); fix the syntax"):
         experimentfile.load(tmp_path / "e.yaml")
 
 

@@ -23,8 +23,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from controller.core import document
 from topo.net import trafficfile
 
@@ -55,16 +53,8 @@ class Experiment:
 
 
 def load(path: Path) -> Experiment:
-    where = str(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise ExperimentFileError(f"{where}: cannot read it ({err.strerror}); check the path") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        raise ExperimentFileError(f"{where}: not YAML{f' at line {mark.line + 1}' if mark else ''}; fix the "
-                                  "syntax") from None
-    return parse(doc, where, path.parent)
+    return parse(document.read_yaml(path, str(path), error=ExperimentFileError, what="experiment file"), str(path),
+                 path.parent)
 
 
 def parse(doc: Any, where: str, folder: Path) -> Experiment:

@@ -29,8 +29,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from controller.core import document
 from topo.net.traffic import Flow, Item, Pause, Ping, Probe
 
@@ -97,18 +95,7 @@ class Traffic:
 
 
 def load(path: Path) -> Traffic:
-    where = str(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise TrafficFileError(f"{where}: cannot read it ({err.strerror}); check the path") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise TrafficFileError(f"{where}: not YAML{at}; fix the syntax") from None
-    return parse(doc, where)
+    return parse(document.read_yaml(path, str(path), error=TrafficFileError, what="traffic file"), str(path))
 
 
 def parse(doc: Any, where: str = "traffic") -> Traffic:
