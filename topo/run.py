@@ -16,7 +16,7 @@
 Each study runs its trials on fresh Mininet networks under the QoS controller (one already on
 127.0.0.1:6653, or one it starts and stops), and writes raw iperf3 JSON, summary.json, a table and
 a figure to --out (default results/<timestamp>[-<study>]/). cc, fairness and aqm are experiments
-(topo/studies/experiment.py) with tables of their own, and write their experiment file there too.
+(topo/studies/experiment/) with tables of their own, and write their experiment file there too.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from topo.net.experimentfile import ExperimentFileError
 from topo.net.traffic import Ping
 from topo.studies import STUDIES
 from topo.studies.base import UsageError, parser_for
-from topo.studies.experiment import queue_rule
+from topo.studies.experiment.planning import of_command_line, queue_rule
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOW = "{step_seconds: 10, flows: [{name: bulk, from: h1, to: h4}]}"
@@ -193,13 +193,13 @@ def test_the_shipped_parking_lot_experiment_is_its_command_line_in_a_file():
     args = parser_for(STUDIES["experiment"], "run.py").parse_args(
         ["--topo", f"{ROOT}/topo/topos.py:parkinglot", "--topo-param", "last_bw=4", "--traffic",
          str(ROOT / "topo" / "examples" / "parkinglot.yaml"), "--policy", "none", "reserve", "auto"])
-    assert shipped == STUDIES["experiment"].experiment(args)
+    assert shipped == of_command_line(args)
 
 
 def test_a_trial_whose_discipline_or_congestion_control_the_kernel_lacks_is_named_before_anything_starts():
     from controller.core.policy import PortRule
     from topo.harness.capabilities import Capability
-    from topo.studies.experiment import lacking, tc_kind
+    from topo.studies.experiment.planning import lacking, tc_kind
     caps = {f"qdisc:{k}": Capability(f"qdisc:{k}", k != "sfq", "kernel lacks sch_sfq" if k == "sfq" else "ok", "tc",
                                      False) for k in ("pfifo", "pfifo_head_drop", "sfq", "codel")}
     caps |= {f"tcp:{a}": Capability(f"tcp:{a}", True, "in tcp_available_congestion_control", "grep", False)

@@ -222,7 +222,6 @@ def test_a_custom_file_loads_as_mn_loads_it_its_links_declared_and_plain(topo_fi
 @pytest.mark.parametrize("spec, params, message", [
     ("{f}", [], "--topo '{f}': write FILE:NAME"),
     ("{f}:ring", [], "--topo {f}:ring: no topology 'ring'; the file has line, made, twins, nameless"),
-    ("{f}:line", ["loop=1"], "--topo {f}:line: the link s2-s1 closes a loop"),
     ("{f}:line", ["colour=1"], "--topo {f}:line: building it failed (TypeError"),
     ("{f}:line", ["bw=fast"], "--topo {f}:line: link s1-s2 bw='fast'; give a rate in Mbit/s"),
     ("/nonexistent/x.py:line", [], "--topo /nonexistent/x.py:line: no file /nonexistent/x.py"),
@@ -275,8 +274,8 @@ def test_the_summary_schema_is_a_schema_and_refuses_a_summary_missing_its_steps(
     jsonschema.Draft202012Validator.check_schema(schema)
     broken = {"scenario": {"topo": "f.py:x", "topo_params": {}, "step_seconds": 10, "steps": 1, "seconds": 10,
                            "settle_seconds": 1, "links": []}, "environment": {}, "complete": True,
-              "trials": {"auto": {"policy": "auto", "flows": [], "t0": 1.8e9, "seconds": 10, "tcp": {}, "leaves": {},
-                                  "decisions": [], "fidelity": None}}}
+              "trials": {"auto": {"policy": "auto", "nonblocking": False, "flows": [], "t0": 1.8e9, "seconds": 10,
+                                  "events": [], "tcp": {}, "leaves": {}, "decisions": [], "fidelity": None}}}
     with pytest.raises(jsonschema.ValidationError, match="'steps' is a required property"):
         jsonschema.validate(broken, schema)
     broken["trials"]["auto"]["steps"] = []

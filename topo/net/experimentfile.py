@@ -7,10 +7,14 @@
     traffic: study.yaml               # a traffic file, or the traffic itself (topo/net/trafficfile.py)
     trials:                           # or trials that differ in policy, ports or traffic
       - {name: reno, traffic: {step_seconds: 30, flows: [{name: bulk, from: h1, to: h4, cc: reno}]}}
+    nonblocking: true                 # and one more trial, `nonblocking`: the same hosts on one switch
 
 A trial takes what it does not say from the file's top level. Paths are relative to the file. Every
-trial's traffic has the same steps, since the results compare the trials step by step. Every problem
-is one ExperimentFileError naming the file, the field and the fix.
+trial's traffic has the same steps, since the results compare the trials step by step. A trial with
+`nonblocking: true` runs on one switch that blocks nothing, every host on it by a link like its own
+(topo/net/custom.py), under its policy: what the hosts could get, which the results hold the other
+trials to; the top-level `nonblocking: true` adds such a trial, named nonblocking, under policy none,
+with the file's traffic. Every problem is one ExperimentFileError naming the file, the field and the fix.
 
 Pure: a document in, an Experiment out; the policies are read and checked where the experiment runs.
 """
@@ -37,12 +41,16 @@ _mapping = partial(document.mapping, error=ExperimentFileError)
 _keys = partial(document.known_keys, error=ExperimentFileError, kind="experiment")
 
 
+NONBLOCKING = "nonblocking"       # the name of the trial the top-level `nonblocking: true` adds
+
+
 @dataclass(frozen=True)
 class TrialSpec:
     name: str
     policy: str                        # a policy's name (policies/NAME.yaml) or a YAML file's path
     ports: dict[str, Any]              # over the policy's network.ports
     traffic: trafficfile.Traffic
+    nonblocking: bool = False          # on one switch that blocks nothing, not on the topology
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,7 @@ def load(path: Path) -> Experiment:
 
 def parse(doc: Any, where: str, folder: Path) -> Experiment:
     doc = _mapping(doc, where)
-    _keys(doc, where, ("topo", "topo_params", "policy", "ports", "traffic", "trials"))
+    _keys(doc, where, ("topo", "topo_params", "policy", "ports", "traffic", "trials", NONBLOCKING))
     topo = doc.get("topo")
     if not isinstance(topo, str) or ":" not in topo:
         raise ExperimentFileError(f"{where}: topo: {topo!r} is not FILE:NAME; e.g. topo: ../topos.py:parkinglot")
@@ -82,6 +90,9 @@ def parse(doc: Any, where: str, folder: Path) -> Experiment:
     else:
         base = _traffic(traffic, f"{where}: traffic", folder)
         trials = [TrialSpec(trial_name(p), _path(p, folder), dict(ports), base) for p in policies]
+    if _flag(doc.get(NONBLOCKING, False), f"{where}: {NONBLOCKING}"):
+        spec = _traffic(traffic, f"{where}: traffic", folder) if traffic is not None else trials[0].traffic
+        trials.append(TrialSpec(NONBLOCKING, "none", dict(ports), spec, nonblocking=True))
     names = [t.name for t in trials]
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice:
@@ -119,7 +130,7 @@ def rescaled(trial: TrialSpec, step_seconds: int) -> TrialSpec:
 
 def _trial(doc: Any, where: str, folder: Path, policy: Any, ports: dict[str, Any], traffic: Any) -> TrialSpec:
     doc = _mapping(doc, where)
-    _keys(doc, where, ("name", "policy", "ports", "traffic"))
+    _keys(doc, where, ("name", "policy", "ports", "traffic", NONBLOCKING))
     name = doc.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
         raise ExperimentFileError(f"{where}.name: {name!r} is not a name; use a letter then letters, digits, ., - "
@@ -128,7 +139,14 @@ def _trial(doc: Any, where: str, folder: Path, policy: Any, ports: dict[str, Any
     policy = _policy(doc.get("policy", policy), f"{where}.policy")
     own = _mapping(doc.get("ports", {}), f"{where}.ports")
     spec = _traffic(doc.get("traffic", traffic), f"{where}.traffic", folder)
-    return TrialSpec(name, _path(policy, folder), {**ports, **own}, spec)
+    return TrialSpec(name, _path(policy, folder), {**ports, **own}, spec,
+                     _flag(doc.get(NONBLOCKING, False), f"{where}.{NONBLOCKING}"))
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ExperimentFileError(f"{where}: {value!r} is not true or false")
+    return value
 
 
 def _traffic(value: Any, where: str, folder: Path) -> trafficfile.Traffic:
