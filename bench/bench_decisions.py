@@ -13,23 +13,19 @@ whose bookkeeping would otherwise slow the timed pass.
 
 Target: under 5 % of one core for 1000 ports at 1 Hz (under 50 µs per port-sample).
 
-    .venv/bin/python bench/bench_decisions.py [--ports 1000] [--seconds 60]
+    .venv/bin/python -m bench.bench_decisions [--ports 1000] [--seconds 60]
 """
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import tracemalloc
 from collections import Counter
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from controller.core.congestion import PROGRAM, ROLLBACK, Decision  # noqa: E402
-from controller.core.policy import parse_policy  # noqa: E402
-from controller.core.stats import FlowCounters, PortCounters, QueueCounters, RateTracker  # noqa: E402
-from controller.core.switch_state import SwitchState  # noqa: E402
+from controller.core.congestion import PROGRAM, ROLLBACK, Decision
+from controller.core.policy import parse_policy
+from controller.core.stats import FlowCounters, PortCounters, QueueCounters, RateTracker
+from controller.core.switch_state import SwitchState
 
 DP_ID = 1
 CAPACITY_BPS = 10_000_000

@@ -1,6 +1,6 @@
 """How fast `auto` answers each bottleneck of a parking lot, on its own:
 
-    sudo .venv/bin/python bench/bottlenecks.py --runs 5
+    sudo .venv/bin/python -m bench.bottlenecks --runs 5
 
 Runs the launcher on topo/topos.py's parkinglot (s1 - s2 - s3, 5 and 4 Mbit/s) under `auto`, `--runs`
 times, with a TCP flow across both bottlenecks, a 12 Mbit/s flood over the second (s2 port 2) from the

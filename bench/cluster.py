@@ -1,7 +1,7 @@
 """Several active controllers sharing bridges through etcd, against real OVS: what a cluster costs and how
 fast it recovers.
 
-    sudo .venv/bin/python bench/cluster.py --members 3 --bridges 30 --ports 100 --seconds 30
+    sudo .venv/bin/python -m bench.cluster --members 3 --bridges 30 --ports 100 --seconds 30
 
 Starts a private etcd (topo/harness/etcd.py), creates the bridges (userspace datapath, internal ports,
 secure fail mode; topo/net/bridges.py) pointed at every member, starts N members of one owner (member k
@@ -53,16 +53,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.process import TICKS, bench_main, cpu_ticks, peak_rss_kib, polls_counted
+from controller.core.cluster import Ring
+from controller.core.policy import LOCAL_OVSDB
+from topo.harness.controller import ControllerError
+from topo.harness.etcd import etcd
+from topo.harness.host import RunRecord
+from topo.net.bridges import IdleBridge, idle_bridges, policy_switches
 
-from bench.process import TICKS, bench_main, cpu_ticks, peak_rss_kib, polls_counted  # noqa: E402
-from controller.core.cluster import Ring  # noqa: E402
-from controller.core.policy import LOCAL_OVSDB  # noqa: E402
-from topo.harness.controller import ControllerError  # noqa: E402
-from topo.harness.etcd import etcd  # noqa: E402
-from topo.harness.host import RunRecord  # noqa: E402
-from topo.net.bridges import IdleBridge, idle_bridges, policy_switches  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 OWNER = "bench-cluster"
 ETCD_PORT = 23795               # and 23796 for its peers: apart from the tests' and the study's etcd

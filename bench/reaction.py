@@ -1,6 +1,6 @@
 """How fast `auto` answers a flood, measured on the switch, against real OVS and the real controller:
 
-    sudo .venv/bin/python bench/reaction.py [--onsets 24] [--lone-seconds 600] [--idle-ports 1000]
+    sudo .venv/bin/python -m bench.reaction [--onsets 24] [--lone-seconds 600] [--idle-ports 1000]
 
 On the study network (h1 → h4 through s1's 5 Mbit/s port, policy auto) one TCP flow runs while UDP
 floods of 4-12 Mbit/s start one after another, each at a random phase against the controller's polls,
@@ -32,20 +32,17 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.process import TICKS, controller_pid, cpu_ticks  # noqa: E402
-from controller.adapters.tc import Tc  # noqa: E402
-from topo.harness.controller import ControllerClient, controller  # noqa: E402
-from topo.harness.host import Busy, HostLock  # noqa: E402
-from topo.net import iperf  # noqa: E402
-from topo.net.bridges import idle_bridges  # noqa: E402
-from topo.net.network import Network, network  # noqa: E402
-from topo.studies.base import check_path, policy_document, queues_in_force  # noqa: E402
-from topo.studies.main import IDLE_PORTS_PER_BRIDGE, with_idle_ports  # noqa: E402
-from topo.studies.main.episodes import recovery, steered_at  # noqa: E402
-from topo.topos import BOTTLENECK, StudyTopo  # noqa: E402
+from bench.process import TICKS, controller_pid, cpu_ticks
+from controller.adapters.tc import Tc
+from topo.harness.controller import ControllerClient, controller
+from topo.harness.host import Busy, HostLock
+from topo.net import iperf
+from topo.net.bridges import idle_bridges
+from topo.net.network import Network, network
+from topo.studies.base import check_path, policy_document, queues_in_force
+from topo.studies.main import IDLE_PORTS_PER_BRIDGE, with_idle_ports
+from topo.studies.main.episodes import recovery, steered_at
+from topo.topos import BOTTLENECK, StudyTopo
 
 CAPACITY, QUEUE = 5_000_000, 25
 RESERVATION_MBPS, RECOVERED = 4.0, 0.8

@@ -1,6 +1,6 @@
 """The controller at scale, against real OVS: what an operator with many ports gets.
 
-    sudo .venv/bin/python bench/scale.py --bridges 50 --ports 20 --seconds 60
+    sudo .venv/bin/python -m bench.scale --bridges 50 --ports 20 --seconds 60
 
 Creates the bridges (userspace datapath, internal ports, secure fail mode) on the local OVS, starts
 the real controller (or uses the one on 127.0.0.1:8080 with --running), puts a policy in which every
@@ -23,10 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.process import (  # noqa: E402
+from bench.process import (
     TICKS,
     bench_main,
     controller_pid,
@@ -35,7 +32,7 @@ from bench.process import (  # noqa: E402
     peak_rss_kib,
     polls_counted,
 )
-from topo.net.bridges import idle_bridges, policy_switches  # noqa: E402
+from topo.net.bridges import idle_bridges, policy_switches
 
 METRICS = "http://127.0.0.1:9101/metrics"
 

@@ -1,6 +1,6 @@
 """The control path while /metrics is scraped hard: does a scrape starve a PUT?
 
-    sudo .venv/bin/python bench/scrape.py --bridges 2 --ports 20 --scrapers 30 --puts 30
+    sudo .venv/bin/python -m bench.scrape --bridges 2 --ports 20 --scrapers 30 --puts 30
 
 Creates the bridges (as bench/scale.py does), starts the real controller (or uses the one on
 127.0.0.1:8080 with --running), puts a policy in which every port is an `auto` port, then times
@@ -28,12 +28,9 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.process import bench_main, measured  # noqa: E402
-from topo.harness.controller import ControllerClient  # noqa: E402
-from topo.net.bridges import idle_bridges, policy_switches  # noqa: E402
+from bench.process import bench_main, measured
+from topo.harness.controller import ControllerClient
+from topo.net.bridges import idle_bridges, policy_switches
 
 METRICS = ("127.0.0.1", 9101)
 MAX_SCRAPES = 1_000_000   # per scraper: the loop is bounded even if the stop is never seen

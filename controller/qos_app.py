@@ -20,11 +20,7 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Any, assert_never
-
-# The manager loads this file by path; make the `controller` package importable.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import eventlet.hubs  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,38 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+def mapping(value: Any, where: str, *, error: type[Exception]) -> dict[Any, Any]:
+    """`value` as a mapping (nothing, an empty YAML value, as an empty one); else `error` naming `where`."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise error(f"{where}: expected a mapping of keys to values, got {type(value).__name__}")
+    return value
+
+
+_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,39}$")
+
+
+def known_keys(doc: dict[Any, Any], where: str, allowed: tuple[str, ...], *, error: type[Exception],
+               kind: str) -> None:
+    """Every key of `doc` one of `allowed`; else `error` naming the key (`where`.key) and the keys there are.
+    A key not even shaped like a field is not quoted back: the file may be no `kind` file (a secret, say)."""
+    for key in doc:
+        if key in allowed:
+            continue
+        if isinstance(key, str) and _FIELD_NAME.match(key):
+            raise error(f"{where}.{key}: unknown key; use one of {', '.join(allowed)}")
+        raise error(f"{where}: a key that is not a field name (is this a {kind} file?); use only {', '.join(allowed)}")
+
+
+def whole(value: Any, where: str, low: int, high: int, *, error: type[Exception]) -> int:
+    """`value` as a whole number from `low` to `high` (an int, not a bool or a float); else `error`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise error(f"{where}: {_shown(value)} is not a whole number from {low} to {high}")
+    number: int = value
+    return number
+
+
 def read_file(path: str | Path, where: str) -> bytes:
     """A regular file's bytes, refused with one PolicyError when it is anything else or larger than
     MAX_BYTES (read no further than that). OSError (absent, unreadable) is the caller's to word.
@@ -58,13 +91,14 @@ def read_file(path: str | Path, where: str) -> bytes:
     return data
 
 
-def load_yaml(data: bytes | str, where: str) -> Any:
-    text = _text(data, where)
+def load_yaml(data: bytes | str, where: str, what: str = "policy") -> Any:
+    """`data` parsed, refused as the module says; `what` the document is, for the fix a refusal names."""
+    text = _text(data, where, what)
     try:
         root = yaml.compose(text, Loader=_UniqueKeyLoader)
         if root is None:
             return None
-        _check_shape(root, where)
+        _check_shape(root, what)
         loader = _UniqueKeyLoader(text)
         try:
             return loader.get_single_data()
@@ -73,13 +107,25 @@ def load_yaml(data: bytes | str, where: str) -> Any:
     except PolicyError as err:
         raise PolicyError(f"{where}: {err}") from None
     except RecursionError:
-        raise PolicyError(f"{where}: nested deeper than {MAX_DEPTH} levels; a policy is not that deep") from None
+        raise PolicyError(f"{where}: nested deeper than {MAX_DEPTH} levels; a {what} is not that deep") from None
     except yaml.YAMLError as err:
         # The problem and where, never PyYAML's excerpt of the text: the file may not be a policy at all.
         mark = getattr(err, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise PolicyError(f"{where}: not valid YAML ({getattr(err, 'problem', None) or 'unreadable'}{at}); fix the "
-                          "syntax") from None
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else \
+            f" at character {err.position + 1}" if isinstance(err, yaml.reader.ReaderError) else ""
+        problem = getattr(err, "problem", None) or getattr(err, "reason", None) or "unreadable"
+        raise PolicyError(f"{where}: not valid YAML ({problem}{at}); fix the syntax") from None
+
+
+def read_yaml(path: Path, where: str, *, error: type[Exception], what: str) -> Any:
+    """A YAML file (`what`: e.g. a traffic file) read and parsed as read_file and load_yaml do, every problem
+    one `error` naming the file and the fix (a directory, a file not UTF-8 or not YAML, one it cannot read)."""
+    try:
+        return load_yaml(read_file(path, where), where, what)
+    except PolicyError as err:
+        raise error(str(err)) from None
+    except OSError as err:
+        raise error(f"{where}: cannot read it ({err.strerror}); check the path and its permissions") from None
 
 
 def load_json(data: bytes | str, where: str) -> Any:
@@ -97,17 +143,17 @@ def load_json(data: bytes | str, where: str) -> Any:
     return document
 
 
-def _text(data: bytes | str, where: str) -> str:
+def _text(data: bytes | str, where: str, what: str = "policy") -> str:
     size = len(data.encode() if isinstance(data, str) else data)
     if size > MAX_BYTES:
-        raise PolicyError(f"{where}: {size} bytes, more than the {MAX_BYTES} a policy may have; split it or "
+        raise PolicyError(f"{where}: {size} bytes, more than the {MAX_BYTES} a {what} may have; split it or "
                           "remove what it does not need")
     if isinstance(data, str):
         return data
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise PolicyError(f"{where}: not UTF-8 text; save the policy as UTF-8") from None
+        raise PolicyError(f"{where}: not UTF-8 text; save the {what} as UTF-8") from None
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -124,7 +170,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else f"{text[:37]}..."
 
 
-def _check_shape(root: yaml.Node, where: str) -> None:
+def _check_shape(root: yaml.Node, what: str) -> None:
     """Depth and expanded size of a composed YAML graph, aliases counted as often as they are used.
     Memoised per node, so an alias bomb is measured in time proportional to its text."""
     sizes: dict[int, tuple[int, int]] = {}   # id(node) → (expanded values, depth)
@@ -133,7 +179,7 @@ def _check_shape(root: yaml.Node, where: str) -> None:
         if id(node) in sizes:
             return sizes[id(node)]
         if id(node) in path or len(path) > MAX_DEPTH:
-            raise PolicyError(f"nested deeper than {MAX_DEPTH} levels; a policy is not that deep")
+            raise PolicyError(f"nested deeper than {MAX_DEPTH} levels; a {what} is not that deep")
         children = node.value if isinstance(node, yaml.SequenceNode) else \
             [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
         total, depth = 1, 0
@@ -142,7 +188,7 @@ def _check_shape(root: yaml.Node, where: str) -> None:
             total, depth = total + size, max(depth, child_depth)
             if total > MAX_NODES:
                 raise PolicyError(f"expands to more than {MAX_NODES} values (YAML aliases counted each time "
-                                  "they are used); write the policy out or use fewer aliases")
+                                  f"they are used); write the {what} out or use fewer aliases")
         sizes[id(node)] = (total, depth + 1)
         return sizes[id(node)]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.core.congestion import CongestionConfig
-from controller.core.document import load_yaml, read_file
+from controller.core.document import known_keys, load_yaml, mapping, read_file
 from controller.core.errors import PolicyError as PolicyError  # re-exported: the error of a bad policy
 from controller.core.paths import ECMP, PATH_MODES
 
@@ -645,32 +645,15 @@ def _action(doc: Any, where: str) -> Any:
     return _int(port, f"{where}.output", 1, MAX_PORT)
 
 
-def _mapping(value: Any, where: str) -> dict[Any, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise PolicyError(f"{where}: expected a mapping of keys to values, got {type(value).__name__}")
-    return value
-
-
 def _list(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list):
         raise PolicyError(f"{where}: expected a list, got {type(value).__name__}")
     return value
 
 
-_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,39}$")
-
-
-def _known_keys(doc: dict[Any, Any], where: str, allowed: tuple[str, ...]) -> None:
-    for key in doc:
-        if key in allowed:
-            continue
-        if isinstance(key, str) and _FIELD_NAME.match(key):
-            raise PolicyError(f"{where}.{key}: unknown key; use one of {', '.join(allowed)}")
-        # Not even shaped like a field: a file that is no policy (it is not quoted back: it may be a secret).
-        raise PolicyError(f"{where}: a key that is not a field name (is this a policy file?); use only "
-                          f"{', '.join(allowed)}")
+# One parser's helpers for every document of the project (traffic and experiment files too), raising PolicyError.
+_mapping = functools.partial(mapping, error=PolicyError)
+_known_keys = functools.partial(known_keys, error=PolicyError, kind="policy")
 
 
 LABEL_MAX = 64

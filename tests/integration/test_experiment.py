@@ -106,7 +106,8 @@ def test_a_users_topology_and_traffic_run_under_auto_which_answers_the_flood_whe
 @pytest.mark.timeout(200)
 def test_ctrl_c_during_the_second_trial_of_an_experiment_file_keeps_the_first_and_leaves_nothing_behind(tmp_path):
     (tmp_path / "mine.py").write_text(textwrap.dedent(TOPO))
-    (tmp_path / "traffic.yaml").write_text(TRAFFIC)
+    # One step of one flow: the first trial done quickly, the second's traffic long enough to be caught flowing.
+    (tmp_path / "traffic.yaml").write_text("step_seconds: 6\nflows: [{name: upload, from: web, to: sink}]\n")
     (tmp_path / "experiment.yaml").write_text("topo: mine.py:vee\npolicy: [none, auto]\ntraffic: traffic.yaml\n")
     out = tmp_path / "results"
     assert leftovers() == NOTHING_LEFT
@@ -147,3 +148,89 @@ def test_a_trial_this_kernel_cannot_run_is_refused_in_one_line_before_any_networ
     assert done.stderr.startswith(f"error: trial aqm: ports.discipline {discipline}: ") and \
         done.stderr.count("\n") == 1, done.stderr
     assert not out.exists() and leftovers() == NOTHING_LEFT
+
+
+LINE = """
+from mininet.topo import Topo
+
+class Line(Topo):
+    "h1, h2 on s1; h3 on s2; s1-s2 at 5 Mbit/s, each host's link at 10"
+    def build(self):
+        s1, s2 = self.addSwitch("s1"), self.addSwitch("s2")
+        self.addLink(s1, s2, bw=5)
+        for name, switch in (("h1", s1), ("h2", s1), ("h3", s2)):
+            self.addLink(self.addHost(name), switch, bw=10)
+
+topos = {"line": Line}
+"""
+# s1-s2 down for step 1: bulk's goodput falls to 0 there and is back by step 3 (TCP tries again, backing off);
+# stranded starts while the link is down: its test never begins (nothing answers its connection), and it is
+# given up when its time is over. On the non-blocking switch nothing is cut (it has no s1-s2), and only the
+# hosts' own links limit them.
+CUT = """
+step_seconds: 3
+steps: 4
+flows:
+  - {name: bulk, from: h1, to: h3, protocol: tcp}
+  - {name: stranded, from: h2, to: h3, protocol: udp, rate: 1Mbit, start_step: 1, duration: 3}
+events: [{at_step: 1, link: [s1, s2], state: down}, {at_step: 2, link: [s1, s2], state: up}]
+"""
+EXPERIMENT = """
+topo: line.py:line
+traffic: cut.yaml
+trials: [{name: none}, {name: ideal, nonblocking: true}, {name: reserve, policy: reserve}]
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_link_cut_a_flow_that_cannot_start_and_the_nonblocking_optimum_are_results_and_a_later_failure_keeps_them(
+        tmp_path):
+    from tests.integration.conftest import controller_config, start_controller, stop_controller
+    (tmp_path / "line.py").write_text(textwrap.dedent(LINE))
+    (tmp_path / "cut.yaml").write_text(CUT)
+    (tmp_path / "e.yaml").write_text(EXPERIMENT)
+    out = tmp_path / "results"
+    assert leftovers() == NOTHING_LEFT
+    # The run uses the controller it finds; once two trials are done, that controller dies.
+    controller = start_controller(controller_config(tmp_path / "qos.conf"), tmp_path / "controller.log")
+    try:
+        run = subprocess.Popen([sys.executable, "topo/run.py", "--experiment", str(tmp_path / "e.yaml"),
+                                "--prometheus", "none", "--out", str(out)], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 180
+        while not ((out / "summary.json").exists() and
+                   len(json.loads((out / "summary.json").read_text())["trials"]) == 2):
+            assert run.poll() is None, run.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "two trials did not finish within 180 s"
+            time.sleep(0.2)
+        controller.kill()
+        _, err = run.communicate(timeout=60)
+    finally:
+        stop_controller(controller)
+    last = err.splitlines()[-1]          # after the progress bar's lines
+    assert run.returncode == 1 and last.startswith("error: controller REST API") and \
+        last.endswith(f"; the 2 finished trial(s) have their results in {out}"), err[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    jsonschema.validate(summary, json.loads((REPO / "docs" / "schema" / "experiment-summary.json").read_text()))
+    assert (summary["complete"], list(summary["trials"])) == (False, ["none", "ideal"]) and summary["error"]
+    none, ideal = summary["trials"]["none"], summary["trials"]["ideal"]
+    bulk = [s["flows"]["bulk"]["mbps"] for s in none["steps"]]
+    assert bulk[0] > 4.0 and bulk[1] < 0.05 and bulk[3] > 0.6 * bulk[0], bulk        # 5 Mbit/s, cut, back
+    down, up = none["events"]
+    assert (down["at_step"], down["state"], up["at_step"], up["state"]) == (1, "down", 2, "up")
+    assert 2.9 < down["at_s"] < 3.5 and 5.9 < up["at_s"] < 6.5, none["events"]
+    stranded = none["steps"][1]["flows"]["stranded"]
+    assert stranded["mbps"] == 0 and "it did not start within its 3 s" in stranded["failed"], stranded
+    assert none["steps"][0]["flows"]["stranded"] == {"mbps": None}       # not planned then
+    # On one switch, h1's 10 Mbit/s link is bulk's limit, shaped both ways: by its host's end, and by the
+    # switch's port to h3 under the policy; the cut is not there, and stranded runs.
+    assert ideal["nonblocking"] and ideal["events"] == [] and len(ideal["steps"][0]["ports"]) == 3
+    assert all(8.5 < s["flows"]["bulk"]["mbps"] < 10.2 for s in ideal["steps"]), ideal["steps"]
+    assert ideal["steps"][1]["flows"]["stranded"]["mbps"] > 0.9
+    table = (out / "table.md").read_text()
+    assert "| 1 (s1-s2 down) |" in table and "| 2 (s1-s2 up) |" in table
+    assert "✗" in table and "- none: stranded (step 1): it did not start" in table
+    ratio = none["steps"][0]["aggregate_mbps"] / ideal["steps"][0]["aggregate_mbps"]
+    assert f"| 0 | {none['steps'][0]['aggregate_mbps']:.2f} ({ratio:.2f}) | " in table and 0.4 < ratio < 0.6
+    assert (out / "throughput.png").stat().st_size > 0
+    assert leftovers() == NOTHING_LEFT

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 # No TCP-alone cooldown: only auto's roll-back shows there, and these runs are not auto's.
 SHORT = ["--quick", "--udp-steps", "0,10", "--lone-udp", "0", "--cooldown-seconds", "0", "--prometheus", "none"]
 pytestmark = requires_ovs
+NOBODY = 65534
 
 
 def launch(*args: str, out: Path) -> subprocess.Popen:
@@ -124,3 +126,26 @@ def test_a_bad_flag_exits_2_in_one_line_and_starts_nothing(tmp_path):
         (2, "", "error: --delay: '5parsecs' is not a delay; write e.g. 5ms, 500us or 0.1s, or none\n")
     assert leftovers() == NOTHING_LEFT and not (tmp_path / "r").exists()
     assert subprocess.run(["ip", "netns"], capture_output=True, text=True).stdout == namespaces
+
+
+@pytest.mark.parametrize("flags", [["--topo", "{unreadable}:line", "--traffic", "{readable}"],
+                                   ["--topo", "topo/topos.py:parkinglot", "--traffic", "{unreadable}"],
+                                   ["--experiment", "{unreadable}"]])
+def test_an_input_file_its_user_may_not_read_is_one_line_and_exit_2(flags):
+    """Run as an unprivileged user (root reads every file): permissions are the reason given, and nothing starts."""
+    with tempfile.TemporaryDirectory() as tmp:       # pytest's own is root's alone
+        folder = Path(tmp)
+        folder.chmod(0o755)
+        readable, unreadable, mpl = folder / "t.yaml", folder / "secret.yaml", folder / "mpl"
+        readable.write_text("flows: [{name: a, from: h1, to: h2}]\n")
+        unreadable.write_text("flows: [{name: a, from: h1, to: h2}]\n")
+        unreadable.chmod(0)
+        mpl.mkdir()
+        os.chown(mpl, NOBODY, NOBODY)
+        args = [f.format(readable=readable, unreadable=unreadable) for f in flags]
+        done = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
+                               "topo/run.py", *args], cwd=REPO, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "MPLCONFIGDIR": str(mpl)})
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("error: ") and "Permission denied" in done.stderr and str(unreadable) in \
+        done.stderr, done.stderr

@@ -13,7 +13,7 @@ from topo.harness import capabilities as cap
 from topo.harness.report import jain_index
 from topo.net import experimentfile
 from topo.studies.aqm import DISCIPLINES
-from topo.studies.experiment import tc_kind
+from topo.studies.experiment.planning import tc_kind
 
 pytestmark = requires_ovs
 

@@ -366,9 +366,8 @@ def assert_a_restart_is_hitless(tmp_path, start) -> None:
     """Mininet's study network under reserve; a TCP flow runs while the controller (`start(log)` starts it
     and returns its process) is stopped and started."""
     proc = start(tmp_path / "first.log")
-    script = tmp_path / "flow.py"
-    script.write_text(RESTART_FLOW)
-    flow = subprocess.Popen([sys.executable, str(script), str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
+    # -c: the working directory, the checkout, is first on the script's path
+    flow = subprocess.Popen([sys.executable, "-c", RESTART_FLOW, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         wait(lambda: (tmp_path / "flowing").exists() or flow.poll() is not None, 60, "the TCP flow")
@@ -474,7 +473,6 @@ def in_sync_study() -> bool:
 RESTART_FLOW = '''
 import json, sys, time
 from pathlib import Path
-sys.path.insert(0, ".")
 from topo.harness.controller import ControllerClient
 from topo.net.network import network
 from topo.studies.base import policy_document, queues_in_force, check_path

@@ -1,6 +1,8 @@
 """The traffic runner against real iperf3 in Mininet hosts: a UDP test whose connect datagram is lost
 (iperf3 sends it once and would wait 30 s, then fail) is started again and measures what it should, and a
-TCP test whose client's first SYN is lost (sent again a second later) is dated from its real start."""
+TCP test whose client's first SYN is lost (sent again a second later) is dated from its real start; one
+whose every connect datagram is lost is given up after the runner's attempts, its reason recorded, and
+the rest of the traffic runs on as planned."""
 import re
 import subprocess
 import threading
@@ -44,6 +46,45 @@ def drop_first(pid: int, dev: str, match: str, stop: threading.Event) -> list[in
             time.sleep(0.02)
     threading.Thread(target=watch, daemon=True).start()
     return dropped
+
+
+def drop(pid: int, dev: str, match: str) -> None:
+    """On `dev`'s way out, every packet that `match`es goes to a class whose queue holds nothing."""
+    tc(pid, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
+    for minor in (1, 2):
+        tc(pid, "class", "add", "dev", dev, "parent", "1:", "classid", f"1:{minor}", "htb", "rate", "1gbit")
+    tc(pid, "qdisc", "add", "dev", dev, "parent", "1:2", "handle", "20:", "pfifo", "limit", "0")
+    tc(pid, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32", *match.split(),
+       "flowid", "1:2")
+
+
+def test_a_udp_test_that_never_connects_is_given_up_with_its_reason_and_the_rest_runs_as_planned(tmp_path):
+    doc = policy_document("shared", 5_000_000, 25)
+    with controller(tmp_path / "controller.log") as client:
+        client.clear_policy()
+        with network(StudyTopo(), "user") as net:
+            client.wait(lambda s: {"0000000000000001", "0000000000000002"} <= set(s["switches"]), 30, "switches")
+            client.put_policy(doc)
+            client.wait(lambda s: queues_in_force(s, parse_policy(doc)), 20, "the shared queue")
+            drop(net.host("h1").pid, "h1-eth0", CONNECT_DATAGRAM)
+            blocked = traffic.Flow("blocked", "h1", "h4", 6, udp_mbps=1)
+            after = traffic.Flow("after", "h1", "h4", 3)          # TCP: its handshake passes the filter
+            spared = traffic.Flow("spared", "h2", "h3", 9, udp_mbps=1)
+            started = time.time()
+            ran = traffic.run(net, [[blocked, after], [spared]], tmp_path / "raw", 1.0)
+            client.clear_policy()
+    runs = {r.item.name: r for r in ran}
+    assert runs["blocked"].connect_restarts == traffic.CONNECT_ATTEMPTS - 1
+    assert runs["blocked"].error == f"its connect datagram was lost {traffic.CONNECT_ATTEMPTS} times (its path's " \
+                                    "queue full, or a link down): it never started"
+    # Given up after its third wait (about a second each), well within its 6 s; what follows it in its lane
+    # starts when planned, at 6 s, and runs.
+    assert runs["blocked"].ended - started < 5.5, runs["blocked"]
+    assert 5.9 < runs["after"].launched - started < 6.6 and runs["after"].error is None, runs["after"]
+    assert runs["spared"].error is None and runs["spared"].connect_restarts == 0
+    received = runs["spared"].doc["server_output_json"]["end"]["sum_received"]["bytes"]
+    assert received > 0.8 * 1e6 / 8 * 9, received
+    assert leftovers() == NOTHING_LEFT
 
 
 def test_a_udp_test_whose_connect_datagram_is_lost_starts_again_and_a_tcp_test_whose_syn_is_lost_is_dated(tmp_path):

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_decision_benchmarks_mix_programs_and_rolls_back_its_flooded_third():
-    done = subprocess.run([sys.executable, "bench/bench_decisions.py", "--ports", "30", "--seconds", "20"], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "bench.bench_decisions", "--ports", "30", "--seconds", "20"], cwd=REPO,
                           capture_output=True, text=True, timeout=60, check=True)
     figures = dict(line.split(None, 1) for line in done.stdout.splitlines() if line.strip())
     assert figures["decisions"] == "10 program, 10 rollback"

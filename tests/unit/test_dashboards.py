@@ -14,18 +14,13 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:  # plain `pytest` does not put the root on sys.path
-    sys.path.insert(0, str(REPO_ROOT))
-
-from tests.ci import ON_CI  # noqa: E402
-from tests.dashboard_queries import (  # noqa: E402
+from tests.ci import ON_CI
+from tests.dashboard_queries import (
     ALL_VALUE,
     EXPORTED_METRICS,
     all_dashboard_expressions,
@@ -39,6 +34,7 @@ from tests.dashboard_queries import (  # noqa: E402
     variable_queries,
 )
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_CONFIG = REPO_ROOT / "prometheus" / "prometheus.yml"
 DATASOURCES = REPO_ROOT / "dashboards" / "provisioning" / "datasources" / "prometheus.yml"
 DASHBOARD_PROVIDERS = REPO_ROOT / "dashboards" / "provisioning" / "dashboards" / "dashboards.yml"

@@ -17,7 +17,7 @@ from topo.net.experimentfile import ExperimentFileError
 from topo.net.traffic import Ping
 from topo.studies import STUDIES
 from topo.studies.base import UsageError, parser_for
-from topo.studies.experiment import queue_rule
+from topo.studies.experiment.planning import of_command_line, queue_rule
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOW = "{step_seconds: 10, flows: [{name: bulk, from: h1, to: h4}]}"
@@ -59,8 +59,8 @@ def test_a_traffic_file_is_read_relative_to_the_experiment_file(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("[1, 2]", "e.yaml: expected a mapping (key: value), got list"),
-    (f"topo: x.py:y\ncolour: red\ntraffic: {FLOW}", "e.yaml: colour: unknown key; use topo, topo_params"),
+    ("[1, 2]", "e.yaml: expected a mapping of keys to values, got list"),
+    (f"topo: x.py:y\ncolour: red\ntraffic: {FLOW}", "e.yaml.colour: unknown key; use one of topo, topo_params"),
     (f"topo: x.py\ntraffic: {FLOW}", "e.yaml: topo: 'x.py' is not FILE:NAME; e.g. topo: ../topos.py:parkinglot"),
     ("topo: x.py:y", "e.yaml: traffic: missing; give a traffic file's path or the traffic itself"),
     (f"topo: x.py:y\npolicy: 5\ntraffic: {FLOW}", "e.yaml: policy: 5 is not a policy; name one"),
@@ -69,7 +69,7 @@ def test_a_traffic_file_is_read_relative_to_the_experiment_file(tmp_path):
      "e.yaml: policy: a list makes one trial per policy; with trials, give each trial its policy"),
     (f"topo: x.py:y\ntrials: []\ntraffic: {FLOW}", "e.yaml: trials: not a list of trials"),
     (f"topo: x.py:y\ntrials: [{{name: 'a b'}}]\ntraffic: {FLOW}", "e.yaml: trials[0].name: 'a b' is not a name"),
-    (f"topo: x.py:y\ntrials: [{{name: a, speed: 3}}]\ntraffic: {FLOW}", "e.yaml: trials[0]: speed: unknown key"),
+    (f"topo: x.py:y\ntrials: [{{name: a, speed: 3}}]\ntraffic: {FLOW}", "e.yaml: trials[0].speed: unknown key"),
     (f"topo: x.py:y\ntrials: [{{name: a}}, {{name: a}}]\ntraffic: {FLOW}", "e.yaml: two trials are named a"),
     (f"topo: x.py:y\ntrials: [{{name: a, ports: 3}}]\ntraffic: {FLOW}",
      "e.yaml: trials[0] (a).ports: expected a mapping"),
@@ -93,7 +93,7 @@ def test_a_missing_experiment_file_or_one_not_yaml_is_said(tmp_path):
     with pytest.raises(ExperimentFileError, match="cannot read it"):
         experimentfile.load(tmp_path / "nope.yaml")
     (tmp_path / "e.yaml").write_text("topo: [\n")
-    with pytest.raises(ExperimentFileError, match=r"e.yaml: not YAML at line \d; fix the syntax"):
+    with pytest.raises(ExperimentFileError, match=r"e.yaml: not valid YAML \(.* at line \d, column \d+\); fix the syntax"):
         experimentfile.load(tmp_path / "e.yaml")
 
 
@@ -193,13 +193,13 @@ def test_the_shipped_parking_lot_experiment_is_its_command_line_in_a_file():
     args = parser_for(STUDIES["experiment"], "run.py").parse_args(
         ["--topo", f"{ROOT}/topo/topos.py:parkinglot", "--topo-param", "last_bw=4", "--traffic",
          str(ROOT / "topo" / "examples" / "parkinglot.yaml"), "--policy", "none", "reserve", "auto"])
-    assert shipped == STUDIES["experiment"].experiment(args)
+    assert shipped == of_command_line(args)
 
 
 def test_a_trial_whose_discipline_or_congestion_control_the_kernel_lacks_is_named_before_anything_starts():
     from controller.core.policy import PortRule
     from topo.harness.capabilities import Capability
-    from topo.studies.experiment import lacking, tc_kind
+    from topo.studies.experiment.planning import lacking, tc_kind
     caps = {f"qdisc:{k}": Capability(f"qdisc:{k}", k != "sfq", "kernel lacks sch_sfq" if k == "sfq" else "ok", "tc",
                                      False) for k in ("pfifo", "pfifo_head_drop", "sfq", "codel")}
     caps |= {f"tcp:{a}": Capability(f"tcp:{a}", True, "in tcp_available_congestion_control", "grep", False)

@@ -3,6 +3,7 @@ traffic file, each checked before anything starts, every refusal one line naming
 and the fix (topo/net/custom.py, topo/net/trafficfile.py); and the lanes a traffic file becomes."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from topo.net import custom, trafficfile
+from topo.net import custom, experimentfile, trafficfile
 from topo.net.traffic import Flow, Pause, Probe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,6 +117,9 @@ def test_the_main_studys_traffic_is_the_shipped_traffic_file():
     ("flows: [{name: a, from: h1, to: h2}]\nping: {from: h1, to: h2, interval: 0}",
      "t.yaml: ping.interval: 0 is not seconds from 0.01 to 10; e.g. 0.2"),
     ("flows: [{name: a, from: h1, to: h2}]\nping: {from: h1, too: h2}", "t.yaml: ping.too: unknown key"),
+    ("step_seconds: 2.5\nflows: [{name: a, from: h1, to: h2}]", "t.yaml: step_seconds: 2.5 is not a whole number from 2"),
+    ("1: x\nflows: [{name: a, from: h1, to: h2}]", "t.yaml: a key that is not a field name (is this a traffic file?)"),
+    ("flows: [{name: a, from: h1, to: h2}]\nprobe: [h1, h2]", "t.yaml: probe: expected a mapping of keys to values, got list"),
 ])
 def test_a_bad_traffic_file_is_refused_naming_the_field_and_the_fix(text, message):
     with pytest.raises(trafficfile.TrafficFileError) as err:
@@ -126,8 +130,46 @@ def test_a_bad_traffic_file_is_refused_naming_the_field_and_the_fix(text, messag
 def test_a_traffic_file_that_is_not_yaml_names_its_line(tmp_path):
     path = tmp_path / "t.yaml"
     path.write_text("flows: [\n  {name: a\n")
-    with pytest.raises(trafficfile.TrafficFileError, match=r"t.yaml: not YAML at line \d; fix the syntax"):
+    with pytest.raises(trafficfile.TrafficFileError, match=r"t.yaml: not valid YAML \(.* at line \d, column \d+\); "
+                                                            "fix the syntax"):
         trafficfile.load(path)
+
+
+UNREADABLE = {
+    "not UTF-8": (lambda p: p.write_bytes("flows: [{name: caf\u00e9, from: h1, to: h2}]\n".encode("latin-1")),
+                  "not UTF-8 text; save the {what} as UTF-8"),
+    "binary": (lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"), "not UTF-8 text; save the {what} as UTF-8"),
+    "NUL bytes": (lambda p: p.write_bytes(b"flows: \x00\x01"), "not valid YAML (special characters are not allowed"),
+    "a directory": (lambda p: p.mkdir(), "not a regular file (a directory, FIFO or device); give the path of a file"),
+    "a FIFO": (lambda p: os.mkfifo(p), "not a regular file (a directory, FIFO or device); give the path of a file"),
+    "missing": (lambda p: None, "cannot read it (No such file or directory); check the path and its permissions"),
+    "a repeated key": (lambda p: p.write_text("step_seconds: 5\nstep_seconds: 6\n"),
+                       "line 2: key 'step_seconds' appears twice in one mapping; keep one"),
+}
+
+
+@pytest.mark.parametrize("kind", UNREADABLE)
+@pytest.mark.parametrize("load, error, what", [(trafficfile.load, trafficfile.TrafficFileError, "traffic file"),
+                                                (experimentfile.load, experimentfile.ExperimentFileError,
+                                                 "experiment file")])
+def test_an_input_file_that_cannot_be_read_is_one_line_naming_it_and_the_fix(tmp_path, kind, load, error, what):
+    path = tmp_path / "input.yaml"
+    make, message = UNREADABLE[kind]
+    make(path)
+    with pytest.raises(error) as err:
+        load(path)
+    assert str(err.value) == f"{path}: {message.format(what=what)}" or \
+        str(err.value).startswith(f"{path}: {message.format(what=what)}"), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_the_launcher_refuses_a_traffic_file_that_is_not_utf8_in_one_line_with_exit_2(topo_file, tmp_path):
+    traffic = tmp_path / "t.yaml"
+    traffic.write_bytes("flows: [{name: a, from: h1, to: h2, cc: r\u00e9no}]\n".encode("latin-1"))
+    run = subprocess.run([sys.executable, str(ROOT / "topo" / "run.py"), "--topo", f"{topo_file}:line",
+                          "--traffic", str(traffic)], capture_output=True, text=True, timeout=60)
+    assert (run.returncode, run.stdout, run.stderr) == \
+        (2, "", f"error: {traffic}: not UTF-8 text; save the traffic file as UTF-8\n")
 
 
 TOPO = """
@@ -180,7 +222,6 @@ def test_a_custom_file_loads_as_mn_loads_it_its_links_declared_and_plain(topo_fi
 @pytest.mark.parametrize("spec, params, message", [
     ("{f}", [], "--topo '{f}': write FILE:NAME"),
     ("{f}:ring", [], "--topo {f}:ring: no topology 'ring'; the file has line, made, twins, nameless"),
-    ("{f}:line", ["loop=1"], "--topo {f}:line: the link s2-s1 closes a loop"),
     ("{f}:line", ["colour=1"], "--topo {f}:line: building it failed (TypeError"),
     ("{f}:line", ["bw=fast"], "--topo {f}:line: link s1-s2 bw='fast'; give a rate in Mbit/s"),
     ("/nonexistent/x.py:line", [], "--topo /nonexistent/x.py:line: no file /nonexistent/x.py"),
@@ -233,9 +274,22 @@ def test_the_summary_schema_is_a_schema_and_refuses_a_summary_missing_its_steps(
     jsonschema.Draft202012Validator.check_schema(schema)
     broken = {"scenario": {"topo": "f.py:x", "topo_params": {}, "step_seconds": 10, "steps": 1, "seconds": 10,
                            "settle_seconds": 1, "links": []}, "environment": {}, "complete": True,
-              "trials": {"auto": {"policy": "auto", "flows": [], "t0": 1.8e9, "seconds": 10, "tcp": {}, "leaves": {},
-                                  "decisions": [], "fidelity": None}}}
+              "trials": {"auto": {"policy": "auto", "nonblocking": False, "flows": [], "t0": 1.8e9, "seconds": 10,
+                                  "events": [], "tcp": {}, "leaves": {}, "decisions": [], "fidelity": None}}}
     with pytest.raises(jsonschema.ValidationError, match="'steps' is a required property"):
         jsonschema.validate(broken, schema)
     broken["trials"]["auto"]["steps"] = []
     jsonschema.validate(broken, schema)
+
+
+def test_the_launchers_help_shows_every_command_and_the_experiments_flags_beside_the_main_studys():
+    done = subprocess.run([sys.executable, str(ROOT / "topo" / "run.py"), "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    for command in ("doctor", "clean", "report RESULTS_DIR", "vm --", "cc | fairness | aqm"):
+        assert f"topo/run.py {command}" in done.stdout, command
+    own = done.stdout[done.stdout.index("Your own experiment"):]
+    for flag in ("--topo FILE:NAME", "--topo-param", "--traffic FILE", "--experiment FILE", "--policy NAME",
+                 "--prometheus"):
+        assert flag in own, flag
+    assert "--udp-steps" in done.stdout[:done.stdout.index("Your own experiment")]

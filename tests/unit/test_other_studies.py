@@ -1,5 +1,5 @@
 """The pure parts of the cc, fairness and aqm studies, on input shaped like the real tools' output and
-like the experiment's results they read (topo/studies/experiment.py)."""
+like the experiment's results they read (topo/studies/experiment/)."""
 from pathlib import Path
 
 import pytest

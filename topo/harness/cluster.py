@@ -24,7 +24,8 @@ from typing import Any
 from controller.core.policy import LOCAL_OVSDB
 from topo.harness.controller import STUDY_OWNER, ControllerClient, ControllerError, listening, start, wait_started
 from topo.harness.etcd import EtcdError, etcd
-from topo.harness.host import RunRecord, end_all
+from topo.harness.host import RunRecord
+from topo.net.processes import end_all
 
 MAX_MEMBERS = 8
 ETCD_PORT = 23793          # and 23794 for its peers: apart from the tests' (23791-23792) and etcd's default

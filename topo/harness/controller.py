@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from controller.core.policy import LOCAL_OVSDB
-from topo.harness.host import RunRecord, end
+from topo.harness.host import RunRecord
+from topo.net.processes import end
 
 REPO = Path(__file__).resolve().parents[2]
 OPENFLOW = ("127.0.0.1", 6653)

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from topo.harness.host import RunRecord, end
+from topo.harness.host import RunRecord
+from topo.net.processes import end
 
 START_SECONDS = 20.0
 

@@ -122,25 +122,6 @@ def _holder(path: Path) -> str:
            "wait for it to finish, or stop it"
 
 
-def end(proc: subprocess.Popen | None, seconds: float) -> None:
-    """A child of this launcher stopped (None: none was started): SIGTERM, then SIGKILL if it has not exited
-    within `seconds`."""
-    end_all([proc] if proc else [], seconds)
-
-
-def end_all(procs: list[subprocess.Popen], seconds: float) -> None:
-    """Children stopped together, each given the same `seconds` after its SIGTERM."""
-    for proc in procs:
-        proc.terminate()
-    deadline = time.monotonic() + seconds
-    for proc in procs:
-        try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def remove_leftovers(path: Path) -> list[str]:
     """Remove what the dead run recorded at `path` lists; returns one phrase per thing removed."""
     try:

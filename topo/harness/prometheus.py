@@ -18,12 +18,13 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 
-from topo.harness.host import RunRecord, end
+from topo.harness.host import RunRecord
 from topo.harness.launch import note
+from topo.net.processes import end
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "prometheus" / "prometheus.yml"
@@ -144,7 +145,15 @@ def query_range(url: str, expr: str, start: float, end: float, step: float = 1.0
     return [(float(t), float(v)) for series in data["result"] for t, v in series["values"]]
 
 
-def recorded(url: str, expr: str, start: float, end: float) -> dict[str, Any]:
+class RecordedQuery(TypedDict):
+    expr: str
+    start: float
+    end: float
+    points: int
+    mean_mbps: float | None
+
+
+def recorded(url: str, expr: str, start: float, end: float) -> RecordedQuery:
     """What Prometheus holds of `expr` (in Mbit/s) over [start, end]: the query, its points and their mean,
     for a results file."""
     points = query_range(url, expr, start, end)

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from topo.harness.host import RunRecord
+from topo.net.processes import Recorder
 
 BATCH_PORTS = 2500          # ports per OVSDB transaction (whole bridges; one bridge may be bigger)
 TRANSACTION_SECONDS = 300   # each transaction's timeout, vswitchd's reconfiguration included
@@ -125,7 +125,7 @@ def remove(bridges: Sequence[IdleBridge], batch_ports: int = BATCH_PORTS) -> Non
 
 @contextmanager
 def idle_bridges(total_ports: int, per_bridge: int, prefix: str = "idle", first_dp_id: int = 0x1000,
-                 controller: str | Sequence[str] = "tcp:127.0.0.1:6653", record: RunRecord | None = None,
+                 controller: str | Sequence[str] = "tcp:127.0.0.1:6653", record: Recorder | None = None,
                  batch_ports: int = BATCH_PORTS) -> Iterator[list[IdleBridge]]:
     """`total_ports` ports on bridges of at most `per_bridge` ports each, pointed at `controller` (one
     target, or several: a cluster's members). A bridge of these names already there (a killed run's

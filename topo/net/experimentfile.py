@@ -7,10 +7,14 @@
     traffic: study.yaml               # a traffic file, or the traffic itself (topo/net/trafficfile.py)
     trials:                           # or trials that differ in policy, ports or traffic
       - {name: reno, traffic: {step_seconds: 30, flows: [{name: bulk, from: h1, to: h4, cc: reno}]}}
+    nonblocking: true                 # and one more trial, `nonblocking`: the same hosts on one switch
 
 A trial takes what it does not say from the file's top level. Paths are relative to the file. Every
-trial's traffic has the same steps, since the results compare the trials step by step. Every problem
-is one ExperimentFileError naming the file, the field and the fix.
+trial's traffic has the same steps, since the results compare the trials step by step. A trial with
+`nonblocking: true` runs on one switch that blocks nothing, every host on it by a link like its own
+(topo/net/custom.py), under its policy: what the hosts could get, which the results hold the other
+trials to; the top-level `nonblocking: true` adds such a trial, named nonblocking, under policy none,
+with the file's traffic. Every problem is one ExperimentFileError naming the file, the field and the fix.
 
 Pure: a document in, an Experiment out; the policies are read and checked where the experiment runs.
 """
@@ -19,11 +23,11 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from controller.core import document
 from topo.net import trafficfile
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
@@ -33,12 +37,20 @@ class ExperimentFileError(ValueError):
     """An experiment that cannot run; the message names the file, the field and the fix."""
 
 
+_mapping = partial(document.mapping, error=ExperimentFileError)
+_keys = partial(document.known_keys, error=ExperimentFileError, kind="experiment")
+
+
+NONBLOCKING = "nonblocking"       # the name of the trial the top-level `nonblocking: true` adds
+
+
 @dataclass(frozen=True)
 class TrialSpec:
     name: str
     policy: str                        # a policy's name (policies/NAME.yaml) or a YAML file's path
     ports: dict[str, Any]              # over the policy's network.ports
     traffic: trafficfile.Traffic
+    nonblocking: bool = False          # on one switch that blocks nothing, not on the topology
 
 
 @dataclass(frozen=True)
@@ -49,21 +61,13 @@ class Experiment:
 
 
 def load(path: Path) -> Experiment:
-    where = str(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise ExperimentFileError(f"{where}: cannot read it ({err.strerror}); check the path") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        raise ExperimentFileError(f"{where}: not YAML{f' at line {mark.line + 1}' if mark else ''}; fix the "
-                                  "syntax") from None
-    return parse(doc, where, path.parent)
+    return parse(document.read_yaml(path, str(path), error=ExperimentFileError, what="experiment file"), str(path),
+                 path.parent)
 
 
 def parse(doc: Any, where: str, folder: Path) -> Experiment:
     doc = _mapping(doc, where)
-    _keys(doc, where, ("topo", "topo_params", "policy", "ports", "traffic", "trials"))
+    _keys(doc, where, ("topo", "topo_params", "policy", "ports", "traffic", "trials", NONBLOCKING))
     topo = doc.get("topo")
     if not isinstance(topo, str) or ":" not in topo:
         raise ExperimentFileError(f"{where}: topo: {topo!r} is not FILE:NAME; e.g. topo: ../topos.py:parkinglot")
@@ -86,6 +90,9 @@ def parse(doc: Any, where: str, folder: Path) -> Experiment:
     else:
         base = _traffic(traffic, f"{where}: traffic", folder)
         trials = [TrialSpec(trial_name(p), _path(p, folder), dict(ports), base) for p in policies]
+    if _flag(doc.get(NONBLOCKING, False), f"{where}: {NONBLOCKING}"):
+        spec = _traffic(traffic, f"{where}: traffic", folder) if traffic is not None else trials[0].traffic
+        trials.append(TrialSpec(NONBLOCKING, "none", dict(ports), spec, nonblocking=True))
     names = [t.name for t in trials]
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice:
@@ -123,7 +130,7 @@ def rescaled(trial: TrialSpec, step_seconds: int) -> TrialSpec:
 
 def _trial(doc: Any, where: str, folder: Path, policy: Any, ports: dict[str, Any], traffic: Any) -> TrialSpec:
     doc = _mapping(doc, where)
-    _keys(doc, where, ("name", "policy", "ports", "traffic"))
+    _keys(doc, where, ("name", "policy", "ports", "traffic", NONBLOCKING))
     name = doc.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
         raise ExperimentFileError(f"{where}.name: {name!r} is not a name; use a letter then letters, digits, ., - "
@@ -132,7 +139,14 @@ def _trial(doc: Any, where: str, folder: Path, policy: Any, ports: dict[str, Any
     policy = _policy(doc.get("policy", policy), f"{where}.policy")
     own = _mapping(doc.get("ports", {}), f"{where}.ports")
     spec = _traffic(doc.get("traffic", traffic), f"{where}.traffic", folder)
-    return TrialSpec(name, _path(policy, folder), {**ports, **own}, spec)
+    return TrialSpec(name, _path(policy, folder), {**ports, **own}, spec,
+                     _flag(doc.get(NONBLOCKING, False), f"{where}.{NONBLOCKING}"))
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ExperimentFileError(f"{where}: {value!r} is not true or false")
+    return value
 
 
 def _traffic(value: Any, where: str, folder: Path) -> trafficfile.Traffic:
@@ -156,15 +170,3 @@ def _policy(value: Any, where: str) -> str:
 def _path(policy: str, folder: Path) -> str:
     """A policy file is relative to the experiment file; a name stays a name."""
     return os.path.normpath(folder / policy) if policy.endswith((".yaml", ".yml")) else policy
-
-
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ExperimentFileError(f"{where}: expected a mapping (key: value), got {type(value).__name__}")
-    return value
-
-
-def _keys(doc: dict[str, Any], where: str, allowed: tuple[str, ...]) -> None:
-    for key in doc:
-        if key not in allowed:
-            raise ExperimentFileError(f"{where}: {key}: unknown key; use {', '.join(allowed)}")

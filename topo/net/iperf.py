@@ -8,7 +8,7 @@ and windows are matched to intervals by overlap, so a late start never drops a s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 BASE_PORT = 5201
 REPORT_SECONDS = 0.5         # the sender's interval (cwnd, RTT and retransmits are sampled there)
@@ -71,7 +71,22 @@ def sent(doc: dict[str, Any]) -> list[Interval]:
             for i in doc.get("intervals", [])]
 
 
-def sender_metrics(doc: dict[str, Any]) -> dict[str, Any]:
+class SenderNumbers(TypedDict):
+    """A TCP test's whole-run numbers, as its sender saw them (sender_metrics)."""
+    throughput_mbps: float
+    rtt_mean_ms: float
+    rtt_min_ms: float
+    rtt_max_ms: float
+    rttvar_mean_ms: float
+    cwnd_mean_packets: float
+    cwnd_max_packets: float
+    retransmits: int
+    packets_sent: int
+    mss_bytes: int
+    congestion_control: str | None
+
+
+def sender_metrics(doc: dict[str, Any]) -> SenderNumbers:
     """A TCP test's whole-run numbers from its client JSON (with --get-server-output), over all its streams.
 
     cwnd is iperf3's snd_cwnd (bytes) over the MSS; RTT figures are the kernel's smoothed RTT as iperf3
@@ -104,6 +119,12 @@ def window_mean_bps(intervals: list[Interval], offset: float, start: float, end:
     weights = [(_overlap(i, offset, start, end), i.bps) for i in intervals]
     total = sum(w for w, _ in weights)
     return sum(w * bps for w, bps in weights) / total if total > 0 else None
+
+
+def window_delivered_bps(intervals: list[Interval], offset: float, start: float, end: float) -> float:
+    """What was delivered over [start, end] (launcher time) per second of it: time no interval covers (a
+    test that had not started, or had died) counts as nothing."""
+    return sum(_overlap(i, offset, start, end) * i.bps for i in intervals) / (end - start)
 
 
 def window_retransmits(intervals: list[Interval], offset: float, start: float, end: float) -> int:

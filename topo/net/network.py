@@ -19,12 +19,12 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import OVSSwitch, RemoteController
 
-from topo.harness.host import RunRecord
 from topo.net.ovs_instance import CONTROLLER_ADDRESS, OvsInstance, switch_on
+from topo.net.processes import Recorder
 
 
 class Network:
-    def __init__(self, net: Mininet, record: RunRecord | None):
+    def __init__(self, net: Mininet, record: Recorder | None):
         self.net = net
         self._record = record
         self._procs: list[subprocess.Popen] = []
@@ -40,6 +40,10 @@ class Network:
         if self._record:
             self._record.process(proc.pid, args[0])
         return proc
+
+    def link_state(self, a: str, b: str, up: bool) -> None:
+        """The link between nodes `a` and `b` down or up at both its ends (Mininet's `link a b down`)."""
+        self.net.configLinkStatus(a, b, "up" if up else "down")
 
     def kill_all(self) -> None:
         for proc in self._procs:
@@ -61,7 +65,7 @@ class UncheckedRemote(RemoteController):
 
 
 @contextmanager
-def network(topo, datapath: str, record: RunRecord | None = None, controller_ports: tuple[int, ...] = (6653,),
+def network(topo, datapath: str, record: Recorder | None = None, controller_ports: tuple[int, ...] = (6653,),
             placed: dict[str, OvsInstance] | None = None) -> Iterator[Network]:
     """Start `topo` on OVS (`datapath` "user" or "kernel") with a remote controller on loopback at each of
     `controller_ports` (a cluster's members: every switch is pointed at all of them); the switches named in

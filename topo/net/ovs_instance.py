@@ -25,7 +25,7 @@ from pathlib import Path
 from mininet.node import OVSSwitch
 from mininet.util import errRun
 
-from topo.harness.host import RunRecord, end
+from topo.net.processes import Recorder, end
 
 SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
 CONTROLLER_ADDRESS = "169.254.72.1"    # this side of the management veth: where the controller listens
@@ -53,7 +53,7 @@ class OvsInstance:
     address: str
     port: int
     pki: Pki | None = None
-    record: RunRecord | None = None
+    record: Recorder | None = None
     ovsdb_server: subprocess.Popen | None = None
     vswitchd: subprocess.Popen | None = None
 
@@ -120,7 +120,7 @@ class OvsInstance:
 
 @contextmanager
 def ovs_instance(name: str = "ovs2", address: str = "127.0.0.2", port: int = 6640, pki: Pki | None = None,
-                 record: RunRecord | None = None) -> Iterator[OvsInstance]:
+                 record: Recorder | None = None) -> Iterator[OvsInstance]:
     """The instance up, its OVSDB listening on `address`:`port` (SSL when `pki` is given, with the same
     key and certificate for OpenFlow's connections to controllers); stopped and removed afterwards."""
     rundir = BASE / name

@@ -23,6 +23,14 @@ queue, and a SYN that a full FIFO drops is sent again only after a second (then 
 intervals count from the test's start, and its JSON dates that start to the whole second only, so the
 runner watches each flow's server, a hundred times a second until it has, for the moment it takes the
 test's data streams (the server's clock starts there) and dates the flow from that.
+
+Under QoS a flow that cannot start, or dies, is a result, not an error: a UDP test whose connect datagram
+was lost CONNECT_ATTEMPTS times (its class full from the start), a test that has not begun when its
+planned time is over (its control connection unanswered: a link down on its path), one that fails on its
+own (iperf3's error), wrote no JSON, or overran its time, is ended and its reason kept in its record
+(Ran.error); its lane waits out the test's planned time, so what follows it in the lane starts when it
+would have. A link taken down or up (LinkState) is an item too: Mininet's configLinkStatus, dated as it
+is done.
 """
 from __future__ import annotations
 
@@ -91,7 +99,21 @@ class Probe:
     label: str = ""
 
 
-Item = Flow | Pause | Ping | Probe
+@dataclass(frozen=True)
+class LinkState:
+    """The link between nodes `a` and `b` taken down or brought up, in Mininet's words (both its ends)."""
+    a: str
+    b: str
+    up: bool
+    seconds: float = 0.0
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.a}-{self.b} {'up' if self.up else 'down'}"
+
+
+Item = Flow | Pause | Ping | Probe | LinkState
 
 
 @dataclass
@@ -103,7 +125,7 @@ class Ran:
     ended: float
     doc: dict[str, Any] | None = None   # a flow's iperf3 client JSON (server output included)
     text: str | None = None             # a ping's output
-    error: str | None = None            # why a flow's test failed (iperf3's own message)
+    error: str | None = None            # why a flow's test failed or never started (iperf3's, or the runner's)
     connect_restarts: int = 0           # times a UDP test was started again, its connect datagram lost
     launched: float = 0.0
 
@@ -130,8 +152,10 @@ def connect_seconds(bottleneck_bps: float, queue_packets: int) -> float:
 @dataclass
 class _Running:
     ran: Ran
-    proc: Any                           # None for a pause
+    proc: Any                           # None for a pause, or for a flow that ended early (its lane waits)
     deadline: float
+    until: float                        # when the item is planned to end: its lane goes on then, or later; a
+                                        # flow whose test has not begun by then is given up
     asleep_since: float | None = None   # a UDP client in its connect wait, since when
     begun: bool = True                  # whether a flow's server has taken its data streams
 
@@ -181,17 +205,26 @@ def _drive(net: Network, lanes: list[list[Item]], raw_dir: Path, servers: _Serve
             if k in running:
                 state = running[k]
                 item = state.ran.item
-                finished = state.proc.poll() is not None if state.proc else now >= state.ran.started + item.seconds
-                if not finished:
-                    if not state.begun and isinstance(item, Flow) and servers.serving(item):
-                        state.ran.started, state.begun = time.time(), True
-                    if now > state.deadline:
-                        raise TrafficError(f"{_describe(item)} did not finish within "
-                                           f"{state.deadline - state.ran.started:g} s")
-                    if _connect_lost(state, now, connect_wait):
-                        _restart(net, state, servers, raw_dir)
+                if state.proc is not None:
+                    if state.proc.poll() is None:
+                        if not state.begun and isinstance(item, Flow) and servers.serving(item):
+                            state.ran.started, state.begun = time.time(), True
+                        if now > state.deadline:
+                            _give_up(state, f"{_describe(item)} did not finish within "
+                                            f"{state.deadline - state.ran.launched:g} s")
+                        elif not state.begun and now > state.until:
+                            _give_up(state, _never_started(state))
+                        elif _connect_lost(state, now, connect_wait):
+                            if state.ran.connect_restarts + 1 < CONNECT_ATTEMPTS:
+                                _restart(net, state, servers, raw_dir)
+                            else:
+                                _give_up(state, _never_started(state))
+                        continue
+                    state.ran.ended, state.proc = now, None
+                if now < state.until:      # a pause, or a flow that ended before its time: its lane waits
                     continue
-                state.ran.ended = now
+                if isinstance(item, Pause | LinkState):
+                    state.ran.ended = now
                 del running[k]
             if cursors[k] < len(lane):
                 item = lane[cursors[k]]
@@ -199,8 +232,8 @@ def _drive(net: Network, lanes: list[list[Item]], raw_dir: Path, servers: _Serve
                 on_start(item)
                 proc = _start(net, item, raw_dir, servers.ports)
                 launched = time.time()
-                ran = Ran(item, launched, 0.0, launched=launched)
-                running[k] = _Running(ran, proc, launched + item.seconds + SLACK_SECONDS,
+                ran = Ran(item, launched, launched, launched=launched)
+                running[k] = _Running(ran, proc, launched + item.seconds + SLACK_SECONDS, launched + item.seconds,
                                       begun=not isinstance(item, Flow))
                 done.append(ran)
                 label = item.label or label
@@ -281,6 +314,23 @@ def _restart(net: Network, state: _Running, servers: _Servers, raw_dir: Path) ->
     state.deadline = state.ran.started + item.seconds + SLACK_SECONDS
 
 
+def _never_started(state: _Running) -> str:
+    """Why a flow's test never began: its UDP connect datagram lost (a client asleep in its connect wait),
+    or its connection to its server not answered."""
+    if state.asleep_since is not None:
+        return f"its connect datagram was lost {state.ran.connect_restarts + 1} times (its path's queue full, or a " \
+               "link down): it never started"
+    return f"it did not start within its {state.ran.item.seconds:g} s (its connection to its server was not answered)"
+
+
+def _give_up(state: _Running, why: str) -> None:
+    """The item ended now, `why` its record's error; its lane waits out its planned time."""
+    state.ran.error = why
+    state.proc.terminate()
+    state.proc.wait()
+    state.ran.ended, state.proc = time.time(), None
+
+
 def _listening(pid: int, port: int, protocol: str = "tcp") -> bool:
     """Whether `pid`'s network namespace has a TCP socket listening on `port` (or a UDP one bound to it)."""
     return _sockets(pid, protocol, port, "0A" if protocol == "tcp" else "07") > 0   # LISTEN; bound UDP: CLOSE
@@ -309,9 +359,9 @@ def _sockets(pid: int, protocol: str, port: int, state: str) -> int:
 
 
 def _connect_lost(state: _Running, now: float, wait: float) -> bool:
-    """Whether a UDP client has slept in its connect wait longer than `wait` (and may start again)."""
+    """Whether a UDP client has slept in its connect wait longer than `wait`: its datagram or the reply lost."""
     item = state.ran.item
-    if not isinstance(item, Flow) or item.udp_mbps is None or state.ran.connect_restarts + 1 >= CONNECT_ATTEMPTS:
+    if not isinstance(item, Flow) or item.udp_mbps is None:
         return False
     try:
         asleep = Path(f"/proc/{state.proc.pid}/wchan").read_text() == DATAGRAM_WAIT
@@ -326,6 +376,9 @@ def _connect_lost(state: _Running, now: float, wait: float) -> bool:
 
 def _start(net: Network, item: Item, raw_dir: Path, ports: dict[str, int]):
     if isinstance(item, Pause):
+        return None
+    if isinstance(item, LinkState):
+        net.link_state(item.a, item.b, item.up)
         return None
     if isinstance(item, Ping):
         return net.popen(item.src, ["ping", "-D", "-i", str(item.interval), "-w", f"{item.seconds:g}",
@@ -357,9 +410,10 @@ def _collect(ran: Ran, raw_dir: Path) -> None:
             ran.doc = json.loads(path.read_text())
         except ValueError:
             stderr = path.with_name(path.name + ".stderr").read_text().strip()
-            raise TrafficError(f"iperf3 wrote no JSON ({path.name}): {stderr[:200]}") from None
-        if iperf.error(ran.doc):   # under a flood a test can fail on its own: the study decides what that costs
-            ran.error = f"iperf3 failed ({path.name}): {iperf.error(ran.doc)}"
+            ran.error = ran.error or f"iperf3 wrote no JSON ({path.name}): {stderr[:200]}"
+            return
+        if ran.error or iperf.error(ran.doc):   # under QoS a test can fail: the study decides what that costs
+            ran.error = ran.error or f"iperf3 failed ({path.name}): {iperf.error(ran.doc)}"
             return
         wanted, used = item.congestion_control, ran.doc.get("end", {}).get("sender_tcp_congestion")
         if wanted and used not in (wanted, FALLBACKS.get(wanted)):   # iperf3 reports what the socket really had

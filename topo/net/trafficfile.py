@@ -17,7 +17,20 @@ step by step, the Mbit/s of `steps` (0: it rests that step; such a flow ends wit
 takes `cc` (the kernel's congestion control) and `streams`. `dscp` marks the flow's packets. With a
 `probe`, the probe first runs alone for UNLOADED_SECONDS (the path's own RTT), then beside the flows
 for the whole experiment. A `ping` (ICMP echo every `interval` seconds, 0.2 by default) runs beside
-the flows for the whole experiment too. Every problem is one TrafficFileError naming the file, the field and the fix.
+the flows for the whole experiment too.
+
+Instead of listing flows (or beside them), `pattern` names what data-centre studies run, one flow per
+host in the topology's order (topo/net/patterns.py), each shaped as a flow is (protocol, rate, cc,
+start_step, duration, ...):
+
+    pattern: {kind: stride, n: 4, protocol: tcp}          # or a list of patterns
+    pattern: [{kind: random, seed: 1, duration: 20}, {kind: staggered, edge: 0.5, pod: 0.3, start_step: 2}]
+
+Its flows are named after it and their hosts (stride4_h1-h5, random1_h3-h9, staggered0_h2-h1); they are
+laid on the hosts once the topology is known (expanded()). `events` change links during the run, in
+Mininet's words: `events: [{at_step: 4, link: [s1, s2], state: down}]` (and `up`), each at the start of its
+step; that the link exists is checked against the topology too. Every problem is one TrafficFileError
+naming the file, the field and the fix.
 
 Pure: a document in, a Traffic out; turning it into the traffic runner's lanes is lanes().
 """
@@ -25,12 +38,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from topo.net.traffic import Flow, Item, Pause, Ping, Probe
+from controller.core import document
+from topo.net import patterns
+from topo.net.traffic import Flow, Item, LinkState, Pause, Ping, Probe
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(bit|kbit|mbit|gbit)\s*$", re.IGNORECASE)
@@ -41,6 +55,11 @@ UNLOADED_SECONDS = 4         # the probe alone before the flows: the path's RTT 
 
 class TrafficFileError(ValueError):
     """A traffic file that cannot run; the message names the file, the field and the fix."""
+
+
+_mapping = partial(document.mapping, error=TrafficFileError)
+_keys = partial(document.known_keys, error=TrafficFileError, kind="traffic")
+_whole = partial(document.whole, error=TrafficFileError)
 
 
 @dataclass(frozen=True)
@@ -62,12 +81,33 @@ class FlowSpec:
 
 
 @dataclass(frozen=True)
+class PatternSpec:
+    pattern: patterns.Pattern
+    flow: FlowSpec                       # each of its flows, but for its name's end, its from and its to
+    where: str                           # the file and field: what the topology refuses is said there
+
+
+@dataclass(frozen=True)
+class LinkEvent:
+    at_step: int
+    link: tuple[str, str]
+    up: bool
+    where: str
+
+    @property
+    def state(self) -> str:
+        return "up" if self.up else "down"
+
+
+@dataclass(frozen=True)
 class Traffic:
     step_seconds: int
     steps: int
     flows: tuple[FlowSpec, ...]
     probe: tuple[str, str] | None
     ping: tuple[str, str, float] | None = None      # from, to, interval (s)
+    patterns: tuple[PatternSpec, ...] = ()          # not yet laid on the hosts (expanded())
+    events: tuple[LinkEvent, ...] = ()
 
     @property
     def grid_seconds(self) -> int:
@@ -77,7 +117,7 @@ class Traffic:
     @property
     def seconds(self) -> int:
         """How long the experiment lasts: its steps, or longer if a flow runs past them."""
-        return max([self.grid_seconds, *(f.end for f in self.flows)])
+        return max([self.grid_seconds, *(f.end for f in self.flows), *(p.flow.end for p in self.patterns)])
 
     def periods(self) -> list[tuple[int, int]]:
         """(start, end) in seconds of each step, and of the time after the last step if a flow runs on."""
@@ -90,37 +130,31 @@ class Traffic:
 
 
 def load(path: Path) -> Traffic:
-    where = str(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise TrafficFileError(f"{where}: cannot read it ({err.strerror}); check the path") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise TrafficFileError(f"{where}: not YAML{at}; fix the syntax") from None
-    return parse(doc, where)
+    return parse(document.read_yaml(path, str(path), error=TrafficFileError, what="traffic file"), str(path))
 
 
 def parse(doc: Any, where: str = "traffic") -> Traffic:
     doc = _mapping(doc, where)
-    _keys(doc, where, ("step_seconds", "steps", "flows", "probe", "ping"))
+    _keys(doc, where, ("step_seconds", "steps", "flows", "pattern", "probe", "ping", "events"))
     step_seconds = _whole(doc.get("step_seconds", 10), f"{where}: step_seconds", 2, MAX_SECONDS)
-    flows_doc = doc.get("flows")
-    if not isinstance(flows_doc, list) or not flows_doc:
+    flows_doc = doc.get("flows", [])
+    pattern_doc = doc.get("pattern", [])
+    patterns_doc = pattern_doc if isinstance(pattern_doc, list) else [pattern_doc]
+    if not isinstance(flows_doc, list) or not (flows_doc or patterns_doc):
         raise TrafficFileError(f"{where}: flows: missing or empty; list the flows, e.g. "
-                               "- {name: bulk, from: h1, to: h4, protocol: tcp}")
-    lengths = [len(f["steps"]) for f in flows_doc if isinstance(f, dict) and isinstance(f.get("steps"), list)]
+                               "- {name: bulk, from: h1, to: h4, protocol: tcp}, or name a pattern, e.g. "
+                               "pattern: {kind: stride, n: 4}")
+    lengths = [len(f["steps"]) for f in (*flows_doc, *patterns_doc)
+               if isinstance(f, dict) and isinstance(f.get("steps"), list)]
     steps = _whole(doc["steps"], f"{where}: steps", 1, 1000) if "steps" in doc else max(lengths, default=1)
     flows = tuple(_flow(f, f"{where}: flows[{i}]", step_seconds, steps) for i, f in enumerate(flows_doc))
-    if Traffic(step_seconds, steps, flows, None).seconds > step_seconds * steps:   # a constant rate goes on past them
-        flows = tuple(replace(f, mbps=f.mbps + f.mbps[-1:]) if f.udp and len(set(f.mbps)) == 1 else f for f in flows)
-    names = [f.name for f in flows]
-    twice = next((n for n in names if names.count(n) > 1), None)
-    if twice:
-        raise TrafficFileError(f"{where}: flows: two flows are named {twice}; give each flow its own name")
+    one = not isinstance(pattern_doc, list)
+    specs = tuple(_pattern(d, f"{where}: pattern" + ("" if one else f"[{i}]"), step_seconds, steps)
+                  for i, d in enumerate(patterns_doc))
+    if Traffic(step_seconds, steps, flows, None, patterns=specs).seconds > step_seconds * steps:
+        flows = tuple(_on_past_the_steps(f) for f in flows)     # a constant rate goes on past them
+        specs = tuple(replace(p, flow=_on_past_the_steps(p.flow)) for p in specs)
+    _named_once(flows, f"{where}: flows")
     probe = None
     if doc.get("probe") is not None:
         p = _mapping(doc["probe"], f"{where}: probe")
@@ -134,13 +168,97 @@ def parse(doc: Any, where: str = "traffic") -> Traffic:
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.01 <= interval <= 10:
             raise TrafficFileError(f"{where}: ping.interval: {interval!r} is not seconds from 0.01 to 10; e.g. 0.2")
         ping = (_host(p.get("from"), f"{where}: ping.from"), _host(p.get("to"), f"{where}: ping.to"), float(interval))
-    return Traffic(step_seconds, steps, flows, probe, ping)
+    events_doc = doc.get("events", [])
+    if not isinstance(events_doc, list):
+        raise TrafficFileError(f"{where}: events: not a list; e.g. events: [{{at_step: 2, link: [s1, s2], "
+                               "state: down}]")
+    events = tuple(_event(e, f"{where}: events[{i}]", steps) for i, e in enumerate(events_doc))
+    return Traffic(step_seconds, steps, flows, probe, ping, specs, events)
+
+
+def expanded(traffic: Traffic, hosts: list[str], groups: dict[str, tuple[str, str]] | None) -> Traffic:
+    """`traffic` with its patterns laid on `hosts` (the topology's, in its order; `groups`: each host's
+    edge switch and pod, where the topology says)."""
+    flows = list(traffic.flows)
+    for spec in traffic.patterns:
+        try:
+            pairs = patterns.pairs(spec.pattern, hosts, groups)
+        except patterns.PatternError as err:
+            raise TrafficFileError(f"{spec.where}: {err}") from None
+        flows += [replace(spec.flow, name=f"{spec.flow.name}_{a}-{b}", src=a, dst=b) for a, b in pairs]
+        _named_once(flows, spec.where)
+    return replace(traffic, flows=tuple(flows), patterns=())
+
+
+def _on_past_the_steps(f: FlowSpec) -> FlowSpec:
+    """A UDP flow of one rate keeps it in the period after the steps."""
+    return replace(f, mbps=f.mbps + f.mbps[-1:]) if f.udp and len(set(f.mbps)) == 1 else f
+
+
+def _named_once(flows: tuple[FlowSpec, ...] | list[FlowSpec], where: str) -> None:
+    names = [f.name for f in flows]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice:
+        raise TrafficFileError(f"{where}: two flows are named {twice}; give each flow its own name")
+
+
+_PATTERN_KEYS = {"stride": ("n",), "random": ("seed",), "staggered": ("edge", "pod", "seed")}
+
+
+def _pattern(doc: Any, where: str, step_seconds: int, steps: int) -> PatternSpec:
+    doc = _mapping(doc, where)
+    kind = doc.get("kind")
+    if kind not in _PATTERN_KEYS:
+        raise TrafficFileError(f"{where}.kind: {kind!r} is not a pattern; use {', '.join(_PATTERN_KEYS)}")
+    own = _PATTERN_KEYS[kind]
+    _keys(doc, where, ("kind", *own, *_SHAPE_KEYS))
+    seed = _whole(doc.get("seed", 0), f"{where}.seed", 0, 2**32 - 1)
+    if kind == "stride":
+        if "n" not in doc:
+            raise TrafficFileError(f"{where}.n: missing; stride n sends host i to host i + n, e.g. n: 4")
+        pattern = patterns.Pattern(kind, n=_whole(doc["n"], f"{where}.n", 1, 100_000))
+        label = f"stride{pattern.n}"
+    elif kind == "random":
+        pattern, label = patterns.Pattern(kind, seed=seed), f"random{seed}"
+    else:
+        edge, pod = (_share(doc.get(k), f"{where}.{k}") for k in ("edge", "pod"))
+        if edge + pod > 1:
+            raise TrafficFileError(f"{where}: edge {edge:g} and pod {pod:g} add up to more than 1; the rest goes "
+                                   "outside the pod, so keep their sum at most 1")
+        pattern, label = patterns.Pattern(kind, seed=seed, edge=edge, pod=pod), f"staggered{seed}"
+    shape = {k: v for k, v in doc.items() if k in _SHAPE_KEYS}
+    return PatternSpec(pattern, _shaped(shape, where, label, "", "", step_seconds, steps), where)
+
+
+def _share(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise TrafficFileError(f"{where}: {value!r} is not a probability from 0 to 1; e.g. 0.5")
+    return float(value)
+
+
+def _event(doc: Any, where: str, steps: int) -> LinkEvent:
+    doc = _mapping(doc, where)
+    _keys(doc, where, ("at_step", "link", "state"))
+    at = doc.get("at_step")
+    if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at < steps:
+        raise TrafficFileError(f"{where}.at_step: {at!r} is not a step of the run (0 to {steps - 1}); an event "
+                               "happens at the start of a step")
+    link = doc.get("link")
+    if not isinstance(link, list) or len(link) != 2 or link[0] == link[1]:
+        raise TrafficFileError(f"{where}.link: {link!r} is not a link; name its two ends, e.g. link: [s1, s2]")
+    ends = (_host(link[0], f"{where}.link[0]"), _host(link[1], f"{where}.link[1]"))
+    state = doc.get("state")
+    if state not in ("down", "up"):
+        raise TrafficFileError(f"{where}.state: {state!r} is not down or up")
+    return LinkEvent(at, ends, state == "up", where)
+
+
+_SHAPE_KEYS = ("protocol", "cc", "streams", "rate", "steps", "dscp", "start_step", "start", "duration")
 
 
 def _flow(doc: Any, where: str, step_seconds: int, steps: int) -> FlowSpec:
     doc = _mapping(doc, where)
-    _keys(doc, where, ("name", "from", "to", "protocol", "cc", "streams", "rate", "steps", "dscp",
-                              "start_step", "start", "duration"))
+    _keys(doc, where, ("name", "from", "to", *_SHAPE_KEYS))
     name = doc.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
         raise TrafficFileError(f"{where}.name: {name!r} is not a name; use a letter then letters, digits, - or _")
@@ -148,6 +266,12 @@ def _flow(doc: Any, where: str, step_seconds: int, steps: int) -> FlowSpec:
     src, dst = _host(doc.get("from"), f"{where}.from"), _host(doc.get("to"), f"{where}.to")
     if src == dst:
         raise TrafficFileError(f"{where}.to: the same host as from; send to another host")
+    return _shaped(doc, where, name, src, dst, step_seconds, steps)
+
+
+def _shaped(doc: dict[Any, Any], where: str, name: str, src: str, dst: str, step_seconds: int,
+            steps: int) -> FlowSpec:
+    """A flow's shape (protocol, its times, its rate or congestion control) from `doc`."""
     protocol = doc.get("protocol", "tcp")
     if protocol not in ("tcp", "udp"):
         raise TrafficFileError(f"{where}.protocol: {protocol!r} is not tcp or udp")
@@ -193,9 +317,18 @@ def _flow(doc: Any, where: str, step_seconds: int, steps: int) -> FlowSpec:
 
 
 def lanes(traffic: Traffic) -> list[list[Item]]:
-    """The runner's lanes, in the order of the flows: a UDP flow's periods one after the other (and a
-    rest to the end once it stopped); then the probe's, then the ping's."""
+    """The runner's lanes: the link events' (first, so that at a step's start its link changes come
+    before what the step starts), then the flows', in their order: a UDP flow's periods one after the
+    other (and a rest to the end once it stopped); then the probe's, then the ping's."""
     out: list[list[Item]] = []
+    if traffic.events:    # first: a step's link changes before what the step starts
+        changes: list[Item] = []
+        at = 0
+        for e in sorted(traffic.events, key=lambda e: e.at_step):
+            changes += [Pause(e.at_step * traffic.step_seconds - at),
+                        LinkState(*e.link, e.up, label=f"{'-'.join(e.link)} {e.state}")]
+            at = e.at_step * traffic.step_seconds
+        out.append(changes)
     for f in traffic.flows:
         lane: list[Item] = [Pause(f.start, f"{f.name} waits")] if f.start else []
         if not f.udp:
@@ -259,21 +392,3 @@ def _host(value: Any, where: str) -> str:
     if not isinstance(value, str) or not _NAME.match(value):
         raise TrafficFileError(f"{where}: {value!r} is not a host's name; name a host of the topology, e.g. h1")
     return value
-
-
-def _whole(value: Any, where: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise TrafficFileError(f"{where}: {value!r} is not a whole number from {low} to {high}")
-    return value
-
-
-def _mapping(value: Any, where: str) -> dict[Any, Any]:
-    if not isinstance(value, dict):
-        raise TrafficFileError(f"{where}: expected a mapping (key: value), got {type(value).__name__}")
-    return value
-
-
-def _keys(doc: dict[Any, Any], where: str, allowed: tuple[str, ...]) -> None:
-    for key in doc:
-        if key not in allowed:
-            raise TrafficFileError(f"{where}.{key}: unknown key; use {', '.join(allowed)}")

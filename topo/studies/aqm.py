@@ -14,12 +14,13 @@ rate, the discipline decides which packet waits or is dropped. On the userspace 
 a head-drop FIFO (controller/core/queues.py says why).
 Disciplines the kernel lacks are reported as unavailable and not run; nothing stands in for them.
 
-The study is an experiment (topo/studies/experiment.py) of one trial per discipline, written to the
+The study is an experiment (topo/studies/experiment/) of one trial per discipline, written to the
 results as experiment.yaml: `topo/run.py --experiment results/.../experiment.yaml` runs it again.
 """
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -43,7 +44,9 @@ from topo.studies.base import (
     say_unavailable,
     settings,
 )
-from topo.studies.experiment import ExperimentStudy, Plan, keeping, study_experiment, study_plan, tc_kind
+from topo.studies.experiment import Experiment
+from topo.studies.experiment.planning import Plan, keeping, study_experiment, study_plan, tc_kind
+from topo.studies.experiment.summary import TrialResult
 
 PAIRS = 5                              # DumbbellTopo(n=5)
 PING_INTERVAL = 0.2
@@ -61,7 +64,7 @@ class Extra:
     cc: str
 
 
-class AqmStudy(ExperimentStudy):
+class AqmStudy(Experiment[dict[str, Any]]):
     """An experiment of one trial per discipline (study_experiment), with its own table."""
     name = "aqm"
     description = "Queue disciplines at a 10 Mbit/s bottleneck shared by five TCP flows."
@@ -99,10 +102,11 @@ class AqmStudy(ExperimentStudy):
         return [replace(t, run=partial(_checked, t.run, tc_kind(t.label, host.datapath)))
                 for t in super().trials(keeping(plan, runnable), host)]
 
-    def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
+    def summary(self, plan: Plan, host: Host, done: dict[str, TrialResult],
+                prometheus_url: str | None) -> dict[str, Any]:
         extra: Extra = plan.study
-        summary = super().summary(plan, host, done, prometheus_url)
-        summary["scenario"] |= extra.setup.scenario(
+        summary: dict[str, Any] = {**self.experiment_summary(plan, host, done, prometheus_url)}
+        summary["scenario"] = {**summary["scenario"], **extra.setup.scenario(
             policy="none", congestion_control=extra.cc, flows=[f"snd{i} -> rcv{i}" for i in range(1, PAIRS + 1)],
             placement="the queue under OVS linux-htb's one class on both ends of the bottleneck, put there by the "
                       "controller from the policy's discipline; the HTB class holds the bottleneck rate (OVS's "
@@ -110,7 +114,7 @@ class AqmStudy(ExperimentStudy):
                       "rate limit, so cannot shape it)",
             loss_rate="TCP retransmits / packets sent (bytes sent / MSS), from iperf3",
             delay=f"ping -i {PING_INTERVAL} snd1 -> rcv1 under load",
-            backlog="the bottleneck's queue, sampled every 0.25 s")
+            backlog="the bottleneck's queue, sampled every 0.25 s")}
         return {**summary, "disciplines": {d: discipline_result(res) for d, res in done.items()},
                 "unavailable": _absent(extra, host)}
 
@@ -121,7 +125,7 @@ class AqmStudy(ExperimentStudy):
         figure(summary, path)
 
 
-def _checked(run, kind: str, ctx: TrialContext) -> dict[str, Any]:
+def _checked(run, kind: str, ctx: TrialContext) -> TrialResult:
     """A discipline's trial, refused unless the discipline was the bottleneck's queue throughout."""
     res = run(ctx)
     port = (res["fidelity"] or {}).get("port")
@@ -138,16 +142,17 @@ def _absent(extra: Extra, host: Host) -> dict[str, str]:
     return {d: missing[kind] for d, kind in kinds.items() if kind in missing}
 
 
-def discipline_result(res: dict[str, Any]) -> dict[str, Any]:
+def discipline_result(res: TrialResult) -> dict[str, Any]:
     """A discipline's row, from its trial's result (one step): throughput and utilisation at the
     bottleneck (its busiest port), loss, delay under load, backlog, Jain's index over the flows. A
     queue's drops are the most of its class's count and its own: HTB counts what the queue refuses at
     enqueue, an AQM counts what it drops at dequeue too."""
     (step,) = res["steps"]
-    port = res["fidelity"]["port"]
-    use = step["ports"][port]
-    queued = use["classes"].get(QUEUED_CLASS, {})
-    leaf = res["leaves"].get(port, {}).get(QUEUED_CLASS, {})
+    verdict = res["fidelity"]
+    assert verdict is not None, "the study's bottleneck is queued: its verdict is there"
+    use = step["ports"][verdict["port"]]
+    queued: Mapping[str, Any] = use["classes"].get(QUEUED_CLASS, {})
+    leaf: Mapping[str, Any] = res["leaves"].get(verdict["port"], {}).get(QUEUED_CLASS, {})
     flows = [step["flows"][f["name"]]["mbps"] or 0.0 for f in res["flows"]]
     senders = list(res["tcp"].values())
     sent = sum(s["packets_sent"] for s in senders)
@@ -165,8 +170,8 @@ def discipline_result(res: dict[str, Any]) -> dict[str, Any]:
                     "samples": backlog.get("samples", 0)},
         **(step.get("probe") or {}),
         "leaf_kinds_seen": leaf.get("kinds", []),
-        "congestion_control": sorted({s["congestion_control"] for s in senders}),
-        **res["fidelity"],
+        "congestion_control": sorted({c for s in senders if (c := s["congestion_control"])}),
+        **verdict,
     }
 
 

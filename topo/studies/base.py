@@ -6,8 +6,9 @@ as a traffic file, topo/net/trafficfile.py, and run by the one traffic runner, t
 their results into a summary, a table and a figure.
 The driver does the rest for every study: the host lock and probes (topo/harness/launch.py), the
 controller, Prometheus and the live exporter where the study records series, the progress bar,
-summary.json rewritten after every trial (an interrupted run keeps what finished), exit codes
-(0 done, 1 could not run, 2 usage, 130 interrupted).
+summary.json rewritten after every trial (an interrupted run keeps what finished; a run that fails
+after a trial writes that trial's table and figure too), exit codes (0 done, 1 could not run, 2 usage,
+130 interrupted).
 """
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 # Not from controller.adapters.ovsdb: python-ovs would import eventlet, which warns on the launcher's stderr.
 from controller.core.policy import LOCAL_OVSDB, PolicyError, load_document, parse_policy, parse_rate
@@ -50,6 +51,10 @@ class StudyError(RuntimeError):
     """The study could not be carried out (connectivity, switches, queues)."""
 
 
+# What ends a run that could not be carried out (exit 1); the trials finished before keep their results.
+RUN_FAILED = (ControllerError, StudyError, TrafficError, PrometheusError, PolicyError, InstanceError)
+
+
 @dataclass(frozen=True)
 class TrialContext:
     client: ControllerClient
@@ -60,16 +65,22 @@ class TrialContext:
     placed: dict[str, OvsInstance] = field(default_factory=dict)   # switches on a second OVS (--ovs-instances 2)
 
 
+PlanT = TypeVar("PlanT")
+ResultT = TypeVar("ResultT")
+SummaryT = TypeVar("SummaryT", bound=Mapping[str, Any])
+
+
 @dataclass(frozen=True)
-class Trial:
+class Trial(Generic[ResultT]):
     label: str                                     # e.g. "reserve 2/3", "cubic"
     raw: str                                       # its folder under raw/
     seconds: float                                 # length of its traffic, for the progress bar
-    run: Callable[[TrialContext], dict[str, Any]]
+    run: Callable[[TrialContext], ResultT]
 
 
-class Study:
-    """What a study provides; the driver (`run`) calls these in order."""
+class Study(Generic[PlanT, ResultT, SummaryT]):
+    """What a study provides; the driver (`run`) calls these in order. Its plan, each trial's result and
+    its summary are of its own types."""
     name = ""
     description = ""
     records = False           # Prometheus records the controller while the trials run
@@ -78,26 +89,26 @@ class Study:
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         pass
 
-    def plan(self, args: argparse.Namespace) -> Any:
+    def plan(self, args: argparse.Namespace) -> PlanT:
         """Everything the trials need, validated; raise UsageError (or PolicyError) on bad input."""
         raise NotImplementedError
 
-    def trials(self, plan: Any, host: Host) -> list[Trial]:
+    def trials(self, plan: PlanT, host: Host) -> list[Trial[ResultT]]:
         raise NotImplementedError
 
-    def summary(self, plan: Any, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
+    def summary(self, plan: PlanT, host: Host, done: dict[str, ResultT], prometheus_url: str | None) -> SummaryT:
         raise NotImplementedError
 
-    def table(self, summary: dict[str, Any]) -> str:
+    def table(self, summary: SummaryT) -> str:
         raise NotImplementedError
 
-    def figure(self, summary: dict[str, Any], path: Path) -> None:
+    def figure(self, summary: SummaryT, path: Path) -> None:
         raise NotImplementedError
 
     figure_name = "figure.png"
 
 
-def parser_for(study: Study, prog: str) -> argparse.ArgumentParser:
+def parser_for(study: Study[Any, Any, Any], prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=study.description)
     p.add_argument("--quick", action="store_true", help="shorter runs, for a first look")
     p.add_argument("--out", type=Path, help="results folder (default results/<timestamp>[-<command>])")
@@ -107,7 +118,7 @@ def parser_for(study: Study, prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def run(study: Study, argv: list[str], prog: str) -> int:
+def run(study: Study[Any, Any, Any], argv: list[str], prog: str) -> int:
     args = parser_for(study, prog).parse_args(argv)
     try:
         check_out(args.out)
@@ -115,7 +126,7 @@ def run(study: Study, argv: list[str], prog: str) -> int:
     except (UsageError, PolicyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return USAGE_ERROR
-    done: dict[str, dict] = {}
+    done: dict[str, Any] = {}
     try:
         with launched(args.out, args.datapath, "" if study.name == "main" else study.name) as host:
             try:
@@ -125,11 +136,16 @@ def run(study: Study, argv: list[str], prog: str) -> int:
                     write_json(host.out / "summary.json", {**study.summary(plan, host, done, None),
                                                            "complete": False, "interrupted": True})
                 raise
-            write_json(host.out / "summary.json", summary)
-            table = study.table(summary)
-            (host.out / "table.md").write_text(table)
-            study.figure(summary, host.out / study.figure_name)
-            print(table)
+            except RUN_FAILED as err:
+                if not done:
+                    raise
+                # What finished is a result, with its table and figure, whatever ended the run after it.
+                _results(study, {**study.summary(plan, host, done, None), "complete": False, "error": str(err)},
+                         host.out)
+                print(f"error: {err}; the {len(done)} finished trial(s) have their results in {host.out}",
+                      file=sys.stderr)
+                return 1
+            print(_results(study, summary, host.out))
             print(f"results in {host.out}")
             return 0
     except UsageError as err:
@@ -138,13 +154,22 @@ def run(study: Study, argv: list[str], prog: str) -> int:
     except LaunchError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.code
-    except (ControllerError, StudyError, TrafficError, PrometheusError, PolicyError, InstanceError) as err:
+    except RUN_FAILED as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted: network, processes and queues cleaned up" +
               (f"; summary.json keeps the {len(done)} finished" if done else ""), file=sys.stderr)
         return 130
+
+
+def _results(study: Study[Any, Any, Any], summary: Any, out: Path) -> str:
+    """summary.json, table.md and the figure written to `out`; the table."""
+    write_json(out / "summary.json", summary)
+    table = study.table(summary)
+    (out / "table.md").write_text(table)
+    study.figure(summary, out / study.figure_name)
+    return table
 
 
 def check_out(out: Path | None) -> None:
@@ -161,7 +186,8 @@ def check_out(out: Path | None) -> None:
                          "folder); choose another folder") from None
 
 
-def _run_trials(study: Study, plan: Any, host: Host, args: argparse.Namespace, done: dict[str, dict]) -> dict:
+def _run_trials(study: Study[Any, Any, Any], plan: Any, host: Host, args: argparse.Namespace,
+                done: dict[str, Any]) -> dict[str, Any]:
     controllers = getattr(plan, "controllers", 1)   # the main study's --controllers
     if controllers > 1:
         cluster.check_host(controllers)              # before anything starts, or is said
@@ -276,7 +302,7 @@ def trial_fidelity(samples: list[fidelity.Sample], span: tuple[float, float], ca
     `rtt_seconds`: the delay added to the path, both ways; with `queue_packets` it tells whether the
     queue holds the bandwidth-delay product. `loss_percent`: the loss set on the path. `leaf_drops`:
     what the bottleneck's queue itself dropped (an AQM's dequeue drops)."""
-    tcp = [r for r in flows_of(ran) if r.flow.udp_mbps is None]
+    tcp = [r for r in flows_of(ran) if r.flow.udp_mbps is None and r.error is None]   # a failed test: no numbers
     retransmits = sum(iperf.window_retransmits(iperf.sent(r.require()), r.started, *span) for r in tcp)
     short_queue = queue_packets is not None and fidelity.bdp_packets(capacity_bps, rtt_seconds) > queue_packets
     return fidelity.assess(samples, *span, capacity_bps, None, retransmits if tcp else None,
@@ -284,11 +310,11 @@ def trial_fidelity(samples: list[fidelity.Sample], span: tuple[float, float], ca
                            (loss_percent or 0.0) / 100, leaf_drops)
 
 
-def faithful_cell(result: dict[str, Any]) -> str:
+def faithful_cell(result: Mapping[str, Any]) -> str:
     return "yes" if result["faithful"] else "no †"
 
 
-def fidelity_notes(results: dict[str, dict[str, Any]]) -> str:
+def fidelity_notes(results: Mapping[str, Mapping[str, Any]]) -> str:
     """The fidelity monitor's notes under a table, one line each; nothing when every run was faithful."""
     notes = [f"- {label}: {note}" for label, r in results.items() for note in r["fidelity_notes"]]
     return "\n† not faithful (the emulator, not the studied mechanism, decided):\n" + "\n".join(notes) + "\n" \

@@ -9,7 +9,7 @@ netem refuses them (run it in the VM: topo/run.py vm -- cc --delay 150ms). Every
 iperf3's JSON: the sender's per-interval cwnd and rttvar, its RTT summary and retransmits, and the
 receiver's throughput.
 
-The study is an experiment (topo/studies/experiment.py) of one trial per algorithm, written to the
+The study is an experiment (topo/studies/experiment/) of one trial per algorithm, written to the
 results as experiment.yaml: `topo/run.py --experiment results/.../experiment.yaml` runs it again.
 """
 from __future__ import annotations
@@ -35,13 +35,15 @@ from topo.studies.base import (
     say_unavailable,
     settings,
 )
-from topo.studies.experiment import ExperimentStudy, Plan, keeping, study_experiment, study_plan
+from topo.studies.experiment import Experiment
+from topo.studies.experiment.planning import Plan, keeping, study_experiment, study_plan
+from topo.studies.experiment.summary import TrialResult
 
 # docs/references.md, section 2, as published (10 Gbit/s tbf): cwnd (packets), RTT (ms), RTT var (ms), Mbit/s.
 PUBLISHED = {"bbr": (552.6, 82.7, 75.6, 1150), "cubic": (1276.5, 391.9, 156.1, 919),
              "reno": (835.5, 99.6, 77.3, 836), "bic": (2311.7, 1285.8, 770.4, 1181),
              "vegas": (306.9, 132.4, 137.2, 802)}
-class CcStudy(ExperimentStudy):
+class CcStudy(Experiment[dict[str, Any]]):
     """An experiment of one trial per algorithm (study_experiment), with its own table."""
     name = "cc"
     description = "TCP congestion-control algorithms, one flow each through the bottleneck."
@@ -83,12 +85,13 @@ class CcStudy(ExperimentStudy):
             raise UsageError(f"none of the requested algorithms is available here (see {capabilities.TCP_AVAILABLE})")
         return super().trials(keeping(plan, set(algorithms)), host)
 
-    def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
+    def summary(self, plan: Plan, host: Host, done: dict[str, TrialResult],
+                prometheus_url: str | None) -> dict[str, Any]:
         extra: Extra = plan.study
-        summary = super().summary(plan, host, done, prometheus_url)
-        summary["scenario"] |= extra.setup.scenario(flow="h1 -> h4", policy="none", delay=extra.delay,
-                                                    loss_percent=extra.loss,
-                                                    rtt_variance="mean of iperf3's per-interval rttvar")
+        summary: dict[str, Any] = {**self.experiment_summary(plan, host, done, prometheus_url)}
+        summary["scenario"] = {**summary["scenario"], **extra.setup.scenario(
+            flow="h1 -> h4", policy="none", delay=extra.delay, loss_percent=extra.loss,
+            rtt_variance="mean of iperf3's per-interval rttvar")}
         return {**summary, "algorithms": {name: _row(name, res) for name, res in done.items()},
                 "skipped": _chosen(plan, host)[1]}
 
@@ -116,9 +119,9 @@ def _chosen(plan: Plan, host: Host) -> tuple[list[str], dict[str, str]]:
     return capabilities.choose_tcp(extra.algorithms, capabilities.tcp_algorithms(), host.capabilities)
 
 
-def _row(name: str, res: dict[str, Any]) -> dict[str, Any]:
+def _row(name: str, res: TrialResult) -> dict[str, Any]:
     """An algorithm's row: its flow's sender numbers and the fidelity monitor's verdict."""
-    return {**res["tcp"][f"h1-h4_{name}"], **(res["fidelity"] or {})}
+    return {**res["tcp"][f"h1-h4_{name}"], **dict(res["fidelity"] or {})}
 
 
 def table(summary: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ offered at twice the bottleneck rate. Both flows share the single FIFO of policy
 flow's throughput is what its receiver got over the run (past the first second); fairness is
 Jain's index J = (Σx)² / (n·Σx²): 1 when the flows got the same, 1/n when one got everything.
 
-The study is an experiment (topo/studies/experiment.py) of one trial per case, written to the
+The study is an experiment (topo/studies/experiment/) of one trial per case, written to the
 results as experiment.yaml: `topo/run.py --experiment results/.../experiment.yaml` runs it again.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 from topo.harness import capabilities
 from topo.harness.launch import Host
 from topo.harness.report import Panel, bar_figure, jain_index, markdown_table, reasons_text
+from topo.net.iperf import SenderNumbers
 from topo.studies.base import (
     Settings,
     Trial,
@@ -31,7 +32,9 @@ from topo.studies.base import (
     say_unavailable,
     settings,
 )
-from topo.studies.experiment import ExperimentStudy, Plan, keeping, study_experiment, study_plan
+from topo.studies.experiment import Experiment
+from topo.studies.experiment.planning import Plan, keeping, study_experiment, study_plan
+from topo.studies.experiment.summary import FlowScenario, FlowStep, TrialResult
 
 MIXED_PAIRS = (("cubic", "reno"), ("bbr", "cubic"), ("bbr", "reno"))
 FIRST, SECOND = ("h1", "h4"), ("h2", "h3")
@@ -47,7 +50,7 @@ class Extra:
     tcp_vs_udp: str
 
 
-class FairnessStudy(ExperimentStudy):
+class FairnessStudy(Experiment[dict[str, Any]]):
     """An experiment of one trial per case (study_experiment), with its own table."""
     name = "fairness"
     description = "Two flows through one FIFO bottleneck: throughputs and Jain's index."
@@ -84,12 +87,13 @@ class FairnessStudy(ExperimentStudy):
         return super().trials(keeping(plan, {t.name for t in plan.experiment.trials
                                              if not set(t.name.split(VERSUS)) & set(lacking)}), host)
 
-    def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
+    def summary(self, plan: Plan, host: Host, done: dict[str, TrialResult],
+                prometheus_url: str | None) -> dict[str, Any]:
         extra: Extra = plan.study
-        summary = super().summary(plan, host, done, prometheus_url)
-        summary["scenario"] |= extra.setup.scenario(
+        summary: dict[str, Any] = {**self.experiment_summary(plan, host, done, prometheus_url)}
+        summary["scenario"] = {**summary["scenario"], **extra.setup.scenario(
             policy="none", udp_offered_mbps=2 * extra.setup.bottleneck_bps / 1e6,
-            throughput="receiver's mean over the run, first second left out")
+            throughput="receiver's mean over the run, first second left out")}
         return {**summary, "cases": [case_result(name, res) for name, res in done.items()],
                 "skipped": _skipped(extra, _lacking(extra, host))}
 
@@ -110,7 +114,7 @@ def parse_pairs(texts: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def case_result(name: str, res: dict[str, Any]) -> dict[str, Any]:
+def case_result(name: str, res: TrialResult) -> dict[str, Any]:
     """A case's row, from its trial's result: each flow's throughput over the run (its one step) and
     their Jain's index, and the fidelity monitor's verdict."""
     (step,) = res["steps"]
@@ -118,7 +122,7 @@ def case_result(name: str, res: dict[str, Any]) -> dict[str, Any]:
     rates = [f["mbps"] or 0.0 for f in flows]
     return {"name": name.replace(VERSUS, " vs "), "flows": flows,
             "jain_index": round(jain_index(rates), 3) if any(rates) else None, "window_s": step["window_s"],
-            **(res["fidelity"] or {})}
+            **dict(res["fidelity"] or {})}
 
 
 def table(summary: dict[str, Any]) -> str:
@@ -165,7 +169,7 @@ def _flow(ends: tuple[str, str], cc: str) -> dict[str, Any]:
     return {"name": f"{'-'.join(ends)}_{cc}", "from": ends[0], "to": ends[1], "protocol": "tcp", "cc": cc}
 
 
-def _flow_numbers(flow: dict[str, Any], step: dict[str, Any], sender: dict[str, Any] | None) -> dict[str, Any]:
+def _flow_numbers(flow: FlowScenario, step: FlowStep, sender: SenderNumbers | None) -> dict[str, Any]:
     numbers: dict[str, Any] = {"flow": f"{flow['from']} -> {flow['to']}", "mbps": step["mbps"]}
     if flow["protocol"] == "tcp":
         return {**numbers, "protocol": "tcp", "congestion_control": flow["cc"],

@@ -59,7 +59,7 @@ class Plan:
     fault: float | None = None          # seconds into the traffic: kill -9 of s1's owner (topo/harness/fault.py)
 
 
-class MainStudy(Study):
+class MainStudy(Study[Plan, dict[str, Any], dict[str, Any]]):
     name = "main"
     description = "TCP under a stepped UDP flood through a 5 Mbit/s bottleneck, per QoS policy."
     records = live = True
@@ -126,7 +126,7 @@ class MainStudy(Study):
                              f"{scenario.tcp_seconds:g}")
         return Plan(scenario, documents, args.ovs_instances, args.probe == "irtt", controllers, args.fault)
 
-    def trials(self, plan: Plan, host: Host) -> list[Trial]:
+    def trials(self, plan: Plan, host: Host) -> list[Trial[dict[str, Any]]]:
         scenario, env = plan.scenario, host.environment
         if scenario.tcp_congestion_control and scenario.tcp_congestion_control not in env["tcp_congestion_control"]:
             raise UsageError(f"--cc {scenario.tcp_congestion_control}: this kernel offers only "
@@ -141,7 +141,8 @@ class MainStudy(Study):
                       run=partial(_run_policy, name, doc, scenario, delay, plan.probe, plan.fault))
                 for name, doc in plan.documents.items() for r in range(1, repeat + 1)]
 
-    def summary(self, plan: Plan, host: Host, done: dict[str, dict], prometheus_url: str | None) -> dict[str, Any]:
+    def summary(self, plan: Plan, host: Host, done: dict[str, dict[str, Any]],
+                prometheus_url: str | None) -> dict[str, Any]:
         scenario = plan.scenario
         delay = scenario.delay if scenario.delay and host.environment["netem"] else None
         policies = {}

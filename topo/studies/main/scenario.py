@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from controller.core.document import read_file
+from controller.core.document import read_file, whole
 from controller.core.policy import PolicyError, parse_rate
 from topo.net.netem import DELAY
 
@@ -55,13 +55,9 @@ class Scenario:
             value = getattr(self, key)
             if value != int(value) or value < low:
                 raise ScenarioError(f"{key}: {value!r} is not a whole number of seconds >= {low}")
-        for key, high in (("tcp_flows", 16), ("repeat", 50), ("queue_packets", 100_000)):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-                raise ScenarioError(f"{key}: {value!r} is not a whole number from 1 to {high}")
-        if isinstance(self.idle_ports, bool) or not isinstance(self.idle_ports, int) \
-                or not 0 <= self.idle_ports <= 10_000:
-            raise ScenarioError(f"idle_ports: {self.idle_ports!r} is not a whole number from 0 to 10000")
+        for key, low, high in (("tcp_flows", 1, 16), ("repeat", 1, 50), ("queue_packets", 1, 100_000),
+                               ("idle_ports", 0, 10_000)):
+            whole(getattr(self, key), key, low, high, error=ScenarioError)
         if self.settle_seconds >= self.step_seconds:
             raise ScenarioError("settle_seconds: must be shorter than step_seconds, or no second is measured")
 
@@ -129,21 +125,15 @@ def parse_scenario(doc: dict[str, Any]) -> Scenario:
         if not isinstance(steps, (list, tuple)) or not steps:
             raise ScenarioError("udp_steps_mbps: give a list of rates in Mbit/s, e.g. [0, 2, 4]")
         values["udp_steps_mbps"] = tuple(_number(s, "udp_steps_mbps", 0) for s in steps)
-    for key in ("queue_packets", "tcp_flows", "repeat", "idle_ports"):
+    for key in ("queue_packets", "tcp_flows", "repeat", "idle_ports"):   # checked as the Scenario is made
         if key in doc:
-            values[key] = _whole(doc[key], key)
+            values[key] = doc[key]
     if "delay" in doc:
         values["delay"] = parse_delay(doc["delay"], "delay")
     if "tcp_congestion_control" in doc:
         values["tcp_congestion_control"] = None if doc["tcp_congestion_control"] in (None, "", "none") else \
             str(doc["tcp_congestion_control"])
     return Scenario(**values)
-
-
-def _whole(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        raise ScenarioError(f"{where}: {value!r} is not a whole number")
-    return int(value)
 
 
 def _number(value: Any, where: str, low: float) -> float:
