@@ -6,25 +6,21 @@ time of a whole refresh (every switch's rules, the paths behind them worked out 
 between an aggregation and a core switch is cut, the largest switch's flow entries (controller/core/site.py)
 and the peak memory of building the fabric's state and its rules (measured in a pass of its own).
 
-    .venv/bin/python bench/bench_paths.py [--k 8 16] [--paths ecmp]
+    .venv/bin/python -m bench.bench_paths [--k 8 16] [--paths ecmp]
 """
 from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
 import tracemalloc
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from controller.core.bridges import BridgeInfo  # noqa: E402
-from controller.core.fabric import Fabric  # noqa: E402
-from controller.core.frames import Probe  # noqa: E402
-from controller.core.policy import for_any_network, load_document, parse_policy  # noqa: E402
-from controller.core.site import site_switch  # noqa: E402
-from controller.core.topology import EDGE_SETTLE  # noqa: E402
+from controller.core.bridges import BridgeInfo
+from controller.core.fabric import Fabric
+from controller.core.frames import Probe
+from controller.core.policy import for_any_network, load_document, parse_policy
+from controller.core.site import site_switch
+from controller.core.topology import EDGE_SETTLE
 
 NOW = 100.0
 

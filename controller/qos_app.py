@@ -22,15 +22,15 @@ import sys
 import time
 from typing import Any, assert_never
 
-import eventlet.hubs  # noqa: E402
-from prometheus_client import CollectorRegistry  # noqa: E402
+import eventlet.hubs
+from prometheus_client import CollectorRegistry
 
-from controller.adapters import config, openflow  # noqa: E402
-from controller.adapters.appevents import EventCore, EventReply, EventRequest  # noqa: E402
-from controller.adapters.coordination import Coordination  # noqa: E402
-from controller.adapters.heap import Heap  # noqa: E402
-from controller.adapters.hostlock import SwitchLocks  # noqa: E402
-from controller.adapters.listeners import (  # noqa: E402
+from controller.adapters import config, openflow
+from controller.adapters.appevents import EventCore, EventReply, EventRequest
+from controller.adapters.coordination import Coordination
+from controller.adapters.heap import Heap
+from controller.adapters.hostlock import SwitchLocks
+from controller.adapters.listeners import (
     PortInUse,
     check_free,
     guard_openflow,
@@ -38,15 +38,15 @@ from controller.adapters.listeners import (  # noqa: E402
     raise_file_limit,
     serve,
 )
-from controller.adapters.metrics import CachedExposition, ControllerCollector  # noqa: E402
-from controller.adapters.ovsdb import LockHeld, Ovsdb  # noqa: E402
-from controller.adapters.process import EXIT_FAILED, fail, stop, throw, wake_on_signals  # noqa: E402
-from controller.adapters.remotes import Remotes, on_this_host  # noqa: E402
-from controller.adapters.rest import MakeRequest, make_app  # noqa: E402
-from controller.adapters.store import policy_store  # noqa: E402
-from controller.adapters.tc import Tc, TcEvents  # noqa: E402
-from controller.adapters.worker import LEASE_UNCONFIRMED, LOCK_UNCONFIRMED, Worker  # noqa: E402
-from controller.compat import (  # noqa: E402
+from controller.adapters.metrics import CachedExposition, ControllerCollector
+from controller.adapters.ovsdb import LockHeld, Ovsdb
+from controller.adapters.process import EXIT_FAILED, fail, stop, throw, wake_on_signals
+from controller.adapters.remotes import Remotes, on_this_host
+from controller.adapters.rest import MakeRequest, make_app
+from controller.adapters.store import policy_store
+from controller.adapters.tc import Tc, TcEvents
+from controller.adapters.worker import LEASE_UNCONFIRMED, LOCK_UNCONFIRMED, Worker
+from controller.compat import (
     CONF,
     DEAD_DISPATCHER,
     FRAMEWORK,
@@ -57,13 +57,13 @@ from controller.compat import (  # noqa: E402
     ofproto_v1_3,
     set_ev_cls,
 )
-from controller.core import actions as act  # noqa: E402
-from controller.core import events as ev  # noqa: E402
-from controller.core.cluster import Cluster  # noqa: E402
-from controller.core.controller import Controller  # noqa: E402
-from controller.core.errors import PolicyError  # noqa: E402
-from controller.core.policy import load_document, parse_policy  # noqa: E402
-from controller.core.stats import Multipart  # noqa: E402
+from controller.core import actions as act
+from controller.core import events as ev
+from controller.core.cluster import Cluster
+from controller.core.controller import Controller
+from controller.core.errors import PolicyError
+from controller.core.policy import load_document, parse_policy
+from controller.core.stats import Multipart
 
 LOG = logging.getLogger("qos_app")
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s"

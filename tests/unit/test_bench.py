@@ -23,7 +23,7 @@ def test_the_decision_benchmarks_mix_programs_and_rolls_back_its_flooded_third()
 
 
 def test_the_paths_benchmark_builds_the_whole_fat_tree_and_cuts_one_of_its_links():
-    done = subprocess.run([sys.executable, "bench/bench_paths.py", "--k", "4"], cwd=REPO, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "bench.bench_paths", "--k", "4"], cwd=REPO, capture_output=True,
                           text=True, timeout=60, check=True)
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("k=4")]
     assert line.startswith("k=4: 20 switches, 16 hosts, 32 links (ecmp)") and "largest table" in line
