@@ -127,3 +127,11 @@ def test_a_nonblocking_trials_ports_are_its_one_switchs_and_stay_out_of_the_bott
     text = table({**SUMMARY, "trials": {**SUMMARY["trials"], "ideal": ideal}})
     assert "| step | port | none | auto |" in text and "| 1 | 0000000000000002:2 | – | 95%: tcp 3.30 (0), udp 0.40 (1200) |" in text
     assert loaded_ports({**SUMMARY, "trials": {"ideal": ideal}}) == []
+
+
+def test_a_move_of_adaptive_paths_is_listed_with_its_host_and_ports():
+    move = {"dp_id": "0000000000000011", "port": 1, "action": "move", "to_port": 2, "host": "00:00:00:00:00:05",
+            "bit_rate": 4_500_000, "reason": "link 1:2 at 97%: elephants collide", "at_s": 3.21}
+    moved = {**SUMMARY, "trials": {"auto": {**SUMMARY["trials"]["auto"], "decisions": [move]}}}
+    assert ("- auto: switch 0000000000000011 traffic to 00:00:00:00:00:05 moved from port 1 to 2 at 3.21 s (link 1:2 "
+            "at 97%: elephants collide)") in table(moved)

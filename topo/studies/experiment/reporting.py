@@ -65,8 +65,9 @@ def table(summary: ExperimentSummary) -> str:
                   markdown_table(["step", "port", *fabric], uses)]
     for t, res in trials.items():
         for d in res["decisions"]:
-            lines.append(f"- {t}: switch {d['dp_id']} port {d['port']} {d['action']} at {d['at_s']:.2f} s "
-                         f"({d['reason']})")
+            what = f"traffic to {d['host']} moved from port {d['port']} to {d['to_port']}" if d["action"] == "move" \
+                else f"port {d['port']} {d['action']}"
+            lines.append(f"- {t}: switch {d['dp_id']} {what} at {d['at_s']:.2f} s ({d['reason']})")
     return "\n".join(lines) + "\n"
 
 
