@@ -79,8 +79,8 @@ class Fabric:
         return [Out(dp_id, (port,), frames.probe_frame(self.key, dp_id, port, wall_ms, self.rng.randbytes(8)))
                 for port in self.topology.to_probe(dp_id, now)]
 
-    def expire(self, now: float) -> None:
-        self.topology.expire(now)
+    def expire(self, wall_ms: int) -> None:
+        self.topology.expire(wall_ms)
 
     # --- what the switches send us -------------------------------------------------------------------------
     def packet_in(self, dp_id: int, port: int, table: int, data: bytes, now: float, wall_ms: int,

@@ -76,10 +76,8 @@ class Forwarding:
         self.due = None
         if not covered:
             return []       # rounds start again with the next switch covered
-        # A round that comes late (the event loop was busy) loses no link: the probes were late too.
-        if now - due.due < PROBE_SECONDS:
-            self.fabric.expire(now)
         wall_ms = int(self.wall() * 1000)
+        self.fabric.expire(wall_ms)
         out = [send for dp in sorted(writable)
                for send in self._send(covered[dp], self.fabric.probes(dp, now, wall_ms))]
         self.due = max(due.due + PROBE_SECONDS, now)

@@ -38,7 +38,7 @@ class Poller(SwitchPart):
         self.sending: set[int] | None = None              # ports whose tx counters moved at the last poll
         self.table_polls = 0                              # polls since the whole flow table was read
         self.late_said = False
-        self.heard = 0.0                                  # when a poll's reply last came
+        self.heard = 0.0                                  # when the switch last said anything (switch.py)
     def start(self, view: SwitchView, now: float) -> None:
         self.heard = now
         if view.active:
@@ -121,28 +121,27 @@ class Poller(SwitchPart):
         self.next_fast = None
 
     # --- replies: each fills its poll; the last one of a poll decides ----------------------------------
-    def _round(self, xid: int, now: float) -> PollRound | None:
+    def _round(self, xid: int) -> PollRound | None:
         """The poll (slow or fast) that awaits this reply, if any; it awaits it no more."""
         for round_ in (self.round, self.fast):
             if round_ is not None and round_.answered(xid):
-                self.heard = now
                 return round_
         return None
 
     def flows(self, reply: ev.FlowStatsReply, now: float) -> PollRound | None:
-        round_ = self._round(reply.xid, now)
+        round_ = self._round(reply.xid)
         if round_ is not None:
             round_.flows, round_.at["flows"] = reply.counters, now
         return round_
 
     def meters(self, reply: ev.MeterStatsReply, now: float) -> PollRound | None:
-        round_ = self._round(reply.xid, now)
+        round_ = self._round(reply.xid)
         if round_ is not None:
             round_.meters, round_.at["meters"] = reply.counters, now
         return round_
 
     def queues(self, reply: ev.QueueStatsReply, now: float) -> PollRound | None:
-        round_ = self._round(reply.xid, now)
+        round_ = self._round(reply.xid)
         queues = self.link.telemetry.queues
         if round_ is None or not round_.fast:   # every port's: only the queues in the reply exist now
             queues.clear()
@@ -153,7 +152,7 @@ class Poller(SwitchPart):
         return round_
 
     def ports(self, reply: ev.PortStatsReply, now: float) -> PollRound | None:
-        round_ = self._round(reply.xid, now)
+        round_ = self._round(reply.xid)
         ports = self.link.telemetry.ports
         if round_ is not None and not round_.fast:
             self.sending = {port_no for port_no, counters in reply.ports.items()

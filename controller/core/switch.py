@@ -36,6 +36,9 @@ from controller.core.telemetry import SwitchTelemetry
 from controller.core.view import Mode, SwitchView
 
 BRIDGE_RETRIES, BRIDGE_RETRY_SECONDS = 50, 0.2
+FROM_THE_SWITCH = (ev.PacketIn, ev.PortsChanged, ev.RoleReply, ev.ErrorReply, ev.BarrierReply, ev.FlowStatsReply,
+                   ev.FlowCountReply, ev.MeterFeaturesReply, ev.MeterConfigReply, ev.MeterStatsReply,
+                   ev.QueueStatsReply, ev.PortStatsReply, ev.EchoReply)
 IS_SLAVE = "OFPET_BAD_REQUEST/OFPBRC_IS_SLAVE"
 
 
@@ -72,6 +75,8 @@ class Switch:
         return self.link.telemetry
 
     def handle(self, event: ev.SwitchEvent, now: float, view: SwitchView) -> list[act.SwitchAction]:
+        if isinstance(event, FROM_THE_SWITCH):
+            self.poller.heard = now      # it answers: however late its polls' replies, the connection lives
         match event:
             case ev.BridgeDue():
                 self.find_bridge(event.tries, view, now)

@@ -4,7 +4,11 @@ in, what changed out).
 A port is one of:
 - NEW: up, but not yet known to face a host or a switch. Nothing is forwarded in or out of it, so that a
   link not yet discovered can carry no loop; it is probed at every round.
-- LINK: a discovery frame of ours crossed it (either way) within LINK_TIMEOUT.
+- LINK: a discovery frame of ours crossed it (either way), and none sent LINK_TIMEOUT after the last that did
+  has come back by another link while none came back by it. Silence is judged by when the frames were sent,
+  not when they came in: a controller (or an OVS) that hears every frame late loses no link, and a link is
+  lost only once frames sent after its own last one have made it elsewhere (or, with nothing else heard,
+  after LINK_LOST).
 - EDGE: up for EDGE_SETTLE with no such frame: it faces hosts. It is not probed any more: a host there
   could capture a probe and send it again elsewhere. A switch cabled to it later probes it itself (its
   own port is new), or the port goes down and up as the cable moves.
@@ -19,13 +23,17 @@ with a nonce not seen before, from a port of a connected switch that is up, onto
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from controller.core.frames import Probe
 
+LOG = logging.getLogger("qos")
+
 PROBE_SECONDS = 0.25          # a link port's probes: a silent link is lost within LINK_TIMEOUT + this
-LINK_TIMEOUT = 0.75           # ... three probes missed
+LINK_TIMEOUT = 0.75           # ... three rounds of probes heard elsewhere, and not on it
+LINK_LOST = 3.0               # ... or, when none is heard anywhere, this long after its own last one was sent
 EDGE_SETTLE = 1.0             # a port probed this long with no frame back faces hosts
 PROBE_MAX_AGE_MS = 2000       # a frame sent longer ago is refused (a replay), as is one from the future
 _NONCES_KEPT = 100_000        # nonces remembered (more than PROBE_MAX_AGE of frames at any size we run)
@@ -53,7 +61,9 @@ class PortState:
 class Topology:
     ports: dict[int, dict[int, PortState]] = field(default_factory=dict)   # switch → port → state
     peer: dict[End, End] = field(default_factory=dict)                     # a live link's end → the other
-    seen: dict[End, float] = field(default_factory=dict)                   # a link's lower end → last heard
+    seen: dict[End, int] = field(default_factory=dict)                     # a link's lower end → when the newest
+    #                                                                        frame heard across it was sent (ms)
+    newest: int = 0                                                         # ... and the newest heard at all
     version: int = 0                                                       # bumped by every change of links
     settle_by: dict[int, float] = field(default_factory=dict)              # until then a new port may turn edge
     touched: set[int] = field(default_factory=set)                         # switches whose ports changed
@@ -133,21 +143,27 @@ class Topology:
         if src == at or Role.DOWN in (self.role(src, now), self.role(at, now)):
             return self._refuse("not between two live ports")
         key = min(src, at)
+        self.newest = max(self.newest, probe.sent_ms)
         if self.peer.get(at) == src:
-            self.seen[key] = now
+            self.seen[key] = max(self.seen[key], probe.sent_ms)
             return False
         self._cut([end for end in (src, at) if end in self.peer])    # re-cabled: the old links go
         self.peer[src], self.peer[at] = at, src
-        self.seen[key] = now
+        self.seen[key] = probe.sent_ms
+        LOG.info("link %016x:%d - %016x:%d found", *src, *at)
         for dp, port in (src, at):
             self.ports[dp][port].quiet = False
             self.touched.add(dp)
         self.version += 1
         return True
 
-    def expire(self, now: float) -> bool:
-        """Links not heard within LINK_TIMEOUT go (their ports turn quiet); whether one did."""
-        return self._cut([end for end, last in self.seen.items() if now - last > LINK_TIMEOUT])
+    def expire(self, wall_ms: int) -> bool:
+        """Links gone silent go (their ports turn quiet); whether one did."""
+        silent = [end for end, sent in self.seen.items()
+                  if self.newest - sent >= LINK_TIMEOUT * 1000 or wall_ms - sent > LINK_LOST * 1000]
+        for end in silent:
+            LOG.info("link %016x:%d - %016x:%d silent: lost", *end, *self.peer[end])
+        return self._cut(silent)
 
     def _refuse(self, why: str) -> bool:
         self.refused[why] = self.refused.get(why, 0) + 1

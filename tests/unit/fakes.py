@@ -93,6 +93,9 @@ class FakeSwitch:
         self.connections: list[FakeConnection] = []
         self.packet_outs: list[tuple[list[int], bytes]] = []   # every packet a controller sent out of it
         self.mute = False                            # it answers nothing, its connection still open (a cut cable)
+        self.late = False                            # its replies wait for release() (a busy switch)
+        self.held: list = []
+        self.older: list = []
 
     def run(self, seconds: float) -> None:
         """Time passes: the loads the test set move the counters."""
@@ -147,7 +150,12 @@ class FakeSwitch:
     def reply(self, conn: FakeConnection | None, msg, xid: int) -> None:
         msg.xid = xid
         if conn is not None and not self.mute:
-            self.replies.append((conn, msg))
+            (self.held if self.late else self.replies).append((conn, msg))
+
+    def release(self) -> None:
+        """The replies it held back before the last release, sent now: each a release late."""
+        self.replies.extend(self.older)
+        self.older, self.held = self.held, []
 
     def error(self, conn: FakeConnection, xid: int, err_type: int, code: int) -> None:
         self.reply(conn, parser.OFPErrorMsg(conn, type_=err_type, code=code, data=b""), xid)

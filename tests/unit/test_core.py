@@ -422,3 +422,12 @@ def test_a_switch_that_answers_no_poll_for_ten_seconds_has_its_connection_closed
     assert net.app.closed == []
     net.app.advance(3.0)
     assert net.app.closed == [conn]
+
+
+def test_a_switch_whose_every_poll_is_answered_after_the_next_is_due_is_slow_not_dead(net):
+    up(net)
+    net.s1.late = True
+    for _ in range(20):                          # each poll answered 1-2 s late: after the next one began
+        net.app.advance(1.0)
+        net.s1.release()
+    assert net.app.closed == []

@@ -7,7 +7,7 @@ import pytest
 
 from controller.core import frames
 from controller.core.policy import for_any_network, load_document
-from controller.core.topology import EDGE_SETTLE, LINK_TIMEOUT, PROBE_SECONDS, Role
+from controller.core.topology import EDGE_SETTLE, LINK_LOST, LINK_TIMEOUT, PROBE_SECONDS, Role
 from tests.unit.fakenet import BROADCAST, FakeNet, fat_tree
 
 AUTO = for_any_network(load_document("policies/auto.yaml"))
@@ -105,6 +105,28 @@ def test_a_link_that_goes_silent_is_lost_within_a_second(tree4):
     tree4.app.advance(1.0 - (LINK_TIMEOUT - PROBE_SECONDS))
     assert tree4.ping("h1", "h16") and first_hop(tree4, "h1", "h16") != port
     assert fabric(tree4).topology.role((edge, port), tree4.app.clock) is Role.QUIET   # not flooded into
+
+
+def test_a_controller_that_hears_every_probe_late_loses_no_link(tree4):
+    """Its probes come back 0.5-1 s after they were sent (a busy controller, a busy OVS): silence is judged by
+    when they were sent, so no link is lost for it."""
+    links = dict(fabric(tree4).topology.peer)
+    for switch in tree4.switches.values():
+        switch.late = True
+    for _ in range(12):
+        tree4.app.advance(0.5)
+        for switch in tree4.switches.values():
+            switch.release()
+    assert fabric(tree4).topology.peer == links
+
+
+def test_a_lone_link_gone_silent_is_lost_once_no_probe_is_heard_for_a_while(tmp_path):
+    net = network(tmp_path, [(1, 2)], {1: 1, 2: 1})
+    net.cut |= {(1, 1), (2, 1)}                                # nothing else is heard to compare it with
+    net.app.advance(LINK_LOST - PROBE_SECONDS)
+    assert fabric(net).topology.peer
+    net.app.advance(2 * PROBE_SECONDS)
+    assert not fabric(net).topology.peer
 
 
 @pytest.mark.parametrize("paths, uplinks", [("one", 1), ("ecmp", 2)])
