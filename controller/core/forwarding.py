@@ -26,7 +26,7 @@ class Forwarding:
         self.wall = wall
         self.rules: dict[int, FabricRules] = {}    # what the fabric last said of each switch it covers
         self.due: float | None = None              # the next round, while one is set
-        self._said: tuple[object, ...] = ()       # the fabric's version and the switches it was last said for
+        self._said: tuple[object, ...] = ()       # the fabric's version when every switch's rules were last said
         self._said_at: dict[int, float] = {}       # switch → when its rules were last said
 
     @staticmethod
@@ -44,14 +44,16 @@ class Forwarding:
         if policy is not None and policy.network is not None:
             self.fabric.routes.set_mode(policy.network.paths)
         # Every switch's rules when the paths may have changed (links, hosts, moves); else only those of the
-        # switches whose ports changed, or whose new ports have turned edge since their rules were said.
-        said = (self.fabric.routes.version(), frozenset(covered))
+        # switches new to it, whose ports changed, or whose new ports have turned edge since their rules were
+        # said: a switch joining a site of N costs what it costs alone.
+        version = self.fabric.routes.version()
         topology = self.fabric.topology
-        if said != self._said:
-            self._said, redo = said, set(covered)
+        if version != self._said:
+            self._said, redo = version, set(covered)
         else:
-            redo = {dp for dp in topology.touched | set(topology.settle_by) if dp in covered
-                    and (dp in topology.touched or self._said_at.get(dp, now) <= topology.settle_by[dp] <= now)}
+            redo = {dp for dp in covered.keys() - self.rules.keys() | topology.touched | set(topology.settle_by)
+                    if dp in covered and (dp not in self.rules or dp in topology.touched
+                                          or self._said_at.get(dp, now) < topology.settle_by[dp] <= now)}
         topology.touched.clear()
         for dp in set(self.rules) - set(covered):
             del self.rules[dp], self._said_at[dp]
@@ -61,7 +63,7 @@ class Forwarding:
             if self.rules.get(dp) != rules:
                 self.rules[dp] = rules
                 changed.append(covered[dp])
-        for dp in [dp for dp, by in topology.settle_by.items() if self._said_at.get(dp, by) > by]:
+        for dp in [dp for dp, by in topology.settle_by.items() if self._said_at.get(dp, by - 1) >= by]:
             del topology.settle_by[dp]           # settled, and said since
         if not covered or self.due is not None:
             return [], changed

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from controller.core import events as ev
 from controller.core import frames
 from controller.core.policy import for_any_network, load_document
 from controller.core.topology import EDGE_SETTLE, LINK_LOST, LINK_TIMEOUT, PROBE_SECONDS, Role
@@ -246,3 +247,17 @@ def test_a_standby_hears_what_the_active_one_hears_and_forwards_at_once_when_it_
         switch.net = tree4                          # (the FakeNet drives the standby's harness from here)
     tree4.app = standby
     assert tree4.ping("h16", "h1") and tree4.storms == 0
+
+
+def test_a_switch_joining_a_site_has_its_own_rules_worked_out_not_everyones(tmp_path):
+    from tests.unit.fakes import FakeOvsdb, FakeSwitch, Harness
+    switches = [FakeSwitch(dp, {p: f"s{dp}-eth{p}" for p in range(1, 5)}) for dp in range(1, 41)]
+    app = Harness(FakeOvsdb(*switches), tmp_path / "state.json")
+    assert app.request(ev.SetPolicy, AUTO)[1] is None
+    fabric = app.core.forwarding.fabric
+    said, rules = [], fabric.rules
+    fabric.rules = lambda dp, now: said.append(dp) or rules(dp, now)
+    for switch in switches:
+        app.connect(switch)
+    app.advance(EDGE_SETTLE + PROBE_SECONDS)        # their ports turn edge: each switch's rules once more
+    assert sorted(said) == sorted([dp for dp in range(1, 41)] * 2)
