@@ -9,7 +9,9 @@ A port is one of:
   not when they came in: a controller (or an OVS) that hears every frame late loses no link, and a link is
   lost only once frames sent after its own last one have made it elsewhere (or, with nothing else heard,
   after LINK_LOST).
-- EDGE: up for EDGE_SETTLE with no such frame: it faces hosts. It is not probed any more: a host there
+- EDGE: probed for EDGE_SETTLE (from its first probe: a port nobody probed yet is new however long it has been
+  up) with no such frame: it faces hosts. A switch another controller probes (a standby's, another member's)
+  counts as probed once a probe from it is heard. It is not probed any more: a host there
   could capture a probe and send it again elsewhere. A switch cabled to it later probes it itself (its
   own port is new), or the port goes down and up as the cable moves.
 - QUIET: a link on it went silent while the port stayed up (a far switch that lost its controller, or a
@@ -53,6 +55,7 @@ class Role(enum.StrEnum):
 class PortState:
     up: bool
     since: float                   # when it came up, or its switch connected
+    first_probed: float | None = None   # when a probe first left it (since it came up)
     quiet: bool = False
     probed: float = float("-inf")  # when a probe last left it
 
@@ -96,7 +99,6 @@ class Topology:
             state = states.get(port_no)
             if state is None or state.up != (port_no in up):
                 states[port_no] = PortState(port_no in up, now)
-                self.settle_by[dp_id] = now + EDGE_SETTLE
                 self.touched.add(dp_id)
         return self._cut([end for end in gone if end in self.peer])
 
@@ -108,15 +110,11 @@ class Topology:
             return Role.LINK
         if state.quiet:
             return Role.QUIET
-        return Role.EDGE if now - state.since >= EDGE_SETTLE else Role.NEW
+        settled = state.first_probed is not None and now - state.first_probed >= EDGE_SETTLE
+        return Role.EDGE if settled else Role.NEW
 
     def roles(self, dp_id: int, now: float) -> dict[int, Role]:
         return {p: self.role((dp_id, p), now) for p in self.ports.get(dp_id, {})}
-
-    def settling(self, now: float) -> bool:
-        """Whether some port is still new (a round of probes may change roles)."""
-        return any(state.up and not state.quiet and (dp, p) not in self.peer and now - state.since < EDGE_SETTLE
-                   for dp, states in self.ports.items() for p, state in states.items())
 
     # --- probes ------------------------------------------------------------------------------------------
     def to_probe(self, dp_id: int, now: float) -> list[int]:
@@ -126,8 +124,14 @@ class Topology:
             role = self.role((dp_id, port_no), now)
             if role not in (Role.DOWN, Role.EDGE) and now - state.probed >= PROBE_SECONDS / 2:
                 state.probed = now
+                self._probed(dp_id, state, now)
                 due.append(port_no)
         return due
+
+    def _probed(self, dp_id: int, state: PortState, now: float) -> None:
+        if state.first_probed is None and state.up:
+            state.first_probed = now
+            self.settle_by[dp_id] = now + EDGE_SETTLE
 
     def heard(self, probe: Probe, at: End, now: float, wall_ms: int) -> bool:
         """A genuine frame of ours, received on `at`; whether it made or moved a link."""
@@ -142,6 +146,8 @@ class Topology:
         src = (probe.dp_id, probe.port_no)
         if src == at or Role.DOWN in (self.role(src, now), self.role(at, now)):
             return self._refuse("not between two live ports")
+        for state in self.ports[probe.dp_id].values():     # its switch is probed, by us or its owner
+            self._probed(probe.dp_id, state, now)
         key = min(src, at)
         self.newest = max(self.newest, probe.sent_ms)
         if self.peer.get(at) == src:
