@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +26,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 IGNORE = shutil.ignore_patterns(".git", ".venv*", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
@@ -145,6 +149,34 @@ MUTANTS = [
     M("heap-no-thaw", "controller/adapters/heap.py", "        gc.unfreeze()\n", "        pass\n"),
     M("safe-share-le", "controller/core/cluster.py",
       "now - confirmed_at < SAFE_SHARE * lease", "now - confirmed_at <= SAFE_SHARE * lease"),
+    # --- issue 46's behaviours no test pinned (tests/unit/test_pinned.py) ------------------------------------
+    M("refused-still-master", "controller/core/role.py", "        self.role = SwitchRole.REFUSED\n", ""),
+    M("refused-never-asks", "controller/core/role.py", "        self.ask()\n        return True", "        return True"),
+    M("generation-plain", "controller/core/role.py",
+      "return (ours - theirs) % 2**64 < 2**63", "return ours >= theirs"),
+    M("lease-past-takeover", "controller/core/authority.py", "LEASE_SECONDS = 3.0 ", "LEASE_SECONDS = 9.0 "),
+    M("flow-error-stays", "controller/core/flowsync.py", '            self._errors.pop("flows", None)\n', ""),
+    M("load-error-stays", "controller/core/keeper.py", "            self.load_error = False\n", ""),
+    M("confirm-early", "controller/core/keeper.py", "now + CONFIRM_SECONDS, named", "now + 1.0, named"),
+    M("clear-loss-le", "controller/core/congestion.py",
+      "sample.loss_ratio < self.clear_loss_ratio", "sample.loss_ratio <= self.clear_loss_ratio"),
+    M("stall-catch-up", "controller/core/poller.py",
+      "self.next_due = due.due + interval * (1 + max(lag, 0.0) // interval)", "self.next_due = due.due + interval"),
+    M("stall-phase-lost", "controller/core/poller.py",
+      "self.next_due = due.due + interval * (1 + max(lag, 0.0) // interval)",
+      "self.next_due = max(due.due + interval, now)"),
+    M("fast-at-hot", "controller/core/poller.py",
+      "busy = tx_bps >= state.policy.congestion.clear_utilisation * port.capacity_bps",
+      "busy = tx_bps >= state.policy.congestion.utilisation * port.capacity_bps"),
+    M("epoch-every-reconcile", "controller/core/portjobs.py", "if epoch > self.epoch else ()", "if epoch else ()"),
+    M("missing-not-forgotten", "controller/core/portjobs.py",
+      "        if not result.missing:\n            self.missing.discard(job.port_no)\n",
+      "        if not result.missing:\n            pass\n"),
+    M("whole-fraction", "controller/core/policy.py",
+      "if number != value and not isinstance(value, str) or not low <= number <= high:",
+      "if not low <= number <= high:"),
+    M("foreign-outside-policy", "controller/core/plan.py",
+      "{p: None for p, q in qos.items() if isinstance(q, OvsdbQos)}", "{p: None for p, q in qos.items() if q is not None}"),
 ]
 
 # Mutants no test can kill because they change nothing a user can see, each with the reason.
@@ -167,6 +199,8 @@ def run(mutant: Mutant, work: Path, timeout: float) -> tuple[str, float]:
     if original.count(mutant.old) != 1:
         return f"stale: the text to mutate occurs {original.count(mutant.old)} times", 0.0
     target.write_text(original.replace(mutant.old, mutant.new))
+    for cached in (target.parent / "__pycache__").glob(f"{target.stem}.*.pyc"):
+        cached.unlink()   # a bytecode cache of the same size and second would be taken for the mutated file
     start = time.monotonic()
     try:
         done = subprocess.run(PYTEST + TESTS, cwd=work, capture_output=True, timeout=timeout)
@@ -185,6 +219,8 @@ def copy_tree(work: Path, head: bool) -> None:
         subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
     else:
         shutil.copytree(ROOT, work, ignore=IGNORE, symlinks=True)
+    if (ROOT / ".venv").exists():   # the launcher's tests run topo/run.py, which wants the tree's venv
+        (work / ".venv").symlink_to((ROOT / ".venv").resolve())
 
 
 def main() -> int:
@@ -197,7 +233,19 @@ def main() -> int:
     parser.add_argument("--tests", nargs="+", default=TESTS, metavar="PATH",
                         help="the tests to run against each mutant (default: tests/unit): a quick check of the "
                              "tests meant to kill them")
+    parser.add_argument("--sweep", nargs="*", metavar="MODULE", choices=sweep.SWEPT,
+                        help="the generated mutants of these modules of the core instead (none named: all of "
+                             f"{', '.join(sweep.SWEPT)}), each against the unit tests that reach it")
+    parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)     # a sweep's worker, in its tree
+    parser.add_argument("--trace", type=Path, nargs=2, help=argparse.SUPPRESS)   # its line map: tree, output
     args = parser.parse_args()
+    if args.serve:
+        sweep.serve(args.serve, args.timeout)
+        return 0
+    if args.trace:
+        return sweep.trace(*args.trace)
+    if args.sweep is not None:
+        return sweep_run(tuple(args.sweep) or sweep.SWEPT, args)
     if args.list:
         for m in MUTANTS:
             print(f"{m.name:28} {m.path}")
@@ -208,11 +256,7 @@ def main() -> int:
     chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
     TESTS[:] = args.tests
     with tempfile.TemporaryDirectory(prefix="mut-") as tmp:
-        works = []
-        for i in range(max(1, min(args.jobs, len(chosen)))):
-            work = Path(tmp) / f"tree{i}"
-            copy_tree(work, args.head)
-            works.append(work)
+        works = trees(Path(tmp), min(args.jobs, len(chosen)), args.head)
         baseline = subprocess.run(PYTEST + TESTS, cwd=works[0], capture_output=True, text=True)
         if baseline.returncode != 0:
             print("the unmutated tree fails its unit tests; no mutant can be judged:\n" + baseline.stdout[-3000:])
@@ -238,6 +282,79 @@ def main() -> int:
                 elif outcome.startswith("stale"):
                     bad += 1
                 print(f"{mutant.name:28} {outcome:14} {seconds:5.0f} s  {mutant.path}{note}", flush=True)
+    return 1 if bad else 0
+
+
+def trees(tmp: Path, count: int, head: bool) -> list[Path]:
+    works = []
+    for i in range(max(1, count)):
+        work = tmp / f"tree{i}"
+        copy_tree(work, head)
+        works.append(work)
+    return works
+
+
+# The sweep's survivors argued equivalent: the rows of docs/testing.md's table that name one ("| `name` | why |").
+ARGUED = re.compile(r"^\| `([\w.]+:\w+#\d+)` \|", re.MULTILINE)
+
+
+def sweep_run(modules: tuple[str, ...], args: argparse.Namespace) -> int:
+    """The generated mutants of `modules`, each against the tests that reach its lines; exit 1 if one survives that
+    docs/testing.md does not argue equivalent."""
+    argued = set(ARGUED.findall((ROOT / "docs" / "testing.md").read_text()))
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="mut-") as tmp:
+        works = trees(Path(tmp), args.jobs, args.head)
+        reached_file = Path(tmp) / "reached.json"
+        traced = subprocess.run([sys.executable, __file__, "--trace", str(works[0]), str(reached_file)],
+                                capture_output=True, text=True)
+        if traced.returncode != 0:
+            print("the unmutated tree fails its unit tests; no mutant can be judged:\n" + traced.stdout[-3000:])
+            return 2
+        reached = json.loads(reached_file.read_text())
+        mutants = sweep.generate(works[0], modules)
+        print(f"unmutated: the unit tests pass; {len(mutants)} mutants of {', '.join(modules)}", flush=True)
+        servers = [subprocess.Popen([sys.executable, __file__, "--serve", str(work), "--timeout",
+                                     str(min(args.timeout, 120.0))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    text=True) for work in works]
+        free = list(servers)
+        texts = {m.path: (works[0] / m.path).read_text() for m in mutants}
+
+        def one(mutant: sweep.Generated) -> tuple[sweep.Generated, str, float]:
+            tests = sweep.tests_for(mutant, reached)
+            if not tests:
+                return mutant, "survived (no test reaches it)", 0.0
+            text = mutant.apply(texts[mutant.path])
+            if text is None:
+                return mutant, "stale", 0.0
+            server = free.pop()
+            try:
+                assert server.stdin is not None and server.stdout is not None
+                server.stdin.write(json.dumps({"path": mutant.path, "text": text, "tests": tests}) + "\n")
+                server.stdin.flush()
+                outcome, seconds = json.loads(server.stdout.readline())
+                return mutant, outcome, seconds
+            finally:
+                free.append(server)
+
+        counts: dict[str, int] = {}
+        bad, spent = 0, 0.0
+        with concurrent.futures.ThreadPoolExecutor(len(servers)) as pool:
+            for mutant, outcome, seconds in pool.map(one, mutants):
+                spent += seconds
+                kind = "killed" if outcome.startswith("killed") else "stale" if outcome == "stale" else \
+                    "equivalent" if mutant.name in argued else "survived" if outcome == "survived" else "unreached"
+                counts[kind] = counts.get(kind, 0) + 1
+                if kind != "killed":
+                    bad += kind != "equivalent"
+                    print(f"{mutant.name:48} {outcome:30} {mutant.shown}", flush=True)
+        for server in servers:
+            assert server.stdin is not None
+            server.stdin.close()
+            server.wait()
+    minutes = (time.monotonic() - started) / 60
+    print(f"{len(mutants)} mutants in {minutes:.0f} min ({spent / max(1, len(mutants)):.1f} s of tests a mutant): "
+          + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
     return 1 if bad else 0
 
 

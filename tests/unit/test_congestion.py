@@ -181,3 +181,12 @@ def test_loss_of_a_lone_class_is_not_congestion():
     assert all(detector.observe(lone, float(t)) is None for t in range(10))
     competing = PortSample(tx_bps=4.99e6, tx_pps=400, drops_ps=33, capacity_bps=5e6, competing=True)
     assert detector.observe(competing, 10.0).action == PROGRAM
+
+
+def test_loss_exactly_at_the_clear_ratio_is_not_calm():
+    """Calm is loss below clear_loss_ratio: a congested port that loses exactly that share keeps its reservation."""
+    at_clear = sample(0.7, DEFAULT.clear_loss_ratio)
+    assert at_clear.loss_ratio == DEFAULT.clear_loss_ratio and not DEFAULT.is_hot(at_clear)
+    detector = congested_detector()
+    assert feed(detector, [at_clear] * 10, start=2.0) == [] and detector.congested
+    assert feed(detector, [sample(0.7, 0.0009)] * 4, start=12.0) == [(ROLLBACK, 15.0)]

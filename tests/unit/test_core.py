@@ -409,3 +409,105 @@ def test_a_switch_of_the_policy_that_is_not_connected_is_named_and_changed_when_
     assert result["not_in_sync"] == {"0000000000000002": NOT_CONNECTED} and mode(net, "s2-eth1") == "fifo"
     net.app.connect(net.s2)
     assert net.s2.table == {} and mode(net, "s2-eth1") is None
+
+
+# --- what stays shown, and for how long ------------------------------------------------------------------
+
+def test_a_flow_error_is_shown_until_the_switch_takes_the_batch_and_not_after(net):
+    net.s1.refuse_cookies = {COOKIE | 1}
+    assert up(net)["in_sync"] is False
+    net.s1.refuse_cookies = set()                # the switch takes the batch when it is sent again, a poll later
+    net.app.poll()
+    s1 = net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]
+    assert (s1["in_sync"], s1["not_in_sync"]) == (True, {}) and net.app.snapshot.in_sync[1]
+    assert len(net.s1.table) == S1_FLOWS
+
+
+def test_the_policy_load_error_is_shown_until_a_policy_is_taken(net):
+    up(net)
+    bad = shipped("auto")
+    bad["classes"]["udp"]["queue"] = 1           # two classes share a queue
+    _, error = net.app.request(ev.SetPolicy, bad)
+    assert isinstance(error, PolicyError) and net.app.snapshot.load_error
+    _, error = net.app.request(ev.SetPolicy, shipped("auto"))
+    assert error is None and not net.app.snapshot.load_error
+
+
+def test_a_change_a_busy_switch_takes_seconds_to_hold_is_answered_in_sync_once_it_does(net):
+    """vswitchd busy for 5 s (well within CONFIRM_SECONDS): the answer waits for it, rather than saying at once
+    that the switch is not in sync."""
+    up(net)
+    net.s1.stalled = True
+    net.app.begin(ev.SetPolicy, shipped("auto"))
+    net.app.advance(5.0)
+    assert net.app.answers == []
+    net.s1.stalled = False
+    net.app.advance(1.0)
+    (answer,) = net.app.answers
+    assert answer.error is None and answer.result["in_sync"] is True
+
+
+# --- what is not ours -------------------------------------------------------------------------------------
+
+def test_a_switch_outside_the_policy_loses_our_queues_and_keeps_another_tools(net):
+    up(net)
+    net.ovsdb.qos["s2-eth4"] = FOREIGN               # another tool's QoS on a port of s2
+    outside = shipped("reserve")
+    del outside["switches"]["s2"], outside["network"]   # s2 in no policy: nothing of ours stays on it
+    result, error = net.app.request(ev.SetPolicy, outside)
+    assert error is None and result["in_sync"] is True
+    assert net.ovsdb.qos["s2-eth4"] == FOREIGN and mode(net, "s2-eth1") is None and net.s2.table == {}
+    net.app.poll()
+    assert net.ovsdb.writes_to["s2-eth4"] == 0 and net.app.snapshot.in_sync[2]
+
+
+# --- tc, and the polls, when something goes away for a while ---------------------------------------------
+
+def test_an_htb_qdisc_gone_back_and_gone_again_is_looked_at_again_before_it_is_rebuilt(net):
+    """Gone at one check and there at the next is OVS rebuilding it: a later absence starts the count afresh."""
+    up(net)
+    tc, news = net.app.tc, ev.TcChanged(frozenset({net.app.tc.ifindex("s1-eth1")}))
+    writes = net.ovsdb.writes_to["s1-eth1"]
+    tc.delete_root("s1-eth1")
+    net.app.handle(news)
+    net.app.settle()                                 # gone: looked at again at the next poll
+    tc.gone.discard("s1-eth1")                       # OVS built it again meanwhile
+    net.app.poll()                                   # there
+    tc.delete_root("s1-eth1")
+    net.app.handle(news)
+    net.app.settle()                                 # gone again: for the first time since it was there
+    assert net.ovsdb.writes_to["s1-eth1"] == writes and tc.classes("s1-eth1") == {}
+    net.app.poll()                                   # still gone: rebuilt
+    assert net.ovsdb.writes_to["s1-eth1"] > writes and set(tc.classes("s1-eth1")) == {"1:1", "1:2", "1:3", "1:4"}
+
+
+def slow_polls(net, switch) -> list[float]:
+    """The instants from now on at which the controller asks `switch` for every port's counters."""
+    times: list[float] = []
+    process = switch.process
+
+    def watched(conn, msg):
+        if type(msg).__name__ == "OFPPortStatsRequest" and msg.port_no == switch.ofproto.OFPP_ANY:
+            times.append(net.app.clock)
+        process(conn, msg)
+    switch.process = watched
+    return times
+
+
+def test_after_the_loop_stalls_each_switch_is_polled_once_and_keeps_its_phase(net):
+    """A stalled event loop (a long batch, a paused process) leaves the polls due meanwhile late: each switch is
+    polled once then, not once per missed interval, and its polls fall where they fell before, so that many
+    switches' polls stay spread over the interval."""
+    up(net)
+    net.app.advance(0.5)
+    s1, s2 = slow_polls(net, net.s1), slow_polls(net, net.s2)
+    net.app.advance(3.0)
+    before = {name: {round(t % 1.0, 6) for t in times} for name, times in (("s1", s1), ("s2", s2))}
+    assert len(before["s1"]) == len(before["s2"]) == 1 and before["s1"] != before["s2"]
+    s1.clear(), s2.clear()
+    resumed = net.app.clock + 5.0
+    net.app.clock = resumed                          # the loop stalls: no timer fires for 5 s
+    net.app.advance(3.0)
+    for name, times in (("s1", s1), ("s2", s2)):
+        assert times[0] == resumed and len(times) == len(set(times)) <= 4, (name, times)   # the late poll, once
+        assert {round(t % 1.0, 6) for t in times[1:]} == before[name], (name, times)

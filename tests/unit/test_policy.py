@@ -393,3 +393,34 @@ def test_a_delay_is_read_in_microseconds(value, us):
 def test_a_delay_without_its_unit_or_beyond_a_minute_is_refused(value, message):
     with pytest.raises(PolicyError, match=f"^external_ids:ovs-qos-delay: {message}"):
         delay_us(value, "external_ids:ovs-qos-delay")
+
+
+def _move_port(doc: dict, value) -> None:
+    ports = doc["switches"]["s1"]["ports"]
+    ports[value] = ports.pop(1)
+
+
+WHOLE = [
+    # (id, where the number goes in the shipped reserve document, the field the message names, a whole value there)
+    ("class queue", lambda d, v: _set(d["classes"]["udp"], "queue", v), "classes.udp.queue", 2.0),
+    ("class priority", lambda d, v: _set(d["classes"]["udp"], "priority", v), "classes.udp.priority", 2.0),
+    ("flow priority", lambda d, v: _set(s1_flow(d, 0), "priority", v), "switches.s1.flows[0].priority", 1234.0),
+    ("dp_id", lambda d, v: _set(d["switches"]["s1"], "dp_id", v), "switches.s1.dp_id", 3.0),
+    ("port", _move_port, "switches.s1.ports", 2.0),
+    ("in_port", lambda d, v: _set(s1_flow(d, 0)["match"], "in_port", v), "switches.s1.flows[0].match.in_port", 4.0),
+    ("output", lambda d, v: _set(s1_flow(d, 0), "actions", [{"output": v}]), "switches.s1.flows[0].actions[0].output",
+     2.0),
+]
+
+
+@pytest.mark.parametrize("change, path, whole", [case[1:] for case in WHOLE], ids=[c[0] for c in WHOLE])
+def test_a_fraction_where_a_whole_number_is_meant_is_refused_and_a_whole_one_written_as_a_float_taken(change, path,
+                                                                                                      whole):
+    doc = shipped("reserve")
+    change(doc, 1.5)
+    with pytest.raises(PolicyError) as err:
+        parse_policy(doc)
+    assert str(err.value).startswith(path) and "1.5 is not a whole number" in str(err.value), str(err.value)
+    doc = shipped("reserve")
+    change(doc, whole)                              # 2.0 is the whole number 2 (YAML and JSON may write it so)
+    parse_policy(doc)

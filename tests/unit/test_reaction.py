@@ -147,3 +147,21 @@ def test_a_flood_that_silences_tcp_at_once_is_still_answered(net):
     net.app.advance(0.5)
     (decision,) = net.app.decisions
     assert decision["action"] == "program" and decision["time"] - onset <= 0.15
+
+
+def test_a_port_at_half_its_capacity_is_fast_polled_so_a_flood_just_after_a_slow_poll_is_answered_at_once(net):
+    """Fast polls start at clear_utilisation (half the port), below the hot threshold: a flood that starts just
+    after a slow poll of a port already busy is answered within two fast polls, not a slow poll later."""
+    up(net, "auto")
+    net.s1.load, net.s1.class_load = {1: 0.6 * CAPACITY}, {TCP: 0.6 * CAPACITY}
+    net.app.advance(3.0)
+    fast = fast_requests(net)
+    net.app.advance(1.0)
+    assert fast_requests(net) - fast >= 10         # every 50 ms, not every second
+    poller = net.app.switches[1].poller
+    net.app.advance(poller.next_due - net.app.clock + 0.01)
+    onset = net.app.clock                          # just after a slow poll
+    udp_flood(net, 8e6)
+    net.app.advance(0.5)
+    (decision,) = net.app.decisions
+    assert decision["action"] == "program" and decision["time"] - onset <= 0.15, decision["time"] - onset

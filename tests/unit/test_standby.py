@@ -14,7 +14,7 @@ from controller.core.controller import Standby
 from controller.core.errors import StorageError
 from controller.core.jobs import Job
 from controller.core.view import Role
-from tests.unit.fakes import S1_FLOWS, FakeSwitch, flood, mode, shipped, up
+from tests.unit.fakes import S1_FLOWS, FakeConnection, FakeSwitch, flood, mode, shipped, up
 
 MASTER, SLAVE = FakeSwitch.ofproto.OFPCR_ROLE_MASTER, FakeSwitch.ofproto.OFPCR_ROLE_SLAVE
 
@@ -239,3 +239,35 @@ def test_a_pair_that_kept_its_policy_in_a_shared_file_takes_it_from_there_until_
     restarted.remotes_changed()
     _, error = restarted.request(ev.SetPolicy, shipped("auto"))
     assert error is None and '"name": "auto"' in net.ovsdb.policy_text
+
+
+def test_a_master_refused_as_stale_learns_the_switchs_id_claims_above_it_and_puts_the_switch_right(net, caplog):
+    """Another owner's controller masters s1 with a newer id and empties its table; our next claim of s1 (a new id
+    of ours, claimed for s2) is refused as stale. s1 is asked its id again, claimed above it, and repaired."""
+    up(net)
+    rival = FakeConnection(net.s1)
+    rival.send_msg(rival.ofproto_parser.OFPRoleRequest(rival, MASTER, 1000))
+    net.s1.table.clear()
+    net.app.disconnect(net.s2)
+    net.s2.generation = 500                          # s2 saw a newer id too: ours becomes 501, claimed everywhere
+    net.app.connect(net.s2)
+    assert "switch 0000000000000001 refused our role request: OFPET_ROLE_REQUEST_FAILED/OFPRRFC_STALE" in \
+        caplog.messages                               # s1 refused the claim of 501
+    net.app.poll()
+    assert (net.s1.role, net.s1.generation_id) == (MASTER, 1001) and len(net.s1.table) == S1_FLOWS
+
+
+def test_a_hung_active_has_stopped_by_its_own_clock_before_its_standby_steals_the_lock(pair):
+    """LEASE_SECONDS against TAKEOVER_SECONDS: an active that hangs (no heartbeat, no event) and resumes at the
+    moment its standby steals the lock no longer speaks or writes as the active one."""
+    net, active, standby = pair.net, pair.active, pair.standby
+    for _ in range(30):                              # the standby watches the heartbeat stand still
+        standby.advance(1.0)
+        if net.ovsdb.holder is standby.session:
+            break
+    assert net.ovsdb.holder is standby.session
+    active.clock = standby.clock                     # it resumes, and has heard nothing yet
+    status, _ = active.request(ev.GetStatus)
+    assert status["role"] == "unconfirmed"
+    _, error = active.request(ev.SetPolicy, shipped("reserve"))
+    assert isinstance(error, Standby) and "has not confirmed" in str(error)
