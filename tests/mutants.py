@@ -305,14 +305,17 @@ def sweep_run(modules: tuple[str, ...], args: argparse.Namespace) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mut-") as tmp:
         works = trees(Path(tmp), args.jobs, args.head)
-        reached_file = Path(tmp) / "reached.json"
-        traced = subprocess.run([sys.executable, __file__, "--trace", str(works[0]), str(reached_file)],
-                                capture_output=True, text=True)
-        if traced.returncode != 0:
-            print("the unmutated tree fails its unit tests; no mutant can be judged:\n" + traced.stdout[-3000:])
-            return 2
-        reached = json.loads(reached_file.read_text())
-        mutants = sweep.generate(works[0], modules)
+        mutants = [m for m in sweep.generate(works[0], modules) if not args.names or m.name in args.names]
+        if args.tests != ["tests/unit"]:   # these tests only, for every mutant: a quick check of a new test
+            chosen = args.tests
+        else:
+            traced_file = Path(tmp) / "traced.json"
+            traced = subprocess.run([sys.executable, __file__, "--trace", str(works[0]), str(traced_file)],
+                                    capture_output=True, text=True)
+            if traced.returncode != 0:
+                print("the unmutated tree fails its unit tests; no mutant can be judged:\n" + traced.stdout[-3000:])
+                return 2
+            reached = json.loads(traced_file.read_text())
         print(f"unmutated: the unit tests pass; {len(mutants)} mutants of {', '.join(modules)}", flush=True)
         servers = [subprocess.Popen([sys.executable, __file__, "--serve", str(work), "--timeout",
                                      str(min(args.timeout, 120.0))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -321,7 +324,7 @@ def sweep_run(modules: tuple[str, ...], args: argparse.Namespace) -> int:
         texts = {m.path: (works[0] / m.path).read_text() for m in mutants}
 
         def one(mutant: sweep.Generated) -> tuple[sweep.Generated, str, float]:
-            tests = sweep.tests_for(mutant, reached)
+            tests = chosen if args.tests != ["tests/unit"] else sweep.tests_for(mutant, reached)
             if not tests:
                 return mutant, "survived (no test reaches it)", 0.0
             text = mutant.apply(texts[mutant.path])
@@ -345,8 +348,8 @@ def sweep_run(modules: tuple[str, ...], args: argparse.Namespace) -> int:
                 kind = "killed" if outcome.startswith("killed") else "stale" if outcome == "stale" else \
                     "equivalent" if mutant.name in argued else "survived" if outcome == "survived" else "unreached"
                 counts[kind] = counts.get(kind, 0) + 1
-                if kind != "killed":
-                    bad += kind != "equivalent"
+                bad += kind not in ("killed", "equivalent")
+                if kind != "killed" or args.names:
                     print(f"{mutant.name:48} {outcome:30} {mutant.shown}", flush=True)
         for server in servers:
             assert server.stdin is not None

@@ -73,6 +73,10 @@ def test_none_queues_every_port_fifo_and_uses_default_congestion_settings():
     policy = load_policy(POLICIES / "none.yaml")
     assert {p.queues for s in policy.switches for p in s.ports} == {"fifo"}
     assert policy.congestion == CongestionConfig()
+    # What a policy without a congestion: section gets, as numbers: a default moved is a change users see.
+    assert CongestionConfig() == CongestionConfig(utilisation=0.9, loss_ratio=0.01, samples=2, clear_utilisation=0.5,
+                                                  clear_loss_ratio=0.001, hold_seconds=3.0, shortfall=0.1)
+    assert (policy.poll_interval, policy.fast_poll_interval) == (1.0, 0.05)
 
 
 def test_reserve_classes_and_their_flows():

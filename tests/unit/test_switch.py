@@ -115,6 +115,17 @@ def test_a_master_claim_waits_for_a_generation_id_newer_than_the_switchs(replica
     assert [(m.role, m.generation) for m in sent(out, act.RoleRequest)] == [("master", 10)]
 
 
+def test_no_claim_master_or_slave_is_sent_before_the_switch_has_said_its_generation_id(replica):
+    """A claim below the switch's id would only be refused: a new id of ours, or standing down, before the switch
+    answered what it has seen, sends nothing; its answer is claimed above."""
+    sw, out = connected(replica)
+    (ask,) = sent(out, act.RoleRequest)
+    assert sw.handle(ev.RoleDue(), 100.0, view(replica, generation=3)) == []
+    assert sw.handle(ev.StandingDown(), 100.0, view(replica, active=False)) == []
+    out = sw.handle(ev.RoleReply(7, ask.xid, "equal", 2), 100.0, view(replica, active=False))
+    assert [(m.role, m.generation) for m in sent(out, act.RoleRequest)] == [("slave", 2)]
+
+
 def test_a_standby_claims_slave_with_the_switchs_own_id(replica):
     sw, out = connected(replica)
     (ask,) = sent(out, act.RoleRequest)
@@ -343,6 +354,7 @@ def test_a_master_whose_new_claim_is_refused_as_stale_writes_nothing_until_the_s
     out = sw.handle(ev.ErrorReply(7, claim.xid, STALE), 101.0, view(replica, 6))
     (ask,) = sent(out, act.RoleRequest)
     assert ask.role == "nochange" and sw.status(view(replica, 6))["role"] == "refused"
+    assert sw.telemetry.openflow_errors == {}                         # a lost claim, not a message refused
     reserve = load_policy("policies/reserve.yaml")
     out = sw.handle(ev.PolicyInstalled(), 101.0, SwitchView(reserve, Mode.IN_FORCE, True, True, 6, replica))
     assert writes(out) == [] and not sw.role.writable(view(replica, 6))
