@@ -6,6 +6,8 @@ in a copy of the tree: a mutant the tests do not kill is a claim no test checks 
     .venv/bin/python tests/mutants.py --list
     .venv/bin/python tests/mutants.py --head          # the last commit's tree, not the working tree's
     .venv/bin/python tests/mutants.py plan-match --tests tests/unit/test_claims.py   # does this test kill it?
+    .venv/bin/python tests/mutants.py --head --sweep      # the generated mutants of the core (tests/sweep.py)
+    .venv/bin/python tests/mutants.py 'role.RoleManager.claim:if#1' --sweep role --tests tests/unit/test_switch.py
 
 The unmutated copy is run first: if its unit tests fail (someone's work in progress), every mutant would
 look killed, so the run stops there (use --head, or finish the work). Each mutant is one textual change (`old` must occur exactly once in its file, so a refactor that moves

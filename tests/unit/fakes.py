@@ -689,5 +689,18 @@ def flood(net, tcp_bps: float, udp_bps: float) -> None:
     net.s1.class_load = {COOKIE | CLASSIFIED | 3: udp_bps, COOKIE | CLASSIFIED | 4: tcp_bps}
 
 
+def slow_polls(app: Harness, switch: FakeSwitch) -> list[float]:
+    """The instants, on `app`'s clock, at which a controller asks `switch` for every port's counters from now on."""
+    times: list[float] = []
+    process = switch.process
+
+    def watched(conn, msg):
+        if type(msg).__name__ == "OFPPortStatsRequest" and msg.port_no == switch.ofproto.OFPP_ANY:
+            times.append(app.clock)
+        process(conn, msg)
+    switch.process = watched
+    return times
+
+
 def _checked(document: Any) -> tuple[Any, Policy]:
     return document, parse_policy(document)

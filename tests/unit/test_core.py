@@ -10,7 +10,7 @@ from controller.core.errors import PolicyError
 from controller.core.flows import CLASSIFIED, COOKIE
 from controller.core.keeper import CONFIRM_SECONDS, NOT_CONNECTED
 from controller.core.plan import FOREIGN
-from tests.unit.fakes import S1_FLOWS, S2_FLOWS, TCP, UDP, VOICE, flood, mode, shipped, up
+from tests.unit.fakes import S1_FLOWS, S2_FLOWS, TCP, UDP, VOICE, flood, mode, shipped, slow_polls, up
 
 MARKS = {(family, dscp, cls) for family in ("ipv4", "ipv6") for dscp, cls in ((1, "1:2"), (2, "1:3"), (3, "1:4"))}
 
@@ -481,33 +481,25 @@ def test_an_htb_qdisc_gone_back_and_gone_again_is_looked_at_again_before_it_is_r
     assert net.ovsdb.writes_to["s1-eth1"] > writes and set(tc.classes("s1-eth1")) == {"1:1", "1:2", "1:3", "1:4"}
 
 
-def slow_polls(net, switch) -> list[float]:
-    """The instants from now on at which the controller asks `switch` for every port's counters."""
-    times: list[float] = []
-    process = switch.process
-
-    def watched(conn, msg):
-        if type(msg).__name__ == "OFPPortStatsRequest" and msg.port_no == switch.ofproto.OFPP_ANY:
-            times.append(net.app.clock)
-        process(conn, msg)
-    switch.process = watched
-    return times
-
-
-def test_after_the_loop_stalls_each_switch_is_polled_once_and_keeps_its_phase(net):
+def test_after_the_loop_stalls_each_switch_is_polled_once_and_keeps_its_phase(net, caplog):
     """A stalled event loop (a long batch, a paused process) leaves the polls due meanwhile late: each switch is
     polled once then, not once per missed interval, and its polls fall where they fell before, so that many
     switches' polls stay spread over the interval."""
     up(net)
     net.app.advance(0.5)
-    s1, s2 = slow_polls(net, net.s1), slow_polls(net, net.s2)
+    s1, s2 = slow_polls(net.app, net.s1), slow_polls(net.app, net.s2)
     net.app.advance(3.0)
     before = {name: {round(t % 1.0, 6) for t in times} for name, times in (("s1", s1), ("s2", s2))}
     assert len(before["s1"]) == len(before["s2"]) == 1 and before["s1"] != before["s2"]
     s1.clear(), s2.clear()
+    assert not [m for m in caplog.messages if "cannot be polled" in m]
     resumed = net.app.clock + 5.0
     net.app.clock = resumed                          # the loop stalls: no timer fires for 5 s
     net.app.advance(3.0)
     for name, times in (("s1", s1), ("s2", s2)):
         assert times[0] == resumed and len(times) == len(set(times)) <= 4, (name, times)   # the late poll, once
         assert {round(t % 1.0, 6) for t in times[1:]} == before[name], (name, times)
+    net.app.clock += 5.0                             # and again
+    net.app.advance(1.0)
+    late = [m for m in caplog.messages if "statistics cannot be polled every 1 s" in m]
+    assert len(late) == 2 and "switch 0000000000000001: " in late[0] + late[1]   # said once a switch

@@ -139,3 +139,14 @@ def test_meter_counters_reach_the_metrics_with_their_class(net):
     assert net.app.snapshot.switches[1].meters == {(UDP_METER, "udp"): (1000, 1_400_000, 600)}
     net.app.disconnect(net.s1)
     assert 1 not in net.app.snapshot.switches
+
+
+def test_a_meter_changed_in_place_by_hand_is_put_back_within_ten_polls(net):
+    """Its id stays, so the meter statistics show nothing: the meters' configuration is read with the whole table."""
+    up(net, "police")
+    parser, ofp = net.s1.ofproto_parser, net.s1.ofproto
+    net.s1.meters[UDP_METER] = parser.OFPMeterMod(net.s1, ofp.OFPMC_ADD, ofp.OFPMF_KBPS | ofp.OFPMF_BURST | ofp.OFPMF_STATS,
+                                                  UDP_METER, [parser.OFPMeterBandDrop(rate=9, burst_size=9)])
+    for _ in range(10):
+        net.app.poll()
+    assert band(net.s1) == (500, 50) and net.app.snapshot.drift_repairs().get("meters") == 1

@@ -16,7 +16,7 @@ from controller.core.controller import Standby
 from controller.core.errors import StorageError
 from controller.core.jobs import Job
 from controller.core.view import Role
-from tests.unit.fakes import S1_FLOWS, FakeConnection, FakeSwitch, flood, mode, shipped, up
+from tests.unit.fakes import S1_FLOWS, FakeConnection, FakeSwitch, flood, mode, shipped, slow_polls, up
 
 MASTER, SLAVE = FakeSwitch.ofproto.OFPCR_ROLE_MASTER, FakeSwitch.ofproto.OFPCR_ROLE_SLAVE
 
@@ -331,3 +331,21 @@ def test_the_fence_a_lone_controller_a_pair_and_a_cluster_member_carry():
     cluster.claimed(ev.SwitchClaimed(1, 42))
     assert (member.epoch_of(1), member.generation_of(1)) == (42, 42)
     assert member.need(1, 42) == [act.ClaimSwitch(1, renew=True)]   # a switch saw 42: the key put again, for a newer
+
+
+def test_an_active_that_stands_down_and_takes_over_again_polls_each_switch_once_an_interval(pair):
+    """The poll timer of its first turn is still set when the second turn starts its own: only one of them polls."""
+    net, active = pair.net, pair.active
+    net.s1.load = {1: 0.6 * 5_000_000}               # busy: fast polled too
+    active.advance(1.0)
+    net.ovsdb.holder = pair.standby.session
+    active.remotes_changed()                         # stood down ...
+    net.ovsdb.holder = active.session
+    active.remotes_changed()                         # ... and the lock back at once
+    assert active.authority.role == "active"
+    polls = slow_polls(active, net.s1)
+    fast = len([m for m in net.s1.sent if type(m).__name__ == "OFPPortStatsRequest" and m.port_no == 1])
+    active.advance(5.0)
+    assert 4 <= len(polls) <= 5 and len(polls) == len(set(polls)), polls
+    fast = len([m for m in net.s1.sent if type(m).__name__ == "OFPPortStatsRequest" and m.port_no == 1]) - fast
+    assert 80 <= fast <= 101, fast                   # every 50 ms, one chain of them
