@@ -53,10 +53,6 @@ class FlowSync(SwitchPart):
         self.link.ask(act.METER_CONFIG)
         self.link.ask(act.FLOWS)
 
-    @property
-    def known(self) -> bool:
-        return self.flows is not None and self.meters is not None
-
     def errors(self) -> dict[str, str]:
         return dict(self._errors)
 

@@ -135,7 +135,7 @@ def test_a_standby_claims_slave_with_the_switchs_own_id(replica):
 
 def test_a_mastered_switch_gets_the_plan_as_one_batch_and_its_ports_as_jobs(replica):
     sw = mastered(replica)
-    assert not sw.flows.known                       # nothing is planned before the tables are read
+    assert sw.flows.flows is None                   # nothing is planned before the tables are read
     out = read_tables(sw, replica, asked(sw))
     adds, barriers = sent(out, act.AddFlow), sent(out, act.Barrier)
     assert len(adds) == 7 and len(barriers) == 1     # s1's seven flows, one barrier after them
