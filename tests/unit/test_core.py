@@ -213,12 +213,14 @@ def test_a_classified_flow_changed_in_place_is_put_back_at_the_next_poll(net):
     assert entry.instructions and net.s1.steering() == {TCP, UDP, VOICE}
 
 
-def test_a_qos_cleared_in_ovsdb_is_back_after_the_next_poll(net):
+def test_a_qos_cleared_in_ovsdb_is_back_after_the_next_poll(net, caplog):
     up(net)
     del net.ovsdb.qos["s1-eth1"]
     net.app.poll()
     assert mode(net) == "reserve" and net.app.tc.filters("s1-eth1") == MARKS
     assert net.app.snapshot.drift_repairs() == {"qos": 1}
+    assert "switch 0000000000000001: drift (qos) repaired: port 1 (s1-eth1): OVSDB holds no QoS, not what we put" \
+        in caplog.messages
 
 
 def test_filters_changed_on_the_device_are_fixed_when_netlink_says_so(net):
@@ -251,6 +253,12 @@ def test_another_tools_qos_put_on_a_port_of_ours_is_left_alone_and_not_called_a_
     assert net.ovsdb.qos["s1-eth1"] == FOREIGN and "qos" not in net.app.snapshot.drift_repairs()
     assert [r.message for r in caplog.records if "another tool" in r.message] == \
         ["switch 0000000000000001 port 1 (s1-eth1): another tool's QoS is on it; left alone"]
+    del net.ovsdb.qos["s1-eth1"]                     # the other tool takes its QoS off: ours back, no repair either
+    net.app.poll()
+    assert mode(net) == "reserve" and "qos" not in net.app.snapshot.drift_repairs()
+    net.ovsdb.qos["s1-eth1"] = FOREIGN               # and puts it on again: said again
+    net.app.poll()
+    assert len([r for r in caplog.records if "another tool" in r.message]) == 2
 
 
 # --- errors -------------------------------------------------------------------------------------------
@@ -265,13 +273,16 @@ def test_an_openflow_error_is_matched_to_its_message_counted_and_shown(net):
     assert status["switches"]["0000000000000001"]["in_sync"] is False
 
 
-def test_an_ovsdb_refusal_is_shown_and_tried_again_once_a_poll(net):
+def test_an_ovsdb_refusal_is_shown_and_tried_again_once_a_poll(net, caplog):
     net.ovsdb.refuse = {"s1-eth1"}
     result = up(net)
     assert result["in_sync"] is False and mode(net) is None
     transactions = net.ovsdb.transactions
     net.app.settle()
     assert net.ovsdb.transactions == transactions      # no retry storm between polls
+    net.app.poll()
+    net.app.poll()
+    assert len([m for m in caplog.messages if "port 1 (s1-eth1): port 's1-eth1' refused" in m]) == 1   # said once
     net.ovsdb.refuse = set()
     net.app.poll()
     assert mode(net) == "reserve"
@@ -416,6 +427,7 @@ def test_a_switch_of_the_policy_that_is_not_connected_is_named_and_changed_when_
 def test_a_flow_error_is_shown_until_the_switch_takes_the_batch_and_not_after(net):
     net.s1.refuse_cookies = {COOKIE | 1}
     assert up(net)["in_sync"] is False
+    assert "flows" not in net.app.snapshot.drift_repairs()    # the rest of our own batch, read back, is no drift
     net.s1.refuse_cookies = set()                # the switch takes the batch when it is sent again, a poll later
     net.app.poll()
     s1 = net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]
@@ -503,3 +515,25 @@ def test_after_the_loop_stalls_each_switch_is_polled_once_and_keeps_its_phase(ne
     net.app.advance(1.0)
     late = [m for m in caplog.messages if "statistics cannot be polled every 1 s" in m]
     assert len(late) == 2 and "switch 0000000000000001: " in late[0] + late[1]   # said once a switch
+
+
+def test_a_poll_answered_while_a_change_is_in_flight_is_no_drift(net):
+    """What a switch said before our batch reached it is not someone else's change."""
+    up(net, "police")
+    net.s1.stalled = True
+    for _ in range(10):                               # up to the poll that reads the whole table and the meters
+        net.app.advance(1.0)
+    net.app.begin(ev.SetPolicy, shipped("auto"))      # flows and meters change, behind that poll's requests
+    net.s1.stalled = False
+    net.app.settle()
+    assert net.app.answers[0].result["in_sync"] is True and net.app.snapshot.drift_repairs() == {}
+
+
+def test_a_tc_write_netlink_refused_is_done_at_a_poll_once_netlink_takes_it(net):
+    net.app.tc.fail = {"replace_leaf": "Operation not permitted"}
+    result = up(net)
+    assert result["in_sync"] is False and mode(net) == "reserve"     # OVSDB took the queues; their leaves wait
+    net.app.tc.fail = {}
+    net.app.poll()
+    assert {leaf.kind for leaf in net.app.tc.leaves("s1-eth1").values()} == {"pfifo_head_drop"}
+    assert net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]["in_sync"] is True

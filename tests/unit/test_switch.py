@@ -15,6 +15,7 @@ from controller.core.controller import Controller
 from controller.core.jobs import JobResult
 from controller.core.keeper import SAVED_ABSENT, SAVED_POLICY
 from controller.core.policy import load_document, load_policy, parse_policy
+from controller.core.portjobs import TC_SWEEP_SECONDS, PortJobs
 from controller.core.queues import desired_qos
 from controller.core.role import not_older
 from controller.core.stats import PortCounters, QueueCounters
@@ -378,3 +379,22 @@ def test_generation_ids_are_compared_as_a_signed_distance_so_that_they_may_wrap(
     assert out == [act.NeedGeneration(1, 2**64 - 3)]                 # older: a newer one is claimed first
     out = sw.handle(ev.RoleDue(), 100.0, view(replica, generation=3))
     assert [(m.role, m.generation) for m in sent(out, act.RoleRequest)] == [("master", 3)]   # wrapped: newer
+
+
+def test_every_port_is_checked_once_more_than_5_minutes_after_the_last_sweep(replica):
+    """netlink announces tc changes; a sweep every 300 s catches one it dropped."""
+    sw = mastered(replica)
+    jobs = PortJobs(sw.link, now=0.0)
+    jobs.ifindex = {1: 11, 3: 13}
+    assert TC_SWEEP_SECONDS == 300.0
+    assert not jobs.poll(300.0) and jobs.check == set()
+    assert jobs.poll(300.5) and jobs.check == {1, 3}
+    jobs.check.clear()
+    assert not jobs.poll(301.0) and not jobs.poll(600.0) and jobs.poll(601.0)
+
+
+def test_a_pair_raises_its_first_generation_id_as_the_switchs_epoch(replica):
+    sw = mastered(replica)
+    out = read_tables(sw, replica, asked(sw), epoch=1)
+    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    assert submit.epochs == ((1, 1),)
