@@ -537,3 +537,33 @@ def test_a_tc_write_netlink_refused_is_done_at_a_poll_once_netlink_takes_it(net)
     net.app.poll()
     assert {leaf.kind for leaf in net.app.tc.leaves("s1-eth1").values()} == {"pfifo_head_drop"}
     assert net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]["in_sync"] is True
+
+
+def test_a_port_ovsdb_no_longer_has_while_the_switch_still_lists_it_is_left_for_then(net):
+    """A port being removed (or added): OVSDB and the switch disagree for a moment, and no job is tried for it."""
+    up(net)
+    net.ovsdb.bridges[1] = replace(net.ovsdb.bridges[1], ports={2: "s1-eth2", 3: "s1-eth3"})
+    transactions = net.ovsdb.attempts
+    net.app.handle(ev.TcChanged(None))              # anything that plans s1 again
+    net.app.settle()
+    s1 = net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]
+    assert net.ovsdb.attempts == transactions and s1["not_in_sync"] == {}
+
+
+def test_a_port_the_policy_no_longer_lists_loses_our_queues(net):
+    up(net)
+    fewer = shipped("reserve")
+    del fewer["switches"]["s1"]["ports"]             # s1 keeps its flows; port 1 is no longer the policy's
+    result, error = net.app.request(ev.SetPolicy, fewer)
+    assert error is None and result["in_sync"] and mode(net) is None and len(net.s1.table) == S1_FLOWS
+
+
+def test_only_the_port_the_classes_are_steered_out_of_shows_as_programmed(net):
+    """The metrics' `programmed` is the port the steering flows output to, not a port whose number a queue id shares:
+    port 2 reserves too, and udp's queue is 2."""
+    net.app.connect(net.s1)
+    net.app.connect(net.s2)
+    two = shipped("reserve")
+    two["switches"]["s1"]["ports"][2] = {"capacity": "5Mbit", "queues": "reserve"}
+    assert net.app.request(ev.SetPolicy, two)[1] is None
+    assert net.app.snapshot.switches[1].programmed == {1: True, 2: False}
