@@ -386,14 +386,16 @@ def test_class_priority_is_validated_and_voice_is_served_first_and_tcp_borrows_b
         parse_policy(doc)
 
 
-@pytest.mark.parametrize("value, us", [("10ms", 10_000), ("500us", 500), ("0.1s", 100_000), ("2.5ms", 2_500), ("0ms", 0)])
+@pytest.mark.parametrize("value, us", [("10ms", 10_000), ("500us", 500), ("0.1s", 100_000), ("2.5ms", 2_500), ("0ms", 0),
+                                       ("60s", 60_000_000)])
 def test_a_delay_is_read_in_microseconds(value, us):
     assert delay_us(value, "delay") == us
 
 
 @pytest.mark.parametrize("value, message", [("10", "'10' is not a delay; write e.g. 10ms"),
                                             ("10 ms", "'10 ms' is not a delay"),
-                                            ("61s", "'61s' is longer than a minute")])
+                                            ("61s", "'61s' is longer than a minute"),
+                                            ("60000001us", "'60000001us' is longer than a minute")])
 def test_a_delay_without_its_unit_or_beyond_a_minute_is_refused(value, message):
     with pytest.raises(PolicyError, match=f"^external_ids:ovs-qos-delay: {message}"):
         delay_us(value, "external_ids:ovs-qos-delay")
@@ -428,3 +430,14 @@ def test_a_fraction_where_a_whole_number_is_meant_is_refused_and_a_whole_one_wri
     doc = shipped("reserve")
     change(doc, whole)                              # 2.0 is the whole number 2 (YAML and JSON may write it so)
     parse_policy(doc)
+
+
+@pytest.mark.parametrize("capacity, accepted", [("1kbit", True), ("999bit", False)])
+def test_a_port_of_1kbit_is_the_slowest_taken(capacity, accepted):
+    doc = shipped("reserve")
+    doc["switches"]["s1"]["ports"][1]["capacity"] = capacity
+    if accepted:
+        assert parse_policy(doc).switch(1).port(1).capacity_bps == 1000
+    else:
+        with pytest.raises(PolicyError, match=r"^switches\.s1\.ports\.1\.capacity: '999bit' is 999 bit/s, below the 1kbit"):
+            parse_policy(doc)
