@@ -441,3 +441,12 @@ def test_a_port_of_1kbit_is_the_slowest_taken(capacity, accepted):
     else:
         with pytest.raises(PolicyError, match=r"^switches\.s1\.ports\.1\.capacity: '999bit' is 999 bit/s, below the 1kbit"):
             parse_policy(doc)
+
+
+def test_a_network_class_rule_is_at_priority_40000_unless_given_and_knows_its_keys():
+    rule = {"match": {"ip_proto": "tcp"}, "class": "tcp"}
+    document = {"name": "p", "classes": {"tcp": {"queue": 1, "min": "50%"}}, "network": {"classify": [rule]}}
+    assert [r.priority for r in parse_policy(document).network.classify] == [40000]
+    rule["colour"] = "red"
+    with pytest.raises(PolicyError, match=r"^network\.classify\[0\]\.colour: unknown key"):
+        parse_policy(document)
