@@ -53,7 +53,7 @@ MUTANTS = [
     M("plan-steered", "controller/core/plan.py",
       "desired_qos = state.qos(state.reserving | steered_ports(flows))", "desired_qos = state.qos(state.reserving)"),
     M("tc-limit", "controller/core/plan.py",
-      "leaves.get(c, (None, None)) != (kind, limit)", "leaves.get(c, (None, None))[0] != kind"),
+      "if leaves.get(c) != want)", "if (leaves.get(c) or (None,))[0] != want[0])"),
     M("hot-ge", "controller/core/congestion.py",
       "sample.utilisation >= self.utilisation", "sample.utilisation > self.utilisation"),
     M("meters-policed-counted", "controller/core/meters.py",

@@ -447,6 +447,20 @@ def test_a_network_class_rule_is_at_priority_40000_unless_given_and_knows_its_ke
     rule = {"match": {"ip_proto": "tcp"}, "class": "tcp"}
     document = {"name": "p", "classes": {"tcp": {"queue": 1, "min": "50%"}}, "network": {"classify": [rule]}}
     assert [r.priority for r in parse_policy(document).network.classify] == [40000]
-    rule["colour"] = "red"
+    document["network"]["classify"] = [rule, dict(rule, priority=40000)]
+    with pytest.raises(PolicyError, match=r"^network\.classify\[1\]\.match: the same priority and match as "
+                                          r"network\.classify\[0\]\.match"):
+        parse_policy(document)
+    document["network"]["classify"] = [dict(rule, colour="red")]
     with pytest.raises(PolicyError, match=r"^network\.classify\[0\]\.colour: unknown key"):
         parse_policy(document)
+    document["network"] = {"ports": {"queues": "fifo", "colour": "red"}}
+    with pytest.raises(PolicyError, match=r"^network\.ports\.colour: unknown key"):
+        parse_policy(document)
+
+
+def test_the_fastest_rate_is_the_one_linux_htb_takes_and_not_a_bit_more():
+    """OVS hands the kernel each rate as 32-bit bytes per second."""
+    assert parse_rate(str((2**32 - 1) * 8), "rate") == 34_359_738_360
+    with pytest.raises(PolicyError, match="is above 34359738360 bit/s"):
+        parse_rate(str((2**32 - 1) * 8 + 1), "rate")
