@@ -95,6 +95,7 @@ def test_reserve_classes_and_their_flows():
 # --- rates and shares -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value, bps", [
+    ("1bit", 1),
     ("5Mbit", 5_000_000),
     ("500kbit", 500_000),
     (5000000, 5_000_000),
@@ -464,3 +465,12 @@ def test_the_fastest_rate_is_the_one_linux_htb_takes_and_not_a_bit_more():
     assert parse_rate(str((2**32 - 1) * 8), "rate") == 34_359_738_360
     with pytest.raises(PolicyError, match="is above 34359738360 bit/s"):
         parse_rate(str((2**32 - 1) * 8 + 1), "rate")
+
+
+def test_a_class_named_by_a_number_is_taken_and_one_named_yes_or_no_is_refused():
+    """YAML reads `7:` as a number (a fine name) and `yes:` as true (a slip, not a name)."""
+    doc = {"name": "p", "classes": {7: {"queue": 1}}, "network": {"ports": {"queues": "fifo"}}}
+    assert [c.name for c in parse_policy(doc).classes] == ["7"]
+    doc["classes"] = {True: {"queue": 1}}
+    with pytest.raises(PolicyError, match=r"^classes\.True: "):
+        parse_policy(doc)
