@@ -474,3 +474,15 @@ def test_a_class_named_by_a_number_is_taken_and_one_named_yes_or_no_is_refused()
     doc["classes"] = {True: {"queue": 1}}
     with pytest.raises(PolicyError, match=r"^classes\.True: "):
         parse_policy(doc)
+
+
+@pytest.mark.parametrize("queue, accepted", [(0xfffe, True), (0xffff, False)])
+def test_a_class_queue_is_at_most_65534(queue, accepted):
+    """Queue N is HTB class 1:(N+1), and a class id is 16 bits."""
+    doc = shipped("reserve")
+    doc["classes"]["udp"].update(queue=queue, dscp=2)
+    if accepted:
+        assert parse_policy(doc).traffic_class("udp").queue == queue
+    else:
+        with pytest.raises(PolicyError, match=r"^classes\.udp\.queue: 65535 is not a whole number from 1 to 65534"):
+            parse_policy(doc)
