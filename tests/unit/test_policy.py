@@ -486,3 +486,9 @@ def test_a_class_queue_is_at_most_65534(queue, accepted):
     else:
         with pytest.raises(PolicyError, match=r"^classes\.udp\.queue: 65535 is not a whole number from 1 to 65534"):
             parse_policy(doc)
+
+
+def test_a_class_given_its_queue_alone_reserves_nothing_may_take_all_and_is_marked_with_its_queue():
+    doc = {"name": "p", "classes": {"bulk": {"queue": 5}}, "network": {"ports": {"queues": "fifo"}}}
+    bulk = parse_policy(doc).traffic_class("bulk")
+    assert (bulk.min_share, bulk.max_share, bulk.dscp, bulk.priority, bulk.police) == (0.0, 1.0, 5, 0, None)
