@@ -492,3 +492,9 @@ def test_a_class_given_its_queue_alone_reserves_nothing_may_take_all_and_is_mark
     doc = {"name": "p", "classes": {"bulk": {"queue": 5}}, "network": {"ports": {"queues": "fifo"}}}
     bulk = parse_policy(doc).traffic_class("bulk")
     assert (bulk.min_share, bulk.max_share, bulk.dscp, bulk.priority, bulk.police) == (0.0, 1.0, 5, 0, None)
+
+
+def test_a_class_whose_max_is_its_min_is_taken():
+    doc = shipped("reserve")
+    doc["classes"]["udp"].update(min="10%", max="10%")
+    assert parse_policy(doc).traffic_class("udp").max_share == pytest.approx(0.1)
