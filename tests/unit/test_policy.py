@@ -498,3 +498,18 @@ def test_a_class_whose_max_is_its_min_is_taken():
     doc = shipped("reserve")
     doc["classes"]["udp"].update(min="10%", max="10%")
     assert parse_policy(doc).traffic_class("udp").max_share == pytest.approx(0.1)
+
+
+def test_the_smallest_police_and_the_highest_dscp_are_taken():
+    """A meter counts in kbit: 1kbit of rate and of burst is its smallest step. DSCP is six bits."""
+    doc = shipped("reserve")
+    doc["classes"]["udp"].update(police={"rate": "1kbit", "burst": "1kbit"}, dscp=63)
+    udp = parse_policy(doc).traffic_class("udp")
+    assert (udp.police, udp.dscp) == (Police(1, 1), 63)
+    doc["classes"]["udp"]["police"] = {"rate": "10kbit"}      # the burst: 100 ms at the rate, 1kbit
+    assert parse_policy(doc).traffic_class("udp").police == Police(10, 1)
+    doc["classes"]["udp"]["police"] = {"rate": "1Gbit", "burst": "1Mbit"}
+    assert parse_policy(doc).traffic_class("udp").police == Police(1_000_000, 1000)
+    doc["classes"]["udp"].update(police=None, dscp=64)
+    with pytest.raises(PolicyError, match=r"^classes\.udp\.dscp: 64 is not a whole number from 1 to 63"):
+        parse_policy(doc)
