@@ -513,3 +513,24 @@ def test_the_smallest_police_and_the_highest_dscp_are_taken():
     doc["classes"]["udp"].update(police=None, dscp=64)
     with pytest.raises(PolicyError, match=r"^classes\.udp\.dscp: 64 is not a whole number from 1 to 63"):
         parse_policy(doc)
+
+
+@pytest.mark.parametrize("congestion, message", [
+    ({"poll_interval": 0.05, "fast_poll_interval": 0.05}, None),
+    ({"poll_interval": 60, "fast_poll_interval": 0}, None),
+    ({"poll_interval": 1, "fast_poll_interval": 0.01}, None),
+    ({"fast_poll_interval": 0.009}, "congestion.fast_poll_interval: 0.009 is not from 0.01 s to the poll_interval"),
+    ({"poll_interval": 0.04}, "congestion.poll_interval: 0.04 is not a number from 0.05 to 60"),
+    ({"poll_interval": 61}, "congestion.poll_interval: 61 is not a number from 0.05 to 60"),
+    ({"fast_poll_interval": 61}, "congestion.fast_poll_interval: 61 is not a number from 0 to 60"),
+    ({"hold": 3}, "congestion.hold: unknown key"),
+])
+def test_the_poll_intervals_bounds_and_the_congestion_keys(congestion, message):
+    doc = shipped("reserve")
+    doc["congestion"] = congestion
+    if message is None:
+        assert parse_policy(doc).poll_interval == congestion["poll_interval"]
+    else:
+        with pytest.raises(PolicyError) as err:
+            parse_policy(doc)
+        assert str(err.value).startswith(message), str(err.value)
