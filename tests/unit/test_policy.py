@@ -524,12 +524,17 @@ def test_the_smallest_police_and_the_highest_dscp_are_taken():
     ({"poll_interval": 61}, "congestion.poll_interval: 61 is not a number from 0.05 to 60"),
     ({"fast_poll_interval": 61}, "congestion.fast_poll_interval: 61 is not a number from 0 to 60"),
     ({"hold": 3}, "congestion.hold: unknown key"),
+    ({"samples": 1}, None), ({"samples": 1000}, None),
+    ({"samples": 0}, "congestion.samples: 0 is not a whole number from 1 to 1000"),
+    ({"samples": 1001}, "congestion.samples: 1001 is not a whole number from 1 to 1000"),
+    ({"hold_seconds": 3600}, None),
+    ({"hold_seconds": 3601}, "congestion.hold_seconds: 3601 is not a number from 0 to 3600"),
 ])
 def test_the_poll_intervals_bounds_and_the_congestion_keys(congestion, message):
     doc = shipped("reserve")
     doc["congestion"] = congestion
     if message is None:
-        assert parse_policy(doc).poll_interval == congestion["poll_interval"]
+        assert parse_policy(doc).poll_interval == congestion.get("poll_interval", 1.0)
     else:
         with pytest.raises(PolicyError) as err:
             parse_policy(doc)
