@@ -539,3 +539,45 @@ def test_the_poll_intervals_bounds_and_the_congestion_keys(congestion, message):
         with pytest.raises(PolicyError) as err:
             parse_policy(doc)
         assert str(err.value).startswith(message), str(err.value)
+
+
+def _port_numbered(doc: dict, value) -> None:
+    ports = doc["switches"]["s1"]["ports"]
+    ports[value] = ports.pop(1)
+
+
+def _in_s1_match(field: str):
+    return lambda d, v: _set(s1_flow(d, 0)["match"], field, v)
+
+
+BOUNDS = [
+    # (id, where the number goes in the shipped reserve document, lowest, highest, the field the message names)
+    ("dp_id", lambda d, v: _set(d["switches"]["s1"], "dp_id", v), 1, 2**64 - 1, "switches.s1.dp_id"),
+    ("port", _port_numbered, 1, 0xFEFF, "switches.s1.ports"),
+    ("queue_packets", lambda d, v: _set(d["switches"]["s1"]["ports"][1], "queue_packets", v), 1, 100_000,
+     "switches.s1.ports.1.queue_packets"),
+    ("flow priority", lambda d, v: _set(s1_flow(d, 0), "priority", v), 0, 65535, "switches.s1.flows[0].priority"),
+    ("class priority", lambda d, v: _set(d["classes"]["udp"], "priority", v), 0, 7, "classes.udp.priority"),
+    ("in_port", lambda d, v: _set(s1_flow(d, 6)["match"], "in_port", v), 1, 0xFEFF,
+     "switches.s1.flows[6].match.in_port"),
+    ("ip_proto", _in_s1_match("ip_proto"), 0, 255, "switches.s1.flows[0].match.ip_proto"),
+    ("udp_dst", lambda d, v: s1_flow(d, 0)["match"].update(ip_proto="udp", udp_dst=v), 1, 65535,
+     "switches.s1.flows[0].match.udp_dst"),
+    ("ip_dscp", _in_s1_match("ip_dscp"), 0, 63, "switches.s1.flows[0].match.ip_dscp"),
+    ("eth_type", _in_s1_match("eth_type"), 0, 0xFFFF, "switches.s1.flows[0].match.eth_type"),
+    ("output", lambda d, v: _set(s1_flow(d, 0), "actions", [{"output": v}]), 1, 0xFEFF,
+     "switches.s1.flows[0].actions[0].output"),
+]
+
+
+@pytest.mark.parametrize("change, low, high, path", [case[1:] for case in BOUNDS], ids=[c[0] for c in BOUNDS])
+def test_each_whole_number_is_taken_at_its_bounds_and_refused_past_them(change, low, high, path):
+    for value, taken in ((low, True), (high, True), (low - 1, False), (high + 1, False)):
+        doc = shipped("reserve")
+        change(doc, value)
+        if taken:
+            parse_policy(doc)
+        else:
+            with pytest.raises(PolicyError) as err:
+                parse_policy(doc)
+            assert str(err.value).startswith(path), (value, str(err.value))
