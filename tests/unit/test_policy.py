@@ -235,6 +235,9 @@ MALFORMED = [
      "classes.udp.police", "expected a mapping"),
     ("switches not a mapping", lambda d: _set(d, "switches", ["s1", "s2"]), "switches",
      "expected a mapping of keys to values, got list"),
+    ("switch not a mapping", lambda d: _set(d["switches"], "s1", [1]), "switches.s1",
+     "expected a mapping of keys to values, got list"),
+    ("unknown switch key", lambda d: _set(d["switches"]["s1"], "colour", "red"), "switches.s1.colour", "unknown key"),
 ]
 
 
@@ -528,6 +531,7 @@ def test_the_smallest_police_and_the_highest_dscp_are_taken():
     ({"samples": 0}, "congestion.samples: 0 is not a whole number from 1 to 1000"),
     ({"samples": 1001}, "congestion.samples: 1001 is not a whole number from 1 to 1000"),
     ({"hold_seconds": 3600}, None),
+    ({"utilisation": "90%", "clear_utilisation": "90%"}, None),
     ({"hold_seconds": 3601}, "congestion.hold_seconds: 3601 is not a number from 0 to 3600"),
 ])
 def test_the_poll_intervals_bounds_and_the_congestion_keys(congestion, message):
