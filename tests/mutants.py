@@ -120,7 +120,7 @@ MUTANTS = [
       "        if self.role is SwitchRole.MASTER:\n            self.role = SwitchRole.SLAVE",
       "        if False:\n            self.role = SwitchRole.SLAVE"),
     M("heartbeat-moves", "controller/core/authority.py",
-      "if self._beat is None or self._beat[0] != change.heartbeat:", "if self._beat is None:"),
+      "if self._beat is None or self._beat[0] != change.heartbeat or stale:", "if self._beat is None or stale:"),
     M("claim-again", "controller/core/authority.py",
       "return self.need(0, self.above) if self.above > generation else []", "return []"),
     M("same-policy-while-saving", "controller/core/keeper.py",

@@ -238,6 +238,12 @@ MALFORMED = [
     ("switch not a mapping", lambda d: _set(d["switches"], "s1", [1]), "switches.s1",
      "expected a mapping of keys to values, got list"),
     ("unknown switch key", lambda d: _set(d["switches"]["s1"], "colour", "red"), "switches.s1.colour", "unknown key"),
+    ("ovsdb not a remote", lambda d: _set(d["switches"]["s1"], "ovsdb", "http://db"), "switches.s1.ovsdb",
+     "'http://db' is not an OVSDB remote"),
+    ("port not a mapping", lambda d: _set(d["switches"]["s1"]["ports"], 1, "5Mbit"), "switches.s1.ports.1",
+     "expected a mapping of keys to values, got str"),
+    ("unknown port key", lambda d: _set(d["switches"]["s1"]["ports"][1], "colour", "red"), "switches.s1.ports.1.colour",
+     "unknown key"),
 ]
 
 

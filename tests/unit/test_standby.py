@@ -349,3 +349,10 @@ def test_an_active_that_stands_down_and_takes_over_again_polls_each_switch_once_
     assert 4 <= len(polls) <= 5 and len(polls) == len(set(polls)), polls
     fast = len([m for m in net.s1.sent if type(m).__name__ == "OFPPortStatsRequest" and m.port_no == 1]) - fast
     assert 80 <= fast <= 101, fast                   # every 50 ms, one chain of them
+
+
+def test_a_standby_whose_active_keeps_beating_never_steals(pair):
+    for _ in range(12):                              # both run: the heartbeat moves each second
+        pair.active.advance(1.0)
+        pair.standby.advance(1.0)
+    assert pair.net.ovsdb.holder is pair.active.session and pair.standby.authority.role == "standby"
