@@ -124,7 +124,7 @@ MUTANTS = [
     M("claim-again", "controller/core/authority.py",
       "return self.need(0, self.above) if self.above > generation else []", "return []"),
     M("same-policy-while-saving", "controller/core/keeper.py",
-      "policy == self.policy and not self.saving:", "policy == self.policy:"),
+      "if not self.shared and not self.saving:", "if not self.shared:"),
     M("confirm-deadline", "controller/core/keeper.py",
       "if not (done or now > change.deadline):", "if not done:"),
     M("not-connected", "controller/core/keeper.py",

@@ -244,6 +244,8 @@ MALFORMED = [
      "expected a mapping of keys to values, got str"),
     ("unknown port key", lambda d: _set(d["switches"]["s1"]["ports"][1], "colour", "red"), "switches.s1.ports.1.colour",
      "unknown key"),
+    ("discipline tulip", lambda d: _set(d["switches"]["s1"]["ports"][1], "discipline", "tulip"),
+     "switches.s1.ports.1.discipline", "'tulip' is not one of fifo, sfq, codel, fq_codel, red"),
 ]
 
 
