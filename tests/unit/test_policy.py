@@ -244,6 +244,7 @@ MALFORMED = [
      "expected a mapping of keys to values, got str"),
     ("unknown port key", lambda d: _set(d["switches"]["s1"]["ports"][1], "colour", "red"), "switches.s1.ports.1.colour",
      "unknown key"),
+    ("unknown flow key", lambda d: _set(s1_flow(d, 0), "colour", "red"), "switches.s1.flows[0].colour", "unknown key"),
     ("discipline tulip", lambda d: _set(d["switches"]["s1"]["ports"][1], "discipline", "tulip"),
      "switches.s1.ports.1.discipline", "'tulip' is not one of fifo, sfq, codel, fq_codel, red"),
 ]
