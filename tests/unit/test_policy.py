@@ -594,3 +594,15 @@ def test_each_whole_number_is_taken_at_its_bounds_and_refused_past_them(change, 
             with pytest.raises(PolicyError) as err:
                 parse_policy(doc)
             assert str(err.value).startswith(path), (value, str(err.value))
+
+
+@pytest.mark.parametrize("output, taken", [(0xFEFF, True), ("normal", False)])
+def test_a_classified_flow_outputs_to_one_numbered_port(output, taken):
+    doc = shipped("reserve")
+    s1_flow(doc, 2)["actions"] = [{"output": output}]
+    if taken:
+        assert parse_policy(doc).switch(1).flows[2].outputs == (0xFEFF,)
+    else:
+        with pytest.raises(PolicyError, match=r"^switches\.s1\.flows\[2\]\.class: a classified flow needs exactly one "
+                                              r"output to a numbered port"):
+            parse_policy(doc)
