@@ -245,6 +245,8 @@ MALFORMED = [
     ("unknown port key", lambda d: _set(d["switches"]["s1"]["ports"][1], "colour", "red"), "switches.s1.ports.1.colour",
      "unknown key"),
     ("unknown flow key", lambda d: _set(s1_flow(d, 0), "colour", "red"), "switches.s1.flows[0].colour", "unknown key"),
+    ("eth_dst not a MAC", lambda d: _set(s1_flow(d, 5)["match"], "eth_dst", "00:00:00:00:02"),
+     "switches.s1.flows[5].match.eth_dst", "'00:00:00:00:02' is not a MAC address"),
     ("discipline tulip", lambda d: _set(d["switches"]["s1"]["ports"][1], "discipline", "tulip"),
      "switches.s1.ports.1.discipline", "'tulip' is not one of fifo, sfq, codel, fq_codel, red"),
 ]
