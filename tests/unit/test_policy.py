@@ -247,6 +247,12 @@ MALFORMED = [
     ("unknown flow key", lambda d: _set(s1_flow(d, 0), "colour", "red"), "switches.s1.flows[0].colour", "unknown key"),
     ("eth_dst not a MAC", lambda d: _set(s1_flow(d, 5)["match"], "eth_dst", "00:00:00:00:02"),
      "switches.s1.flows[5].match.eth_dst", "'00:00:00:00:02' is not a MAC address"),
+    ("action not a mapping", lambda d: _set(s1_flow(d, 0), "actions", [1]), "switches.s1.flows[0].actions[0]",
+     "expected a mapping of keys to values, got int"),
+    ("action unknown", lambda d: _set(s1_flow(d, 0), "actions", [{"output": 1, "drop": True}]),
+     "switches.s1.flows[0].actions[0].drop", "unknown key"),
+    ("action without output", lambda d: _set(s1_flow(d, 0), "actions", [{}]), "switches.s1.flows[0].actions[0]",
+     "missing output; write {output: 1}"),
     ("discipline tulip", lambda d: _set(d["switches"]["s1"]["ports"][1], "discipline", "tulip"),
      "switches.s1.ports.1.discipline", "'tulip' is not one of fifo, sfq, codel, fq_codel, red"),
 ]
