@@ -614,3 +614,14 @@ def test_a_classified_flow_outputs_to_one_numbered_port(output, taken):
         with pytest.raises(PolicyError, match=r"^switches\.s1\.flows\[2\]\.class: a classified flow needs exactly one "
                                               r"output to a numbered port"):
             parse_policy(doc)
+
+
+def test_a_name_of_64_characters_and_a_description_of_4096_are_the_longest_taken():
+    doc = shipped("reserve")
+    doc.update(name="n" * 64, description="d" * 4096)
+    assert parse_policy(doc).name == "n" * 64
+    for key, length in (("name", 65), ("description", 4097)):
+        doc = shipped("reserve")
+        doc[key] = "x" * length
+        with pytest.raises(PolicyError, match=f"^{key}: "):
+            parse_policy(doc)
