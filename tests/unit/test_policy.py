@@ -625,3 +625,17 @@ def test_a_name_of_64_characters_and_a_description_of_4096_are_the_longest_taken
         doc[key] = "x" * length
         with pytest.raises(PolicyError, match=f"^{key}: "):
             parse_policy(doc)
+
+
+@pytest.mark.parametrize("value, message", [
+    (True, "classes.udp.queue: expected a whole number from 1 to 65534"),    # True == 1 to Python, not to a user
+    (None, "classes.udp.queue: expected a whole number from 1 to 65534"),
+    ("q" * 38, f"classes.udp.queue: '{'q' * 38}' is not a whole number"),   # a repr of 40 characters is shown whole
+    ("q" * 39, f"classes.udp.queue: '{'q' * 36}... is not a whole number"),  # a longer one is cut
+])
+def test_a_queue_that_is_not_a_number_is_named_and_shown_within_40_characters(value, message):
+    doc = shipped("reserve")
+    doc["classes"]["udp"]["queue"] = value
+    with pytest.raises(PolicyError) as err:
+        parse_policy(doc)
+    assert str(err.value).startswith(message), str(err.value)
