@@ -48,7 +48,7 @@ class Generated:
     old: str
     new: str
     lines: tuple[int, ...]
-    anywhere: bool = False   # a module's or a class's constant: read wherever the module is used
+    anywhere: bool = False   # a module's or a class's constant: read wherever the module is used, even by no line of it
 
     @property
     def shown(self) -> str:
@@ -213,11 +213,12 @@ def trace(work: Path, out: Path) -> int:
 
 
 def tests_for(mutant: Generated, traced: dict[str, Any]) -> list[str]:
-    """The tests that reach the mutant's lines (for a module's constant, those that reach the module at all), the
-    quickest first: the first that fails ends the run."""
+    """The tests that reach the mutant's lines, the quickest first: the first that fails ends the run. A module's
+    or a class's constant may be read where no line of the module runs (a dataclass's default, in the __init__
+    the dataclass made), so every test is run against it."""
     lines = traced["reached"].get(mutant.path, {})
     if mutant.anywhere:
-        found = {t for tests in lines.values() for t in tests}
+        found = set(traced["seconds"])
     else:
         found = {t for line in mutant.lines for t in lines.get(str(line), ())}
     return sorted(found, key=lambda t: (traced["seconds"].get(t, 0.0), t))
