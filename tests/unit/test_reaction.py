@@ -177,6 +177,10 @@ def test_a_port_no_longer_auto_is_no_longer_fast_polled(net):
     fast = fast_requests(net)
     net.app.advance(2.0)
     assert fast_requests(net) == fast
+    assert net.app.request(ev.SetPolicy, shipped("auto"))[1] is None     # auto again, and still busy: fast again
+    net.s1.load = {1: 0.6 * CAPACITY}
+    net.app.advance(2.0)
+    assert fast_requests(net) - fast >= 20
 
 
 def test_a_refused_port_is_tried_again_once_a_poll_however_fast_a_busy_port_is_polled(net):
