@@ -1,7 +1,7 @@
 """Hand mutations of the core (controller/core/) and the fidelity monitor, each run against the unit tests
 in a copy of the tree: a mutant the tests do not kill is a claim no test checks (docs/testing.md).
 
-    .venv/bin/python tests/mutants.py                 # every mutant, two at a time (about 10 minutes)
+    .venv/bin/python tests/mutants.py                 # every hand mutant, two at a time (about 30 minutes)
     .venv/bin/python tests/mutants.py plan-match ...  # these only
     .venv/bin/python tests/mutants.py --list
     .venv/bin/python tests/mutants.py --head          # the last commit's tree, not the working tree's
