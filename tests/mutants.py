@@ -1,11 +1,13 @@
 """Hand mutations of the core (controller/core/) and the fidelity monitor, each run against the unit tests
 in a copy of the tree: a mutant the tests do not kill is a claim no test checks (docs/testing.md).
 
-    .venv/bin/python tests/mutants.py                 # every mutant, two at a time (about 10 minutes)
+    .venv/bin/python tests/mutants.py                 # every hand mutant, two at a time (about 30 minutes)
     .venv/bin/python tests/mutants.py plan-match ...  # these only
     .venv/bin/python tests/mutants.py --list
     .venv/bin/python tests/mutants.py --head          # the last commit's tree, not the working tree's
     .venv/bin/python tests/mutants.py plan-match --tests tests/unit/test_claims.py   # does this test kill it?
+    .venv/bin/python tests/mutants.py --head --sweep      # the generated mutants of the core (tests/sweep.py)
+    .venv/bin/python tests/mutants.py 'role.RoleManager.claim:if#1' --sweep role --tests tests/unit/test_switch.py
 
 The unmutated copy is run first: if its unit tests fail (someone's work in progress), every mutant would
 look killed, so the run stops there (use --head, or finish the work). Each mutant is one textual change (`old` must occur exactly once in its file, so a refactor that moves
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +28,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 IGNORE = shutil.ignore_patterns(".git", ".venv*", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
@@ -47,7 +53,7 @@ MUTANTS = [
     M("plan-steered", "controller/core/plan.py",
       "desired_qos = state.qos(state.reserving | steered_ports(flows))", "desired_qos = state.qos(state.reserving)"),
     M("tc-limit", "controller/core/plan.py",
-      "leaves.get(c, (None, None)) != (kind, limit)", "leaves.get(c, (None, None))[0] != kind"),
+      "if leaves.get(c) != want)", "if (leaves.get(c) or (None,))[0] != want[0])"),
     M("hot-ge", "controller/core/congestion.py",
       "sample.utilisation >= self.utilisation", "sample.utilisation > self.utilisation"),
     M("meters-policed-counted", "controller/core/meters.py",
@@ -114,11 +120,11 @@ MUTANTS = [
       "        if self.role is SwitchRole.MASTER:\n            self.role = SwitchRole.SLAVE",
       "        if False:\n            self.role = SwitchRole.SLAVE"),
     M("heartbeat-moves", "controller/core/authority.py",
-      "if self._beat is None or self._beat[0] != change.heartbeat:", "if self._beat is None:"),
+      "if self._beat is None or self._beat[0] != change.heartbeat or stale:", "if self._beat is None or stale:"),
     M("claim-again", "controller/core/authority.py",
       "return self.need(0, self.above) if self.above > generation else []", "return []"),
     M("same-policy-while-saving", "controller/core/keeper.py",
-      "policy == self.policy and not self.saving:", "policy == self.policy:"),
+      "if not self.shared and not self.saving:", "if not self.shared:"),
     M("confirm-deadline", "controller/core/keeper.py",
       "if not (done or now > change.deadline):", "if not done:"),
     M("not-connected", "controller/core/keeper.py",
@@ -132,8 +138,7 @@ MUTANTS = [
     M("shortfall", "controller/core/switch_state.py",
       "rate >= keep * short.min_share * cap", "rate >= short.min_share * cap"),
     M("ovsdb-changed-poll", "controller/core/switch.py",
-      "if (retry or self.ovsdb_generation != view.ovsdb.generation) and not self.jobs.busy:",
-      "if retry and not self.jobs.busy:"),
+      "if (retry or moved) and not self.jobs.busy:", "if retry and not self.jobs.busy:"),
     M("in-sync-errors", "controller/core/switch.py",
       "or self.jobs.changing()\n                            or self.errors())",
       "or self.jobs.changing())"),
@@ -145,6 +150,34 @@ MUTANTS = [
     M("heap-no-thaw", "controller/adapters/heap.py", "        gc.unfreeze()\n", "        pass\n"),
     M("safe-share-le", "controller/core/cluster.py",
       "now - confirmed_at < SAFE_SHARE * lease", "now - confirmed_at <= SAFE_SHARE * lease"),
+    # --- issue 46's behaviours no test pinned (tests/unit/test_pinned.py) ------------------------------------
+    M("refused-still-master", "controller/core/role.py", "        self.role = SwitchRole.REFUSED\n", ""),
+    M("refused-never-asks", "controller/core/role.py", "        self.ask()\n        return True", "        return True"),
+    M("generation-plain", "controller/core/role.py",
+      "return (ours - theirs) % 2**64 < 2**63", "return ours >= theirs"),
+    M("lease-past-takeover", "controller/core/authority.py", "LEASE_SECONDS = 3.0 ", "LEASE_SECONDS = 9.0 "),
+    M("flow-error-stays", "controller/core/flowsync.py", '            self._errors.pop("flows", None)\n', ""),
+    M("load-error-stays", "controller/core/keeper.py", "            self.load_error = False\n", ""),
+    M("confirm-early", "controller/core/keeper.py", "now + CONFIRM_SECONDS, named", "now + 1.0, named"),
+    M("clear-loss-le", "controller/core/congestion.py",
+      "sample.loss_ratio < self.clear_loss_ratio", "sample.loss_ratio <= self.clear_loss_ratio"),
+    M("stall-catch-up", "controller/core/poller.py",
+      "self.next_due = due.due + interval * (1 + max(lag, 0.0) // interval)", "self.next_due = due.due + interval"),
+    M("stall-phase-lost", "controller/core/poller.py",
+      "self.next_due = due.due + interval * (1 + max(lag, 0.0) // interval)",
+      "self.next_due = max(due.due + interval, now)"),
+    M("fast-at-hot", "controller/core/poller.py",
+      "busy = tx_bps >= state.policy.congestion.clear_utilisation * port.capacity_bps",
+      "busy = tx_bps >= state.policy.congestion.utilisation * port.capacity_bps"),
+    M("epoch-every-reconcile", "controller/core/portjobs.py", "if epoch > self.epoch else ()", "if epoch else ()"),
+    M("missing-not-forgotten", "controller/core/portjobs.py",
+      "        if not result.missing:\n            self.missing.discard(job.port_no)\n",
+      "        if not result.missing:\n            pass\n"),
+    M("whole-fraction", "controller/core/policy.py",
+      "if number != value and not isinstance(value, str) or not low <= number <= high:",
+      "if not low <= number <= high:"),
+    M("foreign-outside-policy", "controller/core/plan.py",
+      "{p: None for p, q in qos.items() if isinstance(q, OvsdbQos)}", "{p: None for p, q in qos.items() if q is not None}"),
 ]
 
 # Mutants no test can kill because they change nothing a user can see, each with the reason.
@@ -167,6 +200,8 @@ def run(mutant: Mutant, work: Path, timeout: float) -> tuple[str, float]:
     if original.count(mutant.old) != 1:
         return f"stale: the text to mutate occurs {original.count(mutant.old)} times", 0.0
     target.write_text(original.replace(mutant.old, mutant.new))
+    for cached in (target.parent / "__pycache__").glob(f"{target.stem}.*.pyc"):
+        cached.unlink()   # a bytecode cache of the same size and second would be taken for the mutated file
     start = time.monotonic()
     try:
         done = subprocess.run(PYTEST + TESTS, cwd=work, capture_output=True, timeout=timeout)
@@ -185,6 +220,8 @@ def copy_tree(work: Path, head: bool) -> None:
         subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
     else:
         shutil.copytree(ROOT, work, ignore=IGNORE, symlinks=True)
+    if (ROOT / ".venv").exists():   # the launcher's tests run topo/run.py, which wants the tree's venv
+        (work / ".venv").symlink_to((ROOT / ".venv").resolve())
 
 
 def main() -> int:
@@ -197,7 +234,19 @@ def main() -> int:
     parser.add_argument("--tests", nargs="+", default=TESTS, metavar="PATH",
                         help="the tests to run against each mutant (default: tests/unit): a quick check of the "
                              "tests meant to kill them")
+    parser.add_argument("--sweep", nargs="*", metavar="MODULE", choices=sweep.SWEPT,
+                        help="the generated mutants of these modules of the core instead (none named: all of "
+                             f"{', '.join(sweep.SWEPT)}), each against the unit tests that reach it")
+    parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)     # a sweep's worker, in its tree
+    parser.add_argument("--trace", type=Path, nargs=2, help=argparse.SUPPRESS)   # its line map: tree, output
     args = parser.parse_args()
+    if args.serve:
+        sweep.serve(args.serve, args.timeout)
+        return 0
+    if args.trace:
+        return sweep.trace(*args.trace)
+    if args.sweep is not None:
+        return sweep_run(tuple(args.sweep) or sweep.SWEPT, args)
     if args.list:
         for m in MUTANTS:
             print(f"{m.name:28} {m.path}")
@@ -208,11 +257,7 @@ def main() -> int:
     chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
     TESTS[:] = args.tests
     with tempfile.TemporaryDirectory(prefix="mut-") as tmp:
-        works = []
-        for i in range(max(1, min(args.jobs, len(chosen)))):
-            work = Path(tmp) / f"tree{i}"
-            copy_tree(work, args.head)
-            works.append(work)
+        works = trees(Path(tmp), min(args.jobs, len(chosen)), args.head)
         baseline = subprocess.run(PYTEST + TESTS, cwd=works[0], capture_output=True, text=True)
         if baseline.returncode != 0:
             print("the unmutated tree fails its unit tests; no mutant can be judged:\n" + baseline.stdout[-3000:])
@@ -238,6 +283,82 @@ def main() -> int:
                 elif outcome.startswith("stale"):
                     bad += 1
                 print(f"{mutant.name:28} {outcome:14} {seconds:5.0f} s  {mutant.path}{note}", flush=True)
+    return 1 if bad else 0
+
+
+def trees(tmp: Path, count: int, head: bool) -> list[Path]:
+    works = []
+    for i in range(max(1, count)):
+        work = tmp / f"tree{i}"
+        copy_tree(work, head)
+        works.append(work)
+    return works
+
+
+# The sweep's survivors argued equivalent: the rows of docs/testing.md's table that name one ("| `name` | why |").
+ARGUED = re.compile(r"^\| `([\w.]+:\w+#\d+)` \|", re.MULTILINE)
+
+
+def sweep_run(modules: tuple[str, ...], args: argparse.Namespace) -> int:
+    """The generated mutants of `modules`, each against the tests that reach its lines; exit 1 if one survives that
+    docs/testing.md does not argue equivalent."""
+    argued = set(ARGUED.findall((ROOT / "docs" / "testing.md").read_text()))
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="mut-") as tmp:
+        works = trees(Path(tmp), args.jobs, args.head)
+        mutants = [m for m in sweep.generate(works[0], modules) if not args.names or m.name in args.names]
+        if args.tests != ["tests/unit"]:   # these tests only, for every mutant: a quick check of a new test
+            chosen = args.tests
+        else:
+            traced_file = Path(tmp) / "traced.json"
+            traced = subprocess.run([sys.executable, __file__, "--trace", str(works[0]), str(traced_file)],
+                                    capture_output=True, text=True)
+            if traced.returncode != 0:
+                print("the unmutated tree fails its unit tests; no mutant can be judged:\n" + traced.stdout[-3000:])
+                return 2
+            reached = json.loads(traced_file.read_text())
+        print(f"unmutated: the unit tests pass; {len(mutants)} mutants of {', '.join(modules)}", flush=True)
+        servers = [subprocess.Popen([sys.executable, __file__, "--serve", str(work), "--timeout",
+                                     str(min(args.timeout, 120.0))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    text=True) for work in works]
+        free = list(servers)
+        texts = {m.path: (works[0] / m.path).read_text() for m in mutants}
+
+        def one(mutant: sweep.Generated) -> tuple[sweep.Generated, str, float]:
+            tests = chosen if args.tests != ["tests/unit"] else sweep.tests_for(mutant, reached)
+            if not tests:
+                return mutant, "survived (no test reaches it)", 0.0
+            text = mutant.apply(texts[mutant.path])
+            if text is None:
+                return mutant, "stale", 0.0
+            server = free.pop()
+            try:
+                assert server.stdin is not None and server.stdout is not None
+                server.stdin.write(json.dumps({"path": mutant.path, "text": text, "tests": tests}) + "\n")
+                server.stdin.flush()
+                outcome, seconds = json.loads(server.stdout.readline())
+                return mutant, outcome, seconds
+            finally:
+                free.append(server)
+
+        counts: dict[str, int] = {}
+        bad, spent = 0, 0.0
+        with concurrent.futures.ThreadPoolExecutor(len(servers)) as pool:
+            for mutant, outcome, seconds in pool.map(one, mutants):
+                spent += seconds
+                kind = "killed" if outcome.startswith("killed") else "stale" if outcome == "stale" else \
+                    "equivalent" if mutant.name in argued else "survived" if outcome == "survived" else "unreached"
+                counts[kind] = counts.get(kind, 0) + 1
+                bad += kind not in ("killed", "equivalent")
+                if kind != "killed" or args.names:
+                    print(f"{mutant.name:48} {outcome:30} {mutant.shown}", flush=True)
+        for server in servers:
+            assert server.stdin is not None
+            server.stdin.close()
+            server.wait()
+    minutes = (time.monotonic() - started) / 60
+    print(f"{len(mutants)} mutants in {minutes:.0f} min ({spent / max(1, len(mutants)):.1f} s of tests a mutant): "
+          + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
     return 1 if bad else 0
 
 

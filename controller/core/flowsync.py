@@ -53,10 +53,6 @@ class FlowSync(SwitchPart):
         self.link.ask(act.METER_CONFIG)
         self.link.ask(act.FLOWS)
 
-    @property
-    def known(self) -> bool:
-        return self.flows is not None and self.meters is not None
-
     def errors(self) -> dict[str, str]:
         return dict(self._errors)
 
@@ -139,9 +135,9 @@ class FlowSync(SwitchPart):
     def sync(self, changes: FlowChanges, meters: MeterChanges) -> None:
         """Send what the plan changes, unless a batch is in flight or the last one failed (next poll)."""
         cannot = self.cannot_police if meters.add or meters.modify else None
-        if cannot:   # said once; a policy that needs it is refused, this is a switch that came later
-            self._errors["meters"] = f"{cannot}: its flows that police are left out; remove police from their " \
-                                     "classes or run the bridge on a datapath with meters"
+        if cannot:   # a policy that needs it is refused; this is a switch that came later, left as it is
+            self._errors["meters"] = f"{cannot}: nothing of the policy is written to it, whose flows police; remove " \
+                                     "police from their classes or run the bridge on a datapath with meters"
         elif (changes or meters) and not self.batches and not self.failed:
             self._errors.pop("meters", None)
             self._send_batch(changes, meters)

@@ -113,9 +113,6 @@ class TcChanges:
     leaves: tuple[str, ...] = ()                # classes whose queue is not the policy's
     filters: tuple[tuple[int, int], ...] | None = None   # the marks to set; None: they are right
 
-    def __bool__(self) -> bool:
-        return bool(self.leaves) or self.filters is not None
-
 
 FILTER_FAMILIES = ("ipv4", "ipv6")   # each mark is filtered for both: a class may steer either
 

@@ -158,7 +158,7 @@ class Policy:
     switches: tuple[SwitchPolicy, ...]
     poll_interval: float
     congestion: CongestionConfig
-    fast_poll_interval: float = 0.05   # `auto` ports near their capacity are polled this often (0: never)
+    fast_poll_interval: float          # `auto` ports near their capacity are polled this often (0: never)
     network: NetworkPolicy | None = None   # for the switches not listed
 
     def switch(self, dp_id: int) -> SwitchPolicy | None:

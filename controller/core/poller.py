@@ -73,9 +73,11 @@ class Poller(SwitchPart):
             self.heard = now
             self.link.do(act.Close(self.link.conn))
             return False
-        self.next_due = max(due.due + interval, now)
-        self.link.later(self.next_due - now, ev.PollDue(self.link.conn, self.next_due))
         lag = now - due.due
+        # The polls a stall of the loop made it miss are skipped, not sent back to back, and the switch keeps its
+        # phase: polls of many switches that were late together would otherwise fall together from then on.
+        self.next_due = due.due + interval * (1 + max(lag, 0.0) // interval)
+        self.link.later(self.next_due - now, ev.PollDue(self.link.conn, self.next_due))
         self.link.telemetry.poll_lag = lag
         if (self.round is not None or lag > interval) and not self.late_said:
             self.late_said = True

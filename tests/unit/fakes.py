@@ -41,13 +41,14 @@ from controller.core import events as ev
 from controller.core.bridges import BridgeInfo
 from controller.core.controller import Controller
 from controller.core.flows import CLASSIFIED, COOKIE
-from controller.core.plan import ABSENT, FILTER_FAMILIES, htb_classid
+from controller.core.plan import ABSENT, FILTER_FAMILIES, FOREIGN, htb_classid
 from controller.core.policy import Policy, load_document, parse_policy
 from controller.core.queues import FIFO_KINDS, OvsdbQos
 
 REPORT = "the app's report of the remotes"   # a timer of the Harness's own
 ROLE = {ofp.OFPCR_ROLE_MASTER: "master", ofp.OFPCR_ROLE_SLAVE: "slave", ofp.OFPCR_ROLE_EQUAL: "equal"}
 WRITES = ("OFPFlowMod", "OFPMeterMod")
+SETTLE_STEPS = 20_000     # events, job batches and replies one settle() may take: far beyond any test's
 
 
 @dataclass
@@ -87,6 +88,7 @@ class FakeSwitch:
         self.drop_load: dict[tuple[int, int], float] = {}   # (port, queue) → packets/s its class drops
         self.max_meter = 1000                       # meter features: 0 is a switch without meters
         self.refuse_cookies: set[int] = set()       # flow mods with these cookies get an error back
+        self.stalled = False                        # vswitchd busy: replies wait until it is False again
         self.generation: int | None = None          # the bridge's master election id, as OVS keeps it
         self.role = None                            # the role the last role request set
         self.generation_id = None                   # ... and its generation id
@@ -418,7 +420,8 @@ class FakeOvsdb:
         for iface, spec in changes.items():
             self.writes_to[iface] += 1
             if spec is None:
-                self.qos.pop(iface, None)
+                if self.qos.get(iface) != FOREIGN:   # as the adapter's: only our own QoS is taken off
+                    self.qos.pop(iface, None)
             else:
                 self.qos[iface] = spec.ovsdb
 
@@ -649,8 +652,9 @@ class Harness:
             conn.send_msg(openflow.message(conn, message))
 
     def settle(self) -> None:
-        """Deliver replies and run the worker until nothing moves."""
-        while True:
+        """Deliver replies and run the worker until nothing moves (a core that keeps asking fails the test, rather
+        than hanging it)."""
+        for _ in range(SETTLE_STEPS):
             if self.pending_events:
                 self.handle(self.pending_events.pop(0))
                 continue
@@ -663,7 +667,7 @@ class Harness:
                 self._send(number, messages)
                 continue
             delivered = False
-            for switch in {c.switch for c in self.conns.values()}:
+            for switch in {c.switch for c in self.conns.values() if not c.switch.stalled}:
                 for i, (conn, msg) in enumerate(switch.replies):
                     number = next((n for n, c in self.conns.items() if c is conn), None)
                     if number is None:
@@ -674,6 +678,7 @@ class Harness:
                     break
             if not delivered:
                 return
+        raise AssertionError(f"the core did not settle in {SETTLE_STEPS} steps: it keeps asking")
 
     def advance(self, seconds: float) -> None:
         """Time passes (and traffic with it, on the switches this controller is connected to): every timer
@@ -782,6 +787,19 @@ def flood(net, tcp_bps: float, udp_bps: float) -> None:
     meters) carrying these rates."""
     net.s1.load = {1: CAPACITY}
     net.s1.class_load = {COOKIE | CLASSIFIED | 3: udp_bps, COOKIE | CLASSIFIED | 4: tcp_bps}
+
+
+def slow_polls(app: Harness, switch: FakeSwitch) -> list[float]:
+    """The instants, on `app`'s clock, at which a controller asks `switch` for every port's counters from now on."""
+    times: list[float] = []
+    process = switch.process
+
+    def watched(conn, msg):
+        if type(msg).__name__ == "OFPPortStatsRequest" and msg.port_no == switch.ofproto.OFPP_ANY:
+            times.append(app.clock)
+        process(conn, msg)
+    switch.process = watched
+    return times
 
 
 def _checked(document: Any) -> tuple[Any, Policy]:

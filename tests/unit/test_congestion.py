@@ -1,6 +1,6 @@
 import pytest
 
-from controller.core.congestion import PROGRAM, ROLLBACK, CongestionConfig, PortCongestion, PortSample
+from controller.core.congestion import PROGRAM, ROLLBACK, CongestionConfig, PortCongestion, PortSample, bitrate
 
 CAPACITY = 10e6
 DEFAULT = CongestionConfig()
@@ -181,3 +181,34 @@ def test_loss_of_a_lone_class_is_not_congestion():
     assert all(detector.observe(lone, float(t)) is None for t in range(10))
     competing = PortSample(tx_bps=4.99e6, tx_pps=400, drops_ps=33, capacity_bps=5e6, competing=True)
     assert detector.observe(competing, 10.0).action == PROGRAM
+
+
+def test_loss_exactly_at_the_clear_ratio_is_not_calm():
+    """Calm is loss below clear_loss_ratio: a congested port that loses exactly that share keeps its reservation."""
+    at_clear = sample(0.7, DEFAULT.clear_loss_ratio)
+    assert at_clear.loss_ratio == DEFAULT.clear_loss_ratio and not DEFAULT.is_hot(at_clear)
+    detector = congested_detector()
+    assert feed(detector, [at_clear] * 10, start=2.0) == [] and detector.congested
+    assert feed(detector, [sample(0.7, 0.0009)] * 4, start=12.0) == [(ROLLBACK, 15.0)]
+    # Calm is utilisation below clear_utilisation too: exactly half the port, losing, is not.
+    assert not DEFAULT.is_calm(sample(DEFAULT.clear_utilisation, 0.005))
+
+
+def test_a_port_found_reserving_needs_as_many_hot_samples_as_any_after_its_rollback():
+    detector = PortCongestion(DEFAULT)
+    detector.adopt()                             # a restarted controller found the reservation in force
+    assert feed(detector, [CALM] * 4) == [(ROLLBACK, 3.0)]
+    assert feed(detector, [HOT], start=4.0) == [] and not detector.congested   # one hot sample is a blip
+    assert feed(detector, [HOT], start=5.0) == [(PROGRAM, 5.0)]
+
+
+def test_loss_exactly_at_the_loss_ratio_is_the_reason_said():
+    detector = PortCongestion(DEFAULT)
+    at_ratio = sample(0.99, DEFAULT.loss_ratio)
+    decisions = [detector.observe(at_ratio, float(t)) for t in range(2)]
+    assert decisions[1] is not None and decisions[1].reason.endswith("; loss ≥ 1.0% for 2 samples")
+
+
+def test_a_rate_is_said_in_its_unit_and_nothing_in_bit_s():
+    assert [bitrate(b) for b in (0, 999, 1500, 5e6, 2.5e9)] == ["0 bit/s", "999 bit/s", "1.5 kbit/s", "5 Mbit/s",
+                                                               "2.5 Gbit/s"]

@@ -10,7 +10,7 @@ from controller.core.errors import PolicyError
 from controller.core.flows import CLASSIFIED, COOKIE
 from controller.core.keeper import CONFIRM_SECONDS, NOT_CONNECTED
 from controller.core.plan import FOREIGN
-from tests.unit.fakes import S1_FLOWS, S2_FLOWS, TCP, UDP, VOICE, flood, mode, shipped, up
+from tests.unit.fakes import S1_FLOWS, S2_FLOWS, TCP, UDP, VOICE, flood, mode, shipped, slow_polls, up
 
 MARKS = {(family, dscp, cls) for family in ("ipv4", "ipv6") for dscp, cls in ((1, "1:2"), (2, "1:3"), (3, "1:4"))}
 
@@ -213,12 +213,14 @@ def test_a_classified_flow_changed_in_place_is_put_back_at_the_next_poll(net):
     assert entry.instructions and net.s1.steering() == {TCP, UDP, VOICE}
 
 
-def test_a_qos_cleared_in_ovsdb_is_back_after_the_next_poll(net):
+def test_a_qos_cleared_in_ovsdb_is_back_after_the_next_poll(net, caplog):
     up(net)
     del net.ovsdb.qos["s1-eth1"]
     net.app.poll()
     assert mode(net) == "reserve" and net.app.tc.filters("s1-eth1") == MARKS
     assert net.app.snapshot.drift_repairs() == {"qos": 1}
+    assert "switch 0000000000000001: drift (qos) repaired: port 1 (s1-eth1): OVSDB holds no QoS, not what we put" \
+        in caplog.messages
 
 
 def test_filters_changed_on_the_device_are_fixed_when_netlink_says_so(net):
@@ -251,6 +253,12 @@ def test_another_tools_qos_put_on_a_port_of_ours_is_left_alone_and_not_called_a_
     assert net.ovsdb.qos["s1-eth1"] == FOREIGN and "qos" not in net.app.snapshot.drift_repairs()
     assert [r.message for r in caplog.records if "another tool" in r.message] == \
         ["switch 0000000000000001 port 1 (s1-eth1): another tool's QoS is on it; left alone"]
+    del net.ovsdb.qos["s1-eth1"]                     # the other tool takes its QoS off: ours back, no repair either
+    net.app.poll()
+    assert mode(net) == "reserve" and "qos" not in net.app.snapshot.drift_repairs()
+    net.ovsdb.qos["s1-eth1"] = FOREIGN               # and puts it on again: said again
+    net.app.poll()
+    assert len([r for r in caplog.records if "another tool" in r.message]) == 2
 
 
 # --- errors -------------------------------------------------------------------------------------------
@@ -265,13 +273,16 @@ def test_an_openflow_error_is_matched_to_its_message_counted_and_shown(net):
     assert status["switches"]["0000000000000001"]["in_sync"] is False
 
 
-def test_an_ovsdb_refusal_is_shown_and_tried_again_once_a_poll(net):
+def test_an_ovsdb_refusal_is_shown_and_tried_again_once_a_poll(net, caplog):
     net.ovsdb.refuse = {"s1-eth1"}
     result = up(net)
     assert result["in_sync"] is False and mode(net) is None
     transactions = net.ovsdb.transactions
     net.app.settle()
     assert net.ovsdb.transactions == transactions      # no retry storm between polls
+    net.app.poll()
+    net.app.poll()
+    assert len([m for m in caplog.messages if "port 1 (s1-eth1): port 's1-eth1' refused" in m]) == 1   # said once
     net.ovsdb.refuse = set()
     net.app.poll()
     assert mode(net) == "reserve"
@@ -431,3 +442,148 @@ def test_a_switch_whose_every_poll_is_answered_after_the_next_is_due_is_slow_not
         net.app.advance(1.0)
         net.s1.release()
     assert net.app.closed == []
+# --- what stays shown, and for how long ------------------------------------------------------------------
+
+def test_a_flow_error_is_shown_until_the_switch_takes_the_batch_and_not_after(net):
+    net.s1.refuse_cookies = {COOKIE | 1}
+    assert up(net)["in_sync"] is False
+    assert "flows" not in net.app.snapshot.drift_repairs()    # the rest of our own batch, read back, is no drift
+    net.s1.refuse_cookies = set()                # the switch takes the batch when it is sent again, a poll later
+    net.app.poll()
+    s1 = net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]
+    assert (s1["in_sync"], s1["not_in_sync"]) == (True, {}) and net.app.snapshot.in_sync[1]
+    assert len(net.s1.table) == S1_FLOWS
+
+
+def test_the_policy_load_error_is_shown_until_a_policy_is_taken(net):
+    up(net)
+    bad = shipped("auto")
+    bad["classes"]["udp"]["queue"] = 1           # two classes share a queue
+    _, error = net.app.request(ev.SetPolicy, bad)
+    assert isinstance(error, PolicyError) and net.app.snapshot.load_error
+    _, error = net.app.request(ev.SetPolicy, shipped("auto"))
+    assert error is None and not net.app.snapshot.load_error
+
+
+def test_a_change_a_busy_switch_takes_seconds_to_hold_is_answered_in_sync_once_it_does(net):
+    """vswitchd busy for 5 s (well within CONFIRM_SECONDS): the answer waits for it, rather than saying at once
+    that the switch is not in sync."""
+    up(net)
+    net.s1.stalled = True
+    net.app.begin(ev.SetPolicy, shipped("auto"))
+    net.app.advance(5.0)
+    assert net.app.answers == []
+    net.s1.stalled = False
+    net.app.advance(1.0)
+    (answer,) = net.app.answers
+    assert answer.error is None and answer.result["in_sync"] is True
+
+
+# --- what is not ours -------------------------------------------------------------------------------------
+
+def test_a_switch_outside_the_policy_loses_our_queues_and_keeps_another_tools(net):
+    up(net)
+    net.ovsdb.qos["s2-eth4"] = FOREIGN               # another tool's QoS on a port of s2
+    outside = shipped("reserve")
+    del outside["switches"]["s2"], outside["network"]   # s2 in no policy: nothing of ours stays on it
+    result, error = net.app.request(ev.SetPolicy, outside)
+    assert error is None and result["in_sync"] is True
+    assert net.ovsdb.qos["s2-eth4"] == FOREIGN and mode(net, "s2-eth1") is None and net.s2.table == {}
+    net.app.poll()
+    assert net.ovsdb.writes_to["s2-eth4"] == 0 and net.app.snapshot.in_sync[2]
+
+
+# --- tc, and the polls, when something goes away for a while ---------------------------------------------
+
+def test_an_htb_qdisc_gone_back_and_gone_again_is_looked_at_again_before_it_is_rebuilt(net):
+    """Gone at one check and there at the next is OVS rebuilding it: a later absence starts the count afresh."""
+    up(net)
+    tc, news = net.app.tc, ev.TcChanged(frozenset({net.app.tc.ifindex("s1-eth1")}))
+    writes = net.ovsdb.writes_to["s1-eth1"]
+    tc.delete_root("s1-eth1")
+    net.app.handle(news)
+    net.app.settle()                                 # gone: looked at again at the next poll
+    tc.gone.discard("s1-eth1")                       # OVS built it again meanwhile
+    net.app.poll()                                   # there
+    tc.delete_root("s1-eth1")
+    net.app.handle(news)
+    net.app.settle()                                 # gone again: for the first time since it was there
+    assert net.ovsdb.writes_to["s1-eth1"] == writes and tc.classes("s1-eth1") == {}
+    net.app.poll()                                   # still gone: rebuilt
+    assert net.ovsdb.writes_to["s1-eth1"] > writes and set(tc.classes("s1-eth1")) == {"1:1", "1:2", "1:3", "1:4"}
+
+
+def test_after_the_loop_stalls_each_switch_is_polled_once_and_keeps_its_phase(net, caplog):
+    """A stalled event loop (a long batch, a paused process) leaves the polls due meanwhile late: each switch is
+    polled once then, not once per missed interval, and its polls fall where they fell before, so that many
+    switches' polls stay spread over the interval."""
+    up(net)
+    net.app.advance(0.5)
+    s1, s2 = slow_polls(net.app, net.s1), slow_polls(net.app, net.s2)
+    net.app.advance(3.0)
+    before = {name: {round(t % 1.0, 6) for t in times} for name, times in (("s1", s1), ("s2", s2))}
+    assert len(before["s1"]) == len(before["s2"]) == 1 and before["s1"] != before["s2"]
+    s1.clear(), s2.clear()
+    assert not [m for m in caplog.messages if "cannot be polled" in m]
+    resumed = net.app.clock + 5.0
+    net.app.clock = resumed                          # the loop stalls: no timer fires for 5 s
+    net.app.advance(3.0)
+    for name, times in (("s1", s1), ("s2", s2)):
+        assert times[0] == resumed and len(times) == len(set(times)) <= 4, (name, times)   # the late poll, once
+        assert {round(t % 1.0, 6) for t in times[1:]} == before[name], (name, times)
+    net.app.clock += 5.0                             # and again
+    net.app.advance(1.0)
+    late = [m for m in caplog.messages if "statistics cannot be polled every 1 s" in m]
+    assert len(late) == 2 and "switch 0000000000000001: " in late[0] + late[1]   # said once a switch
+
+
+def test_a_poll_answered_while_a_change_is_in_flight_is_no_drift(net):
+    """What a switch said before our batch reached it is not someone else's change."""
+    up(net, "police")
+    net.s1.stalled = True
+    for _ in range(10):                               # up to the poll that reads the whole table and the meters
+        net.app.advance(1.0)
+    net.app.begin(ev.SetPolicy, shipped("auto"))      # flows and meters change, behind that poll's requests
+    net.s1.stalled = False
+    net.app.settle()
+    assert net.app.answers[0].result["in_sync"] is True and net.app.snapshot.drift_repairs() == {}
+
+
+def test_a_tc_write_netlink_refused_is_done_at_a_poll_once_netlink_takes_it(net):
+    net.app.tc.fail = {"replace_leaf": "Operation not permitted"}
+    result = up(net)
+    assert result["in_sync"] is False and mode(net) == "reserve"     # OVSDB took the queues; their leaves wait
+    net.app.tc.fail = {}
+    net.app.poll()
+    assert {leaf.kind for leaf in net.app.tc.leaves("s1-eth1").values()} == {"pfifo_head_drop"}
+    assert net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]["in_sync"] is True
+
+
+def test_a_port_ovsdb_no_longer_has_while_the_switch_still_lists_it_is_left_for_then(net):
+    """A port being removed (or added): OVSDB and the switch disagree for a moment, and no job is tried for it."""
+    up(net)
+    net.ovsdb.bridges[1] = replace(net.ovsdb.bridges[1], ports={2: "s1-eth2", 3: "s1-eth3"})
+    transactions = net.ovsdb.attempts
+    net.app.handle(ev.TcChanged(None))              # anything that plans s1 again
+    net.app.settle()
+    s1 = net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]
+    assert net.ovsdb.attempts == transactions and s1["not_in_sync"] == {}
+
+
+def test_a_port_the_policy_no_longer_lists_loses_our_queues(net):
+    up(net)
+    fewer = shipped("reserve")
+    del fewer["switches"]["s1"]["ports"]             # s1 keeps its flows; port 1 is no longer the policy's
+    result, error = net.app.request(ev.SetPolicy, fewer)
+    assert error is None and result["in_sync"] and mode(net) is None and len(net.s1.table) == S1_FLOWS
+
+
+def test_only_the_port_the_classes_are_steered_out_of_shows_as_programmed(net):
+    """The metrics' `programmed` is the port the steering flows output to, not a port whose number a queue id shares:
+    port 2 reserves too, and udp's queue is 2."""
+    net.app.connect(net.s1)
+    net.app.connect(net.s2)
+    two = shipped("reserve")
+    two["switches"]["s1"]["ports"][2] = {"capacity": "5Mbit", "queues": "reserve"}
+    assert net.app.request(ev.SetPolicy, two)[1] is None
+    assert net.app.snapshot.switches[1].programmed == {1: True, 2: False}

@@ -6,7 +6,7 @@ import pytest
 from os_ken.ofproto import ofproto_v1_3_parser
 
 from controller.core.flows import desired_flows
-from controller.core.plan import htb_classid, tc_changes
+from controller.core.plan import TcChanges, htb_classid, tc_changes
 from controller.core.policy import PolicyError, parse_policy
 from controller.core.queues import NETEM_LIMIT, leaf_chain, leaf_in_force, reserve_qos
 from controller.core.switch_state import SwitchState
@@ -256,7 +256,7 @@ def test_a_class_whose_leaf_is_not_the_delayed_links_is_put_right():
     policy = policy_with({"actions": [{"output": 1}]}, classes={"c": {"queue": 1}})
     spec = SwitchState(policy, policy.switch(1), userspace=True, delays={1: 10_000}).qos({1})[1]
     right = {"1:1": leaf_in_force(spec), "1:2": leaf_in_force(spec)}
-    assert not tc_changes(spec, False, set(right), right, set())
+    assert tc_changes(spec, False, set(right), right, set()) == TcChanges(False)
     # The queue alone (a delay declared since), or netem of another delay: put again.
     alone = ("pfifo_head_drop", int(spec.leaf[2]), 0)
     assert tc_changes(spec, False, set(right), {**right, "1:1": alone}, set()).leaves == ("1:1",)

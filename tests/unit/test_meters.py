@@ -7,7 +7,7 @@ from controller.core import events as ev
 from controller.core.meters import METER_BASE, MeterChanges, desired_meters, meter_changes, meter_id
 from controller.core.policy import Police, load_policy
 from controller.core.switch_state import SwitchState
-from tests.unit.fakes import shipped, up
+from tests.unit.fakes import S1_FLOWS, shipped, up
 
 UDP_METER = METER_BASE | 2       # the udp class has queue 2
 
@@ -113,6 +113,7 @@ def test_a_meter_already_there_when_added_is_adopted_not_an_error(net):
     assert error is None and result["in_sync"]
     assert band(net.s1) == (500, 50)                       # read back, then modified to the policy's
     assert not any(sw.openflow_errors for sw in net.app.snapshot.switches.values())
+    assert "meters" not in net.app.snapshot.drift_repairs()   # ours, adopted: no one else's change
     assert "flows" not in net.app.switches[1].errors()
 
 
@@ -139,3 +140,40 @@ def test_meter_counters_reach_the_metrics_with_their_class(net):
     assert net.app.snapshot.switches[1].meters == {(UDP_METER, "udp"): (1000, 1_400_000, 600)}
     net.app.disconnect(net.s1)
     assert 1 not in net.app.snapshot.switches
+
+
+def test_a_meter_changed_in_place_by_hand_is_put_back_within_ten_polls(net):
+    """Its id stays, so the meter statistics show nothing: the meters' configuration is read with the whole table."""
+    up(net, "police")
+    parser, ofp = net.s1.ofproto_parser, net.s1.ofproto
+    net.s1.meters[UDP_METER] = parser.OFPMeterMod(net.s1, ofp.OFPMC_ADD, ofp.OFPMF_KBPS | ofp.OFPMF_BURST | ofp.OFPMF_STATS,
+                                                  UDP_METER, [parser.OFPMeterBandDrop(rate=9, burst_size=9)])
+    for _ in range(10):
+        net.app.poll()
+    assert band(net.s1) == (500, 50) and net.app.snapshot.drift_repairs().get("meters") == 1
+
+
+def test_a_change_of_flows_alone_sends_no_meter_mod(net):
+    """auto's counting meters stay as they are while a flow beside them changes."""
+    up(net, "auto")
+    mods = len(net.s1.meter_mods())
+    doc = shipped("auto")
+    doc["switches"]["s1"]["flows"][0]["priority"] = 1001
+    result, error = net.app.request(ev.SetPolicy, doc)
+    assert error is None and result["in_sync"] and len(net.s1.meter_mods()) == mods
+
+
+def test_a_switch_without_meters_that_joins_a_policing_policy_is_left_as_it_is_and_says_why(net):
+    """Its flows would name meters it cannot hold: nothing is written to it until the policy polices no more."""
+    net.app.connect(net.s2)
+    assert net.app.request(ev.SetPolicy, shipped("police"))[1] is None
+    net.s1.max_meter = 0
+    net.app.connect(net.s1)
+    net.app.poll()
+    s1 = net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]
+    assert s1["in_sync"] is False and net.s1.table == {} and net.s1.meter_mods() == []
+    assert s1["not_in_sync"] == {"meters": "the switch has no OpenFlow meters: nothing of the policy is written to it, "
+                                           "whose flows police; remove police from their classes or run the bridge on "
+                                           "a datapath with meters"}
+    result, error = net.app.request(ev.SetPolicy, shipped("reserve"))
+    assert error is None and result["in_sync"] and len(net.s1.table) == S1_FLOWS

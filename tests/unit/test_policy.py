@@ -73,6 +73,10 @@ def test_none_queues_every_port_fifo_and_uses_default_congestion_settings():
     policy = load_policy(POLICIES / "none.yaml")
     assert {p.queues for s in policy.switches for p in s.ports} == {"fifo"}
     assert policy.congestion == CongestionConfig()
+    # What a policy without a congestion: section gets, as numbers: a default moved is a change users see.
+    assert CongestionConfig() == CongestionConfig(utilisation=0.9, loss_ratio=0.01, samples=2, clear_utilisation=0.5,
+                                                  clear_loss_ratio=0.001, hold_seconds=3.0, shortfall=0.1)
+    assert (policy.poll_interval, policy.fast_poll_interval) == (1.0, 0.05)
 
 
 def test_reserve_classes_and_their_flows():
@@ -91,6 +95,7 @@ def test_reserve_classes_and_their_flows():
 # --- rates and shares -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value, bps", [
+    ("1bit", 1),
     ("5Mbit", 5_000_000),
     ("500kbit", 500_000),
     (5000000, 5_000_000),
@@ -230,6 +235,26 @@ MALFORMED = [
      "classes.udp.police", "expected a mapping"),
     ("switches not a mapping", lambda d: _set(d, "switches", ["s1", "s2"]), "switches",
      "expected a mapping of keys to values, got list"),
+    ("switch not a mapping", lambda d: _set(d["switches"], "s1", [1]), "switches.s1",
+     "expected a mapping of keys to values, got list"),
+    ("unknown switch key", lambda d: _set(d["switches"]["s1"], "colour", "red"), "switches.s1.colour", "unknown key"),
+    ("ovsdb not a remote", lambda d: _set(d["switches"]["s1"], "ovsdb", "http://db"), "switches.s1.ovsdb",
+     "'http://db' is not an OVSDB remote"),
+    ("port not a mapping", lambda d: _set(d["switches"]["s1"]["ports"], 1, "5Mbit"), "switches.s1.ports.1",
+     "expected a mapping of keys to values, got str"),
+    ("unknown port key", lambda d: _set(d["switches"]["s1"]["ports"][1], "colour", "red"), "switches.s1.ports.1.colour",
+     "unknown key"),
+    ("unknown flow key", lambda d: _set(s1_flow(d, 0), "colour", "red"), "switches.s1.flows[0].colour", "unknown key"),
+    ("eth_dst not a MAC", lambda d: _set(s1_flow(d, 5)["match"], "eth_dst", "00:00:00:00:02"),
+     "switches.s1.flows[5].match.eth_dst", "'00:00:00:00:02' is not a MAC address"),
+    ("action not a mapping", lambda d: _set(s1_flow(d, 0), "actions", [1]), "switches.s1.flows[0].actions[0]",
+     "expected a mapping of keys to values, got int"),
+    ("action unknown", lambda d: _set(s1_flow(d, 0), "actions", [{"output": 1, "drop": True}]),
+     "switches.s1.flows[0].actions[0].drop", "unknown key"),
+    ("action without output", lambda d: _set(s1_flow(d, 0), "actions", [{}]), "switches.s1.flows[0].actions[0]",
+     "missing output; write {output: 1}"),
+    ("discipline tulip", lambda d: _set(d["switches"]["s1"]["ports"][1], "discipline", "tulip"),
+     "switches.s1.ports.1.discipline", "'tulip' is not one of fifo, sfq, codel, fq_codel, red"),
 ]
 
 
@@ -382,14 +407,235 @@ def test_class_priority_is_validated_and_voice_is_served_first_and_tcp_borrows_b
         parse_policy(doc)
 
 
-@pytest.mark.parametrize("value, us", [("10ms", 10_000), ("500us", 500), ("0.1s", 100_000), ("2.5ms", 2_500), ("0ms", 0)])
+@pytest.mark.parametrize("value, us", [("10ms", 10_000), ("500us", 500), ("0.1s", 100_000), ("2.5ms", 2_500), ("0ms", 0),
+                                       ("60s", 60_000_000)])
 def test_a_delay_is_read_in_microseconds(value, us):
     assert delay_us(value, "delay") == us
 
 
 @pytest.mark.parametrize("value, message", [("10", "'10' is not a delay; write e.g. 10ms"),
                                             ("10 ms", "'10 ms' is not a delay"),
-                                            ("61s", "'61s' is longer than a minute")])
+                                            ("61s", "'61s' is longer than a minute"),
+                                            ("60000001us", "'60000001us' is longer than a minute")])
 def test_a_delay_without_its_unit_or_beyond_a_minute_is_refused(value, message):
     with pytest.raises(PolicyError, match=f"^external_ids:ovs-qos-delay: {message}"):
         delay_us(value, "external_ids:ovs-qos-delay")
+
+
+def _move_port(doc: dict, value) -> None:
+    ports = doc["switches"]["s1"]["ports"]
+    ports[value] = ports.pop(1)
+
+
+WHOLE = [
+    # (id, where the number goes in the shipped reserve document, the field the message names, a whole value there)
+    ("class queue", lambda d, v: _set(d["classes"]["udp"], "queue", v), "classes.udp.queue", 2.0),
+    ("class priority", lambda d, v: _set(d["classes"]["udp"], "priority", v), "classes.udp.priority", 2.0),
+    ("flow priority", lambda d, v: _set(s1_flow(d, 0), "priority", v), "switches.s1.flows[0].priority", 1234.0),
+    ("dp_id", lambda d, v: _set(d["switches"]["s1"], "dp_id", v), "switches.s1.dp_id", 3.0),
+    ("port", _move_port, "switches.s1.ports", 2.0),
+    ("in_port", lambda d, v: _set(s1_flow(d, 0)["match"], "in_port", v), "switches.s1.flows[0].match.in_port", 4.0),
+    ("output", lambda d, v: _set(s1_flow(d, 0), "actions", [{"output": v}]), "switches.s1.flows[0].actions[0].output",
+     2.0),
+]
+
+
+@pytest.mark.parametrize("change, path, whole", [case[1:] for case in WHOLE], ids=[c[0] for c in WHOLE])
+def test_a_fraction_where_a_whole_number_is_meant_is_refused_and_a_whole_one_written_as_a_float_taken(change, path,
+                                                                                                      whole):
+    doc = shipped("reserve")
+    change(doc, 1.5)
+    with pytest.raises(PolicyError) as err:
+        parse_policy(doc)
+    assert str(err.value).startswith(path) and "1.5 is not a whole number" in str(err.value), str(err.value)
+    doc = shipped("reserve")
+    change(doc, whole)                              # 2.0 is the whole number 2 (YAML and JSON may write it so)
+    parse_policy(doc)
+
+
+@pytest.mark.parametrize("capacity, accepted", [("1kbit", True), ("999bit", False)])
+def test_a_port_of_1kbit_is_the_slowest_taken(capacity, accepted):
+    doc = shipped("reserve")
+    doc["switches"]["s1"]["ports"][1]["capacity"] = capacity
+    if accepted:
+        assert parse_policy(doc).switch(1).port(1).capacity_bps == 1000
+    else:
+        with pytest.raises(PolicyError, match=r"^switches\.s1\.ports\.1\.capacity: '999bit' is 999 bit/s, below the 1kbit"):
+            parse_policy(doc)
+
+
+def test_a_network_class_rule_is_at_priority_40000_unless_given_and_knows_its_keys():
+    rule = {"match": {"ip_proto": "tcp"}, "class": "tcp"}
+    document = {"name": "p", "classes": {"tcp": {"queue": 1, "min": "50%"}}, "network": {"classify": [rule]}}
+    assert [r.priority for r in parse_policy(document).network.classify] == [40000]
+    document["network"]["classify"] = [rule, dict(rule, priority=40000)]
+    with pytest.raises(PolicyError, match=r"^network\.classify\[1\]\.match: the same priority and match as "
+                                          r"network\.classify\[0\]\.match"):
+        parse_policy(document)
+    document["network"]["classify"] = [dict(rule, colour="red")]
+    with pytest.raises(PolicyError, match=r"^network\.classify\[0\]\.colour: unknown key"):
+        parse_policy(document)
+    document["network"] = {"ports": {"queues": "fifo", "colour": "red"}}
+    with pytest.raises(PolicyError, match=r"^network\.ports\.colour: unknown key"):
+        parse_policy(document)
+
+
+def test_the_fastest_rate_is_the_one_linux_htb_takes_and_not_a_bit_more():
+    """OVS hands the kernel each rate as 32-bit bytes per second."""
+    assert parse_rate(str((2**32 - 1) * 8), "rate") == 34_359_738_360
+    with pytest.raises(PolicyError, match="is above 34359738360 bit/s"):
+        parse_rate(str((2**32 - 1) * 8 + 1), "rate")
+
+
+def test_a_class_named_by_a_number_is_taken_and_one_named_yes_or_no_is_refused():
+    """YAML reads `7:` as a number (a fine name) and `yes:` as true (a slip, not a name)."""
+    doc = {"name": "p", "classes": {7: {"queue": 1}}, "network": {"ports": {"queues": "fifo"}}}
+    assert [c.name for c in parse_policy(doc).classes] == ["7"]
+    doc["classes"] = {True: {"queue": 1}}
+    with pytest.raises(PolicyError, match=r"^classes\.True: "):
+        parse_policy(doc)
+
+
+@pytest.mark.parametrize("queue, accepted", [(0xfffe, True), (0xffff, False)])
+def test_a_class_queue_is_at_most_65534(queue, accepted):
+    """Queue N is HTB class 1:(N+1), and a class id is 16 bits."""
+    doc = shipped("reserve")
+    doc["classes"]["udp"].update(queue=queue, dscp=2)
+    if accepted:
+        assert parse_policy(doc).traffic_class("udp").queue == queue
+    else:
+        with pytest.raises(PolicyError, match=r"^classes\.udp\.queue: 65535 is not a whole number from 1 to 65534"):
+            parse_policy(doc)
+
+
+def test_a_class_given_its_queue_alone_reserves_nothing_may_take_all_and_is_marked_with_its_queue():
+    doc = {"name": "p", "classes": {"bulk": {"queue": 5}}, "network": {"ports": {"queues": "fifo"}}}
+    bulk = parse_policy(doc).traffic_class("bulk")
+    assert (bulk.min_share, bulk.max_share, bulk.dscp, bulk.priority, bulk.police) == (0.0, 1.0, 5, 0, None)
+
+
+def test_a_class_whose_max_is_its_min_is_taken():
+    doc = shipped("reserve")
+    doc["classes"]["udp"].update(min="10%", max="10%")
+    assert parse_policy(doc).traffic_class("udp").max_share == pytest.approx(0.1)
+
+
+def test_the_smallest_police_and_the_highest_dscp_are_taken():
+    """A meter counts in kbit: 1kbit of rate and of burst is its smallest step. DSCP is six bits."""
+    doc = shipped("reserve")
+    doc["classes"]["udp"].update(police={"rate": "1kbit", "burst": "1kbit"}, dscp=63)
+    udp = parse_policy(doc).traffic_class("udp")
+    assert (udp.police, udp.dscp) == (Police(1, 1), 63)
+    doc["classes"]["udp"]["police"] = {"rate": "10kbit"}      # the burst: 100 ms at the rate, 1kbit
+    assert parse_policy(doc).traffic_class("udp").police == Police(10, 1)
+    doc["classes"]["udp"]["police"] = {"rate": "1Gbit", "burst": "1Mbit"}
+    assert parse_policy(doc).traffic_class("udp").police == Police(1_000_000, 1000)
+    doc["classes"]["udp"].update(police=None, dscp=64)
+    with pytest.raises(PolicyError, match=r"^classes\.udp\.dscp: 64 is not a whole number from 1 to 63"):
+        parse_policy(doc)
+
+
+@pytest.mark.parametrize("congestion, message", [
+    ({"poll_interval": 0.05, "fast_poll_interval": 0.05}, None),
+    ({"poll_interval": 60, "fast_poll_interval": 0}, None),
+    ({"poll_interval": 1, "fast_poll_interval": 0.01}, None),
+    ({"fast_poll_interval": 0.009}, "congestion.fast_poll_interval: 0.009 is not from 0.01 s to the poll_interval"),
+    ({"poll_interval": 0.04}, "congestion.poll_interval: 0.04 is not a number from 0.05 to 60"),
+    ({"poll_interval": 61}, "congestion.poll_interval: 61 is not a number from 0.05 to 60"),
+    ({"fast_poll_interval": 61}, "congestion.fast_poll_interval: 61 is not a number from 0 to 60"),
+    ({"hold": 3}, "congestion.hold: unknown key"),
+    ({"samples": 1}, None), ({"samples": 1000}, None),
+    ({"samples": 0}, "congestion.samples: 0 is not a whole number from 1 to 1000"),
+    ({"samples": 1001}, "congestion.samples: 1001 is not a whole number from 1 to 1000"),
+    ({"hold_seconds": 3600}, None),
+    ({"utilisation": "90%", "clear_utilisation": "90%"}, None),
+    ({"hold_seconds": 3601}, "congestion.hold_seconds: 3601 is not a number from 0 to 3600"),
+])
+def test_the_poll_intervals_bounds_and_the_congestion_keys(congestion, message):
+    doc = shipped("reserve")
+    doc["congestion"] = congestion
+    if message is None:
+        assert parse_policy(doc).poll_interval == congestion.get("poll_interval", 1.0)
+    else:
+        with pytest.raises(PolicyError) as err:
+            parse_policy(doc)
+        assert str(err.value).startswith(message), str(err.value)
+
+
+def _port_numbered(doc: dict, value) -> None:
+    ports = doc["switches"]["s1"]["ports"]
+    ports[value] = ports.pop(1)
+
+
+def _in_s1_match(field: str):
+    return lambda d, v: _set(s1_flow(d, 0)["match"], field, v)
+
+
+BOUNDS = [
+    # (id, where the number goes in the shipped reserve document, lowest, highest, the field the message names)
+    ("dp_id", lambda d, v: _set(d["switches"]["s1"], "dp_id", v), 1, 2**64 - 1, "switches.s1.dp_id"),
+    ("port", _port_numbered, 1, 0xFEFF, "switches.s1.ports"),
+    ("queue_packets", lambda d, v: _set(d["switches"]["s1"]["ports"][1], "queue_packets", v), 1, 100_000,
+     "switches.s1.ports.1.queue_packets"),
+    ("flow priority", lambda d, v: _set(s1_flow(d, 0), "priority", v), 0, 65535, "switches.s1.flows[0].priority"),
+    ("class priority", lambda d, v: _set(d["classes"]["udp"], "priority", v), 0, 7, "classes.udp.priority"),
+    ("in_port", lambda d, v: _set(s1_flow(d, 6)["match"], "in_port", v), 1, 0xFEFF,
+     "switches.s1.flows[6].match.in_port"),
+    ("ip_proto", _in_s1_match("ip_proto"), 0, 255, "switches.s1.flows[0].match.ip_proto"),
+    ("udp_dst", lambda d, v: s1_flow(d, 0)["match"].update(ip_proto="udp", udp_dst=v), 1, 65535,
+     "switches.s1.flows[0].match.udp_dst"),
+    ("ip_dscp", _in_s1_match("ip_dscp"), 0, 63, "switches.s1.flows[0].match.ip_dscp"),
+    ("eth_type", _in_s1_match("eth_type"), 0, 0xFFFF, "switches.s1.flows[0].match.eth_type"),
+    ("output", lambda d, v: _set(s1_flow(d, 0), "actions", [{"output": v}]), 1, 0xFEFF,
+     "switches.s1.flows[0].actions[0].output"),
+]
+
+
+@pytest.mark.parametrize("change, low, high, path", [case[1:] for case in BOUNDS], ids=[c[0] for c in BOUNDS])
+def test_each_whole_number_is_taken_at_its_bounds_and_refused_past_them(change, low, high, path):
+    for value, taken in ((low, True), (high, True), (low - 1, False), (high + 1, False)):
+        doc = shipped("reserve")
+        change(doc, value)
+        if taken:
+            parse_policy(doc)
+        else:
+            with pytest.raises(PolicyError) as err:
+                parse_policy(doc)
+            assert str(err.value).startswith(path), (value, str(err.value))
+
+
+@pytest.mark.parametrize("output, taken", [(0xFEFF, True), ("normal", False)])
+def test_a_classified_flow_outputs_to_one_numbered_port(output, taken):
+    doc = shipped("reserve")
+    s1_flow(doc, 2)["actions"] = [{"output": output}]
+    if taken:
+        assert parse_policy(doc).switch(1).flows[2].outputs == (0xFEFF,)
+    else:
+        with pytest.raises(PolicyError, match=r"^switches\.s1\.flows\[2\]\.class: a classified flow needs exactly one "
+                                              r"output to a numbered port"):
+            parse_policy(doc)
+
+
+def test_a_name_of_64_characters_and_a_description_of_4096_are_the_longest_taken():
+    doc = shipped("reserve")
+    doc.update(name="n" * 64, description="d" * 4096)
+    assert parse_policy(doc).name == "n" * 64
+    for key, length in (("name", 65), ("description", 4097)):
+        doc = shipped("reserve")
+        doc[key] = "x" * length
+        with pytest.raises(PolicyError, match=f"^{key}: "):
+            parse_policy(doc)
+
+
+@pytest.mark.parametrize("value, message", [
+    (True, "classes.udp.queue: expected a whole number from 1 to 65534"),    # True == 1 to Python, not to a user
+    (None, "classes.udp.queue: expected a whole number from 1 to 65534"),
+    ("q" * 38, f"classes.udp.queue: '{'q' * 38}' is not a whole number"),   # a repr of 40 characters is shown whole
+    ("q" * 39, f"classes.udp.queue: '{'q' * 36}... is not a whole number"),  # a longer one is cut
+])
+def test_a_queue_that_is_not_a_number_is_named_and_shown_within_40_characters(value, message):
+    doc = shipped("reserve")
+    doc["classes"]["udp"]["queue"] = value
+    with pytest.raises(PolicyError) as err:
+        parse_policy(doc)
+    assert str(err.value).startswith(message), str(err.value)

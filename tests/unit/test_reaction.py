@@ -174,3 +174,114 @@ def test_only_a_class_served_before_every_other_is_urgent():
     equal = parse_policy({"name": "equal", "classes": {"tcp": {"queue": 1, "min": "50%"}, "udp": {"queue": 2}},
                           "network": {"ports": {"queues": "auto"}}})
     assert urgent_classes(equal) == frozenset()    # both at priority 0: neither is served first
+def test_a_port_at_half_its_capacity_is_fast_polled_so_a_flood_just_after_a_slow_poll_is_answered_at_once(net):
+    """Fast polls start at clear_utilisation (half the port), below the hot threshold: a flood that starts just
+    after a slow poll of a port already busy is answered within two fast polls, not a slow poll later."""
+    up(net, "auto")
+    net.s1.load, net.s1.class_load = {1: 0.6 * CAPACITY}, {TCP: 0.6 * CAPACITY}
+    net.app.advance(3.0)
+    fast = fast_requests(net)
+    net.app.advance(1.0)
+    assert fast_requests(net) - fast >= 10         # every 50 ms, not every second
+    poller = net.app.switches[1].poller
+    net.app.advance(poller.next_due - net.app.clock + 0.01)
+    onset = net.app.clock                          # just after a slow poll
+    udp_flood(net, 8e6)
+    net.app.advance(0.5)
+    (decision,) = net.app.decisions.last
+    assert decision["action"] == "program" and decision["time"] - onset <= 0.15, decision["time"] - onset
+
+
+def test_a_port_no_longer_auto_is_no_longer_fast_polled(net):
+    up(net, "auto")
+    net.s1.load = {1: 0.6 * CAPACITY}              # busy: fast polled
+    net.app.advance(2.0)
+    assert net.app.request(ev.SetPolicy, shipped("reserve"))[1] is None   # port 1 reserves for good: nothing to watch
+    net.s1.load = {1: 0.6 * CAPACITY}
+    net.app.advance(1.0)
+    fast = fast_requests(net)
+    net.app.advance(2.0)
+    assert fast_requests(net) == fast
+    assert net.app.request(ev.SetPolicy, shipped("auto"))[1] is None     # auto again, and still busy: fast again
+    net.s1.load = {1: 0.6 * CAPACITY}
+    net.app.advance(2.0)
+    assert fast_requests(net) - fast >= 20
+
+
+def test_a_refused_port_is_tried_again_once_a_poll_however_fast_a_busy_port_is_polled(net):
+    net.ovsdb.refuse = {"s1-eth1"}
+    up(net, "auto")
+    net.s1.load = {1: 0.6 * CAPACITY}
+    net.app.advance(2.0)
+    attempts, fast = net.ovsdb.attempts, fast_requests(net)
+    net.app.advance(2.0)
+    assert fast_requests(net) - fast >= 20 and net.ovsdb.attempts - attempts <= 2
+
+
+def test_on_a_switch_without_meters_the_classes_rates_come_from_their_flows_counters(net):
+    """A class squeezed short of its reservation with no loss (BBR under UDP) is seen by the classes' rates alone;
+    with no meters to count them they come from the flows' counters, which the slow polls read (fast polls would
+    find them up to half a second old, so this policy polls slowly only)."""
+    net.s1.max_meter = 0
+    slow = shipped("auto")
+    slow["congestion"]["fast_poll_interval"] = 0
+    net.app.connect(net.s1)
+    net.app.connect(net.s2)
+    assert net.app.request(ev.SetPolicy, slow)[1] is None and net.s1.meters == {}
+    net.s1.load, net.s1.class_load = {1: CAPACITY}, {TCP: 1e6, UDP: 4e6}
+    net.app.advance(3.0)
+    (decision,) = net.app.decisions.last
+    assert decision["action"] == "program" and "class tcp at 1 Mbit/s" in decision["reason"], decision["reason"]
+
+
+def test_the_metrics_keep_every_queue_between_slow_polls_and_lose_one_that_went(net):
+    """A fast poll reads the busy port's queues only: the others stay as the last slow poll read them, and a queue
+    the switch no longer has leaves the metrics at the next slow poll."""
+    up(net, "auto")
+    net.s1.queues = {(1, 0): (1000, 10, 0), (3, 0): (500, 5, 0)}
+    net.s1.load = {1: 0.6 * CAPACITY}
+    fast = fast_requests(net)
+    net.app.advance(2.0)
+    assert fast_requests(net) > fast and set(net.app.snapshot.switches[1].queues) == {(1, 0), (3, 0)}
+    del net.s1.queues[(3, 0)]
+    net.app.advance(1.0)
+    assert set(net.app.snapshot.switches[1].queues) == {(1, 0)}
+
+
+def test_fast_polls_resume_when_a_port_is_busy_again_on_a_switch_without_meters(net):
+    net.s1.max_meter = 0
+    up(net, "auto")
+    poller = net.app.switches[1].poller
+    for load in (0.6, 0.0, 0.6):                   # busy, idle (not fast polled), busy again
+        if poller.next_fast is not None:           # the change at a fast poll: the next one's sample is all idle
+            net.app.advance(poller.next_fast - net.app.clock)
+        net.s1.load = {1: load * CAPACITY}
+        net.app.advance(2.0)
+        fast = fast_requests(net)
+        net.app.advance(1.0)
+        assert (fast_requests(net) - fast >= 10) is bool(load), load
+    fast = fast_requests(net)
+    net.s1.load = {1: 0.6 * CAPACITY}
+    net.app.advance(1.0)
+    assert fast_requests(net) - fast >= 10
+
+
+def test_the_poll_metrics_count_each_answered_poll_and_say_an_idle_port_is_not_congested(net):
+    up(net, "auto")
+    before = net.app.snapshot.switches[1].polls
+    net.app.advance(3.0)
+    s1 = net.app.snapshot.switches[1]
+    assert s1.polls - before == 3 and s1.poll_duration == 0.0 and s1.poll_lag == 0.0
+    assert s1.congested == {1: False, 2: False, 3: False}
+
+
+def test_a_port_busy_without_loss_rolls_back_after_the_hold_time(net):
+    """Half its capacity and more, two classes, no drop: calm, so the reservation goes after hold_seconds."""
+    up(net, "auto")
+    for _ in range(2):
+        udp_flood(net, 8e6)
+        net.app.poll()
+    assert net.s1.steering() == {TCP, UDP, VOICE}
+    net.s1.load, net.s1.class_load, net.s1.drop_load = {1: 0.8 * CAPACITY}, {TCP: 2e6, UDP: 2e6}, {}
+    net.app.advance(4.5)
+    assert [d["action"] for d in net.app.decisions.last] == ["program", "rollback"] and net.s1.steering() == set()

@@ -8,13 +8,15 @@ from types import SimpleNamespace
 
 import pytest
 
+from controller.core import actions as act
 from controller.core import events as ev
-from controller.core.authority import LEASE_SECONDS
+from controller.core.authority import LEASE_SECONDS, Authority
+from controller.core.cluster import Cluster
 from controller.core.controller import Standby
 from controller.core.errors import Indeterminate, StorageError
 from controller.core.jobs import Job
 from controller.core.view import Role
-from tests.unit.fakes import S1_FLOWS, FakeSwitch, flood, mode, shipped, up
+from tests.unit.fakes import S1_FLOWS, FakeConnection, FakeSwitch, flood, mode, shipped, slow_polls, up
 
 MASTER, SLAVE = FakeSwitch.ofproto.OFPCR_ROLE_MASTER, FakeSwitch.ofproto.OFPCR_ROLE_SLAVE
 
@@ -252,3 +254,118 @@ def test_a_pair_that_kept_its_policy_in_a_shared_file_takes_it_from_there_until_
     restarted.remotes_changed()
     _, error = restarted.request(ev.SetPolicy, shipped("auto"))
     assert error is None and '"name": "auto"' in net.ovsdb.policy_text
+
+
+def test_a_master_refused_as_stale_learns_the_switchs_id_claims_above_it_and_puts_the_switch_right(net, caplog):
+    """Another owner's controller masters s1 with a newer id and empties its table; our next claim of s1 (a new id
+    of ours, claimed for s2) is refused as stale. s1 is asked its id again, claimed above it, and repaired."""
+    up(net)
+    rival = FakeConnection(net.s1)
+    rival.send_msg(rival.ofproto_parser.OFPRoleRequest(rival, MASTER, 1000))
+    net.s1.table.clear()
+    net.app.disconnect(net.s2)
+    net.s2.generation = 500                          # s2 saw a newer id too: ours becomes 501, claimed everywhere
+    net.app.connect(net.s2)
+    assert "switch 0000000000000001 refused our role request: OFPET_ROLE_REQUEST_FAILED/OFPRRFC_STALE" in \
+        caplog.messages                               # s1 refused the claim of 501
+    net.app.poll()
+    assert (net.s1.role, net.s1.generation_id) == (MASTER, 1001) and len(net.s1.table) == S1_FLOWS
+
+
+def test_a_hung_active_has_stopped_by_its_own_clock_before_its_standby_steals_the_lock(pair):
+    """LEASE_SECONDS against TAKEOVER_SECONDS: an active that hangs (no heartbeat, no event) and resumes at the
+    moment its standby steals the lock no longer speaks or writes as the active one."""
+    net, active, standby = pair.net, pair.active, pair.standby
+    for _ in range(30):                              # the standby watches the heartbeat stand still
+        standby.advance(1.0)
+        if net.ovsdb.holder is standby.session:
+            break
+    assert net.ovsdb.holder is standby.session
+    active.clock = standby.clock                     # it resumes, and has heard nothing yet
+    status, _ = active.request(ev.GetStatus)
+    assert status["role"] == "unconfirmed"
+    _, error = active.request(ev.SetPolicy, shipped("reserve"))
+    assert isinstance(error, Standby) and "has not confirmed" in str(error)
+
+
+def steal_after(standby, net, limit: int = 30) -> int:
+    """Seconds of the standby's reports until it has taken the lock."""
+    for second in range(1, limit + 1):
+        standby.advance(1.0)
+        if net.ovsdb.holder is standby.session:
+            return second
+    raise AssertionError(f"no steal in {limit} s")
+
+
+def test_a_standby_steals_the_lock_once_the_heartbeat_has_stood_still_for_8_s(pair):
+    """docs/operations.md: "a standby that sees the heartbeat stand still for 8 s steals the lock"."""
+    assert steal_after(pair.standby, pair.net) == 8
+
+
+def test_a_standby_whose_reports_stopped_for_more_than_3_s_watches_the_heartbeat_afresh(pair):
+    """Its copy of OVSDB may be as old as the gap: the 8 s of stillness count from its first report after it."""
+    standby, net = pair.standby, pair.net
+    standby.advance(5.0)                             # 5 s of a still heartbeat, watched
+    standby.clock += 4.0                             # then the standby itself stopped: 4 s between two reports
+    standby.advance(0.0)                             # the late report: 9 s since the heartbeat moved, by the clock
+    assert net.ovsdb.holder is not standby.session
+    assert steal_after(standby, net) == 8
+
+
+def test_a_standby_whose_reports_came_3_s_apart_goes_on_watching(pair):
+    """A gap of 3 s is no stop ("more than 3 s"): the stillness it saw before counts."""
+    standby, net = pair.standby, pair.net
+    standby.advance(5.0)
+    standby.clock += 3.0                             # the next report 3 s after the last: 8 s of stillness then
+    standby.advance(0.0)
+    assert net.ovsdb.holder is standby.session
+
+
+def test_an_active_of_a_pair_writes_within_3_s_of_sending_its_last_confirmed_heartbeat_and_not_after():
+    """docs/operations.md: it answers as `active` "only within 3 s of sending the last heartbeat OVSDB committed"."""
+    authority = Authority(active=True, standby=True)
+    authority.beaten(ev.Beaten(100.0, ok=True))
+    authority.beaten(ev.Beaten(99.0, ok=True))       # an older beat's answer, late: the lease runs from the newest
+    authority.beaten(ev.Beaten(101.0, ok=False))     # a beat OVSDB did not commit proves nothing
+    assert authority.confirmed(102.999) and not authority.confirmed(103.0)
+    assert authority.label(102.0) == "active" and authority.label(103.0) == "unconfirmed"
+
+
+def test_the_fence_a_lone_controller_a_pair_and_a_cluster_member_carry():
+    """The epoch each one's OVSDB and tc writes are conditioned on: none alone (no one to fence), the pair's
+    generation id, a cluster member's claim (its key's revision) of the switch."""
+    alone, pair = Authority(active=True, standby=False), Authority(active=True, standby=True)
+    alone.claimed(7)
+    pair.claimed(7)
+    assert (alone.epoch_of(1), alone.generation_of(1)) == (0, 7)
+    assert (pair.epoch_of(1), pair.generation_of(1)) == (7, 7)
+    cluster = Cluster("a", 4.0)
+    member = Authority(active=True, standby=False, cluster=cluster)
+    cluster.claimed(ev.SwitchClaimed(1, 42))
+    assert (member.epoch_of(1), member.generation_of(1)) == (42, 42)
+    assert member.need(1, 42) == [act.ClaimSwitch(1, renew=True)]   # a switch saw 42: the key put again, for a newer
+
+
+def test_an_active_that_stands_down_and_takes_over_again_polls_each_switch_once_an_interval(pair):
+    """The poll timer of its first turn is still set when the second turn starts its own: only one of them polls."""
+    net, active = pair.net, pair.active
+    net.s1.load = {1: 0.6 * 5_000_000}               # busy: fast polled too
+    active.advance(1.0)
+    net.ovsdb.holder = pair.standby.session
+    active.remotes_changed()                         # stood down ...
+    net.ovsdb.holder = active.session
+    active.remotes_changed()                         # ... and the lock back at once
+    assert active.authority.role == "active"
+    polls = slow_polls(active, net.s1)
+    fast = len([m for m in net.s1.sent if type(m).__name__ == "OFPPortStatsRequest" and m.port_no == 1])
+    active.advance(5.0)
+    assert 4 <= len(polls) <= 5 and len(polls) == len(set(polls)), polls
+    fast = len([m for m in net.s1.sent if type(m).__name__ == "OFPPortStatsRequest" and m.port_no == 1]) - fast
+    assert 80 <= fast <= 101, fast                   # every 50 ms, one chain of them
+
+
+def test_a_standby_whose_active_keeps_beating_never_steals(pair):
+    for _ in range(12):                              # both run: the heartbeat moves each second
+        pair.active.advance(1.0)
+        pair.standby.advance(1.0)
+    assert pair.net.ovsdb.holder is pair.active.session and pair.standby.authority.role == "standby"

@@ -15,7 +15,9 @@ from controller.core.controller import Controller
 from controller.core.jobs import JobResult
 from controller.core.keeper import SAVED_ABSENT, SAVED_POLICY
 from controller.core.policy import load_document, load_policy, parse_policy
+from controller.core.portjobs import TC_SWEEP_SECONDS, PortJobs
 from controller.core.queues import desired_qos
+from controller.core.role import not_older
 from controller.core.stats import PortCounters, QueueCounters
 from controller.core.switch import Switch
 from controller.core.view import Mode, SwitchView
@@ -23,6 +25,7 @@ from controller.core.view import Mode, SwitchView
 REMOTE = "unix:/fake/db.sock"
 S1 = {1: "s1-eth1", 2: "s1-eth2", 3: "s1-eth3"}
 AUTO = load_policy("policies/auto.yaml")
+STALE = "OFPET_ROLE_REQUEST_FAILED/OFPRRFC_STALE"
 
 
 class Replica:
@@ -113,6 +116,17 @@ def test_a_master_claim_waits_for_a_generation_id_newer_than_the_switchs(replica
     assert [(m.role, m.generation) for m in sent(out, act.RoleRequest)] == [("master", 10)]
 
 
+def test_no_claim_master_or_slave_is_sent_before_the_switch_has_said_its_generation_id(replica):
+    """A claim below the switch's id would only be refused: a new id of ours, or standing down, before the switch
+    answered what it has seen, sends nothing; its answer is claimed above."""
+    sw, out = connected(replica)
+    (ask,) = sent(out, act.RoleRequest)
+    assert sw.handle(ev.RoleDue(), 100.0, view(replica, generation=3)) == []
+    assert sw.handle(ev.StandingDown(), 100.0, view(replica, active=False)) == []
+    out = sw.handle(ev.RoleReply(7, ask.xid, "equal", 2), 100.0, view(replica, active=False))
+    assert [(m.role, m.generation) for m in sent(out, act.RoleRequest)] == [("slave", 2)]
+
+
 def test_a_standby_claims_slave_with_the_switchs_own_id(replica):
     sw, out = connected(replica)
     (ask,) = sent(out, act.RoleRequest)
@@ -122,7 +136,7 @@ def test_a_standby_claims_slave_with_the_switchs_own_id(replica):
 
 def test_a_mastered_switch_gets_the_plan_as_one_batch_and_its_ports_as_jobs(replica):
     sw = mastered(replica)
-    assert not sw.flows.known                       # nothing is planned before the tables are read
+    assert sw.flows.flows is None                   # nothing is planned before the tables are read
     out = read_tables(sw, replica, asked(sw))
     adds, barriers = sent(out, act.AddFlow), sent(out, act.Barrier)
     assert len(adds) == 7 and len(barriers) == 1     # s1's seven flows, one barrier after them
@@ -144,9 +158,11 @@ def test_a_cluster_member_raises_the_switchs_epoch_before_its_first_write_and_ca
     for job in submit.jobs:
         replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
     sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5, epoch=42))
-    replica.generation = (2,)                        # OVSDB changed: a reconcile, with nothing to change
-    out = sw.handle(ev.PollDue(7, 101.0), 101.0, view(replica, 5, epoch=42))
-    assert not [a for a in out if isinstance(a, act.Submit)]    # raised once
+    replica.generation = (2,)                        # OVSDB changed: the poll reconciles, with nothing to change
+    due = sw.poller.next_due
+    assert due is not None
+    out = sw.handle(ev.PollDue(7, due), due, view(replica, 5, epoch=42))
+    assert sent(out, act.StatsRequest) and not [a for a in out if isinstance(a, act.Submit)]    # raised once
     # Taken over under a newer epoch (the switch was another member's meanwhile): raised, though no port
     # needs a change, so that the member it was taken from can write nothing more.
     out = sw.handle(ev.RoleDue(), 102.0, view(replica, 77, epoch=77))
@@ -309,3 +325,76 @@ def test_only_a_port_that_holds_a_qos_has_filters_to_take_off_before_its_change(
     out = sw.handle(ev.PolicyInstalled(), 101.0, SwitchView(None, Mode.CLEARED, True, True, 5, replica))
     (off,) = [j for a in out if isinstance(a, act.Submit) for j in a.jobs]
     assert (off.port_no, off.spec, off.qos, off.bare) == (1, None, True, False)
+
+
+def synced(replica: Replica) -> Switch:
+    """Mastered with generation id 5, its tables read, its first batch confirmed and its jobs done."""
+    sw = mastered(replica)
+    out = read_tables(sw, replica, asked(sw))
+    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    sw.handle(ev.BarrierReply(7, sent(out, act.Barrier)[0].xid), 100.0, view(replica, 5))
+    for job in submit.jobs:
+        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
+    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5))
+    assert sw.in_sync
+    return sw
+
+
+def writes(out: list[act.SwitchAction]) -> list[Any]:
+    return [*sent(out, act.AddFlow), *sent(out, act.ModifyFlow), *sent(out, act.DeleteFlow), *sent(out, act.MeterMod),
+            *(a for a in out if isinstance(a, act.Submit))]
+
+
+def test_a_master_whose_new_claim_is_refused_as_stale_writes_nothing_until_the_switch_confirms_it_again(replica):
+    """Another controller claimed the switch with a newer id than ours: our claim with a new id of ours is refused
+    as stale. The switch is not ours, so a policy put meanwhile sends it nothing, until it has confirmed our
+    claim above the id it has seen."""
+    sw = synced(replica)
+    out = sw.handle(ev.RoleDue(), 101.0, view(replica, 6))           # a newer id of ours: claimed again
+    (claim,) = sent(out, act.RoleRequest)
+    out = sw.handle(ev.ErrorReply(7, claim.xid, STALE), 101.0, view(replica, 6))
+    (ask,) = sent(out, act.RoleRequest)
+    assert ask.role == "nochange" and sw.status(view(replica, 6))["role"] == "refused"
+    assert sw.telemetry.openflow_errors == {}                         # a lost claim, not a message refused
+    reserve = load_policy("policies/reserve.yaml")
+    out = sw.handle(ev.PolicyInstalled(), 101.0, SwitchView(reserve, Mode.IN_FORCE, True, True, 6, replica))
+    assert writes(out) == [] and not sw.role.writable(view(replica, 6))
+    out = sw.handle(ev.RoleReply(7, ask.xid, "slave", 1000), 101.0, SwitchView(reserve, Mode.IN_FORCE, True, True, 6,
+                                                                                 replica))
+    assert out == [act.NeedGeneration(1, 1000)]                      # a claim above the switch's 1000 first
+    newer = SwitchView(reserve, Mode.IN_FORCE, True, True, 1001, replica)
+    (claim,) = sent(sw.handle(ev.RoleDue(), 101.0, newer), act.RoleRequest)
+    assert (claim.role, claim.generation) == ("master", 1001)
+    out = sw.handle(ev.RoleReply(7, claim.xid, "master", 1001), 101.0, newer)
+    assert sent(out, act.ModifyFlow) and sw.status(newer)["role"] == "master"   # reserve's steering, now
+
+
+def test_generation_ids_are_compared_as_a_signed_distance_so_that_they_may_wrap(replica):
+    """OpenFlow 1.3 (6.3.7): an id is stale if (id - the switch's) mod 2**64, read as signed, is negative."""
+    assert not_older(3, 2**64 - 3) and not not_older(2**64 - 3, 3)         # 3 follows 2**64-3 across the wrap
+    assert not_older(7, 7) and not_older(5 + 2**63 - 1, 5) and not not_older(5 + 2**63, 5)
+    sw, out = connected(replica)
+    (ask,) = sent(out, act.RoleRequest)
+    out = sw.handle(ev.RoleReply(7, ask.xid, "equal", 2**64 - 3), 100.0, view(replica, generation=2**64 - 5))
+    assert out == [act.NeedGeneration(1, 2**64 - 3)]                 # older: a newer one is claimed first
+    out = sw.handle(ev.RoleDue(), 100.0, view(replica, generation=3))
+    assert [(m.role, m.generation) for m in sent(out, act.RoleRequest)] == [("master", 3)]   # wrapped: newer
+
+
+def test_every_port_is_checked_once_more_than_5_minutes_after_the_last_sweep(replica):
+    """netlink announces tc changes; a sweep every 300 s catches one it dropped."""
+    sw = mastered(replica)
+    jobs = PortJobs(sw.link, now=0.0)
+    jobs.ifindex = {1: 11, 3: 13}
+    assert TC_SWEEP_SECONDS == 300.0
+    assert not jobs.poll(300.0) and jobs.check == set()
+    assert jobs.poll(300.5) and jobs.check == {1, 3}
+    jobs.check.clear()
+    assert not jobs.poll(301.0) and not jobs.poll(600.0) and jobs.poll(601.0)
+
+
+def test_a_pair_raises_its_first_generation_id_as_the_switchs_epoch(replica):
+    sw = mastered(replica)
+    out = read_tables(sw, replica, asked(sw), epoch=1)
+    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    assert submit.epochs == ((1, 1),)
