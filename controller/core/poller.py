@@ -110,13 +110,16 @@ class Poller(SwitchPart):
         return True
 
     def _fast_due(self, due: ev.PollDue, view: SwitchView, now: float, meters: bool) -> None:
-        """The ports near their capacity only: their port and queue counters, and the meters'."""
+        """The ports near their capacity only: their port and queue counters, and the meters' (their classes'
+        rates), or on a switch without meters their classified flows' (maybe half a second old, but the
+        classes' rates all the same)."""
         if due.due != self.next_fast:
             return
         if not view.active or not self.watched or self.fast is not None:
             self.next_fast = None   # stopped; or the last one is still unanswered: the next answer resumes
             return
-        waiting = {self.link.ask(kind, port) for port in sorted(self.watched) for kind in (act.QUEUES, act.PORTS)}
+        kinds = (act.QUEUES, act.PORTS) if meters else (act.QUEUES, act.PORTS, act.CLASSIFIED_FLOWS)
+        waiting = {self.link.ask(kind, port) for port in sorted(self.watched) for kind in kinds}
         if meters:
             waiting.add(self.link.ask(act.METER_STATS))
         self.fast = PollRound(due.due, now, waiting, fast=True)

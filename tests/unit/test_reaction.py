@@ -234,6 +234,17 @@ def test_on_a_switch_without_meters_the_classes_rates_come_from_their_flows_coun
     assert decision["action"] == "program" and "class tcp at 1 Mbit/s" in decision["reason"], decision["reason"]
 
 
+def test_on_a_switch_without_meters_a_fast_polled_port_reads_its_classes_from_their_flows(net):
+    """Fast polls decide a busy port alone: without meters they read its classified flows' counters."""
+    net.s1.max_meter = 0
+    up(net, "auto")
+    net.s1.load, net.s1.class_load = {1: CAPACITY}, {TCP: 1e6, UDP: 4e6}
+    net.app.advance(3.0)
+    assert net.app.switches[1].poller.watched == {1}
+    (decision,) = net.app.decisions.last
+    assert decision["action"] == "program" and "class tcp at 1 Mbit/s" in decision["reason"], decision["reason"]
+
+
 def test_the_metrics_keep_every_queue_between_slow_polls_and_lose_one_that_went(net):
     """A fast poll reads the busy port's queues only: the others stay as the last slow poll read them, and a queue
     the switch no longer has leaves the metrics at the next slow poll."""
