@@ -46,6 +46,7 @@ from controller.core.bridges import CAPACITY_KEY, DELAY_KEY, BridgeInfo
 from controller.core.plan import ABSENT, FOREIGN
 from controller.core.policy import LOCAL_OVSDB, PolicyError, delay_us, parse_rate
 from controller.core.queues import OvsdbQos, QosSpec, QueueSpec
+from controller.core.role import not_older
 
 LOG = logging.getLogger(__name__)
 # Its one error, "Post-commit checks failed" (ovs-vswitchd slower than the timeout), logs every command of
@@ -404,13 +405,6 @@ class Ovsdb:
             found = txn.add(_RemoveOrphans(self._api, self._owned))
         return found.result or 0
 
-    def remove_all(self) -> int:
-        """Take every QoS of ours off its port and remove all our rows; returns rows removed."""
-        ports = [p.name for p in self._api.tables["Port"].rows.values() if p.qos and self._owned(p.qos[0])]
-        if ports:
-            self.apply(dict.fromkeys(ports), {})
-        return len(ports) + self.remove_orphans()
-
     def close(self) -> None:
         self._api.ovsdb_connection.stop()
 
@@ -513,7 +507,9 @@ class _NextGeneration(command.BaseCommand):
         row = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
         row.verify("external_ids")
         epochs = [_int(bridge.external_ids, self.epoch_key) for bridge in self.api.tables["Bridge"].rows.values()]
-        self.result = (max(_int(row.external_ids, self.key), self.above, 0, *epochs) + 1) % 2**64
+        # 64 bits wrap, and 0 is no id at all to the core: past 2^64 - 1 comes 1, newer to a switch as OpenFlow
+        # compares ids (the signed distance).
+        self.result = (max(_int(row.external_ids, self.key), self.above, 0, *epochs) + 1) % 2**64 or 1
         row.setkey("external_ids", self.key, str(self.result))
 
 
@@ -554,7 +550,7 @@ class _Fence(command.BaseCommand):
                 continue
             row.verify("external_ids")
             current = _int(row.external_ids, self.key)
-            if current > epoch:
+            if current and not not_older(epoch, current):     # compared as OpenFlow compares generation ids
                 refused[dp_id] = (f"another controller of this owner holds it now (epoch {current} in OVSDB, ours "
                                   f"{epoch}); this one writes nothing to it")
             else:

@@ -220,10 +220,6 @@ def for_any_network(document: Any) -> dict[str, Any]:
     return {key: value for key, value in document.items() if key != "switches"}
 
 
-def load_policy(path: str | Path) -> Policy:
-    return parse_policy(load_document(path))
-
-
 def parse_policy(document: Any) -> Policy:
     doc = _mapping(document, "policy")
     if "base" in doc:

@@ -133,9 +133,6 @@ class RateTracker:
                                  _FLOW_SCALES, now)
         return None if measured is None else FlowRates._make([*measured[0], measured[1]])
 
-    def forget_datapath(self, dp_id: int) -> None:
-        self._baselines.pop(dp_id, None)
-
     def _measure(self, dp_id: int, key: tuple[int | str, int | None], values: tuple[int, ...],
                  scales: tuple[int, ...], now: float) -> tuple[list[float | None], float] | None:
         """Rates since the baseline and the interval, then `values` becomes the baseline."""

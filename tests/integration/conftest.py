@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from controller.core.policy import LOCAL_OVSDB
 from tests.ci import ON_CI
+from topo.harness import host
 from topo.harness.host import STATE_DIR
 
 
@@ -104,6 +106,12 @@ def host_to_ourselves():
     if _ovs_running():   # else the tests that need it are skipped (failed on CI); leftovers() would raise
         _BEFORE.update(_present())
     yield
+
+
+def remove_rows(owner: str) -> int:
+    """Every QoS and Queue row of `owner` in the system's OVSDB taken off its port and removed, as the launcher
+    removes a dead run's: what a test's controllers left. How many rows went."""
+    return host.remove_rows(owner, LOCAL_OVSDB)
 
 
 NOTHING_LEFT = {"bridges": "", "qos": "", "queues": "", "iperf3": "", "controller": ""}

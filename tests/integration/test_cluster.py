@@ -19,9 +19,8 @@ import uuid
 
 import pytest
 
-from controller.adapters.ovsdb import Ovsdb
 from controller.core.cluster import Ring
-from tests.integration.conftest import controller_config, requires_ovs, start_controller, stop_controller
+from tests.integration.conftest import controller_config, remove_rows, requires_ovs, start_controller, stop_controller
 from tests.integration.proxy import Proxy
 from tests.integration.test_reliability import policy, sh, wait
 from topo.harness.etcd import etcd, make_pki
@@ -103,9 +102,7 @@ def bridges():
             subprocess.run(["ovs-vsctl", "--if-exists", "del-br", bridge], capture_output=True)
         for iface in links:
             subprocess.run(["ip", "link", "del", iface], capture_output=True)
-        db = Ovsdb(owner="cluster", lock=False)   # what a failed test's members left: no later test's to own
-        db.remove_all()
-        db.close()
+        remove_rows("cluster")   # what a failed test's members left: no later test's to own
 
 
 def cluster_policy(name: str, rate: str) -> dict:

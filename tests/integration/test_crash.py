@@ -6,8 +6,7 @@ import subprocess
 import sys
 import time
 
-from controller.adapters.ovsdb import Ovsdb
-from tests.integration.conftest import REPO, controller_config, requires_ovs, stop_controller
+from tests.integration.conftest import REPO, controller_config, remove_rows, requires_ovs, stop_controller
 from tests.integration.test_reliability import bridges, policy, port_qos, rest, sh, wait  # noqa: F401
 
 pytestmark = requires_ovs
@@ -73,6 +72,4 @@ def test_a_handler_that_raises_ends_the_controller_and_leaves_flows_and_queues(t
     finally:
         if proc.poll() is None:
             stop_controller(proc)
-        db = Ovsdb(owner="test", lock=False)   # what the crash left in place, which no later run of ours owns
-        db.remove_all()
-        db.close()
+        remove_rows("test")   # what the crash left in place, which no later run of ours owns

@@ -22,14 +22,14 @@ from controller.adapters.tc import Tc
 from controller.adapters.worker import Worker
 from controller.compat import hub
 from controller.core.jobs import Job
-from controller.core.policy import load_policy
+from controller.core.policy import load_document, parse_policy
 from controller.core.queues import reserve_qos
-from tests.integration.conftest import requires_ovs
+from tests.integration.conftest import remove_rows, requires_ovs
 from tests.integration.proxy import Proxy
 
 pytestmark = requires_ovs
 REPO = Path(__file__).resolve().parents[2]
-POLICY = load_policy(REPO / "policies/reserve.yaml")
+POLICY = parse_policy(load_document(REPO / "policies/reserve.yaml"))
 PORTS = 8
 OWNER = "fence-test"
 DP_ID = 0xFE4CE
@@ -46,7 +46,7 @@ from controller.adapters.tc import Tc
 from controller.adapters.worker import Worker
 from controller.compat import hub
 from controller.core.jobs import Job
-from controller.core.policy import load_policy
+from controller.core.policy import load_document, parse_policy
 from controller.core.queues import reserve_qos
 
 class Stops(Tc):
@@ -57,7 +57,7 @@ class Stops(Tc):
             os.kill(os.getpid(), signal.SIGSTOP)
         return super().replace_leaf(*args)
 
-policy = load_policy("policies/reserve.yaml")
+policy = parse_policy(load_document("policies/reserve.yaml"))
 spec = dataclasses.replace(reserve_qos(policy, policy.switch(1).port(1), True), leaf=("pfifo", "limit", sys.argv[3]))
 db = Ovsdb(owner=sys.argv[2], lock=False)
 jobs = [Job(int(sys.argv[1]), 1, k + 1, iface, True, spec, True, epoch=10) for k, iface in enumerate(sys.argv[6:])]
@@ -87,9 +87,7 @@ def bridge():
         sh("ovs-vsctl", "--if-exists", "del-br", name)
         for iface in ifaces:
             subprocess.run(["ip", "link", "del", iface], capture_output=True)
-        db = Ovsdb(owner=OWNER, lock=False)
-        db.remove_all()
-        db.close()
+        remove_rows(OWNER)
 
 
 def epoch(name):

@@ -22,13 +22,13 @@ from controller.adapters.store import PairStore
 from controller.adapters.tc import Leaf, Tc
 from controller.core import events as ev
 from controller.core.plan import ABSENT, FOREIGN
-from controller.core.policy import load_policy
+from controller.core.policy import load_document, parse_policy
 from controller.core.queues import fifo_qos, leaf_chain, leaf_in_force, reserve_qos
-from tests.integration.conftest import requires_ovs
+from tests.integration.conftest import remove_rows, requires_ovs
 from topo.harness import capabilities, host
 
 pytestmark = requires_ovs
-POLICY = load_policy("policies/reserve.yaml")
+POLICY = parse_policy(load_document("policies/reserve.yaml"))
 TC = Tc()
 PORT = POLICY.switch(1).port(1)
 QUEUES = len(POLICY.classes) + 1          # reserve's classes (tcp, udp, voice) and the default queue
@@ -54,7 +54,7 @@ def userspace_bridge(bridge: str, ifaces: list[str], up: bool = False):
         yield db
     finally:
         if db is not None:
-            db.remove_all()
+            remove_rows(db.owner)
             db.close()
         sh("ovs-vsctl", "--if-exists", "del-br", bridge)
         for iface in ifaces:
@@ -199,7 +199,7 @@ def test_another_tools_qos_is_never_overwritten(port):
             db.apply({iface: fifo_qos(PORT, userspace=True)}, {})
         assert sh("ovs-vsctl", "get", "port", iface, "qos").strip() == foreign
         assert db.port_qos(iface) == FOREIGN
-        assert db.remove_all() == 0
+        assert remove_rows(db.owner) == 0
     finally:
         sh("ovs-vsctl", "clear", "port", iface, "qos", "--", "destroy", "qos", foreign)
 
@@ -240,8 +240,8 @@ def test_a_cluster_member_deposed_by_a_newer_epoch_changes_no_row(port):
         assert sh("ovs-vsctl", "get", "port", iface, "qos").strip() == "[]"
         assert new.fence({0xDEAD: 30}) == {0xDEAD: "its bridge is not in OVSDB"}
     finally:
+        remove_rows("cluster")
         for member in members:
-            member.remove_all()
             member.close()
         sh("ovs-vsctl", "remove", "bridge", bridge, "external_ids", "ovs-qos-epoch-cluster")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.core.policy import PolicyError, load_document, load_policy, merge_documents, parse_policy
+from controller.core.policy import PolicyError, load_document, merge_documents, parse_policy
 
 REPO = Path(__file__).resolve().parents[2]
 # policies/{none,reserve,auto}.yaml as they were before they shared policies/bases/study.yaml.
@@ -136,7 +136,7 @@ def test_an_error_in_the_merged_policy_names_the_field(tmp_path):
     write(tmp_path, "base.yaml", "switches: {s1: {dp_id: 1, ports: {1: {capacity: 5Mbit}}}}\n")
     path = write(tmp_path, "p.yaml", "base: base.yaml\nname: p\nswitches: {s1: {ports: {1: {queues: fast}}}}\n")
     with pytest.raises(PolicyError, match=r"^switches\.s1\.ports\.1\.queues: 'fast' is not one of "):
-        load_policy(path)
+        parse_policy(load_document(path))
 
 
 # --- the shipped policies ----------------------------------------------------------------------------
@@ -144,7 +144,7 @@ def test_an_error_in_the_merged_policy_names_the_field(tmp_path):
 @pytest.mark.parametrize("name", ["none", "reserve", "auto"])
 def test_the_study_policies_over_their_base_are_what_they_were(name):
     before = parse_policy(yaml.safe_load((BEFORE / f"{name}.yaml").read_text()))
-    policy = load_policy(REPO / "policies" / f"{name}.yaml")
+    policy = parse_policy(load_document(REPO / "policies" / f"{name}.yaml"))
     # What they say for any other network (network:) came later; for the study's switches they are unchanged.
     assert dataclasses.replace(policy, network=None) == before
     assert policy.network is not None and policy.network.ports is not None
@@ -162,4 +162,4 @@ def test_the_study_policies_are_short_and_name_their_base(name):
 def test_the_other_studies_policies_still_load_without_a_base(name):
     path = REPO / "policies" / f"{name}.yaml"
     assert load_document(path) == yaml.safe_load(path.read_text())
-    assert load_policy(path).name == name
+    assert parse_policy(load_document(path)).name == name

@@ -14,7 +14,7 @@ import yaml
 from controller import check
 from controller.core.bridges import bridge_ports, check_bridges
 from controller.core.normalised import normalised_document, percent
-from controller.core.policy import PolicyError, load_document, load_policy, parse_policy
+from controller.core.policy import PolicyError, load_document, parse_policy
 from tests.unit.test_policy import MALFORMED
 from tests.unit.test_rest import bare, make_app, put_json
 
@@ -65,8 +65,8 @@ def test_the_checker_prints_each_policy_normalised_and_exits_0():
     assert "dp_id: 0x1\n" in done.stdout
     assert "match: {eth_type: 0x0800, in_port: 3, ip_proto: 17}" in done.stdout
     reserve, dumbbell = yaml.safe_load_all(done.stdout)
-    assert parse_policy(reserve) == load_policy(REPO / "policies" / "reserve.yaml")
-    assert parse_policy(dumbbell) == load_policy(REPO / "policies" / "dumbbell.yaml")
+    assert parse_policy(reserve) == parse_policy(load_document(REPO / "policies" / "reserve.yaml"))
+    assert parse_policy(dumbbell) == parse_policy(load_document(REPO / "policies" / "dumbbell.yaml"))
 
 
 def test_the_checker_stops_at_the_first_bad_file_with_one_line_and_exit_2(tmp_path):
@@ -106,8 +106,8 @@ def test_the_checker_prints_the_json_the_rest_api_takes(tmp_path):
     holder = bare(tmp_path)
     assert put_json(make_app(holder), auto) == (200, "application/json", {"applied": "auto", "changed": True,
                                                                           "revision": 1, "in_sync": True})
-    assert holder.policy == load_policy(REPO / "policies" / "auto.yaml")
-    assert parse_policy(shared) == load_policy(REPO / "policies" / "shared.yaml")
+    assert holder.policy == parse_policy(load_document(REPO / "policies" / "auto.yaml"))
+    assert parse_policy(shared) == parse_policy(load_document(REPO / "policies" / "shared.yaml"))
 
 
 @pytest.mark.parametrize("change", [case[1] for case in MALFORMED], ids=[case[0] for case in MALFORMED])
@@ -125,7 +125,7 @@ def test_the_checker_refuses_the_bad_policy_corpus_with_the_rest_apis_message(ch
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_a_normalised_shipped_policy_parses_back_to_itself(path):
-    policy = load_policy(path)
+    policy = parse_policy(load_document(path))
     assert parse_policy(yaml.safe_load(check.render(str(path), policy, as_json=False))) == policy
     assert parse_policy(json.loads(check.render(str(path), policy, as_json=True))) == policy
 
@@ -168,7 +168,7 @@ def test_a_share_is_written_as_a_percentage_when_that_is_exact(share, written):
 
 def test_the_study_policies_fit_the_study_bridges():
     for name in ("none", "reserve", "auto", "shared"):
-        check_bridges(load_policy(REPO / "policies" / f"{name}.yaml"), STUDY_BRIDGES)
+        check_bridges(parse_policy(load_document(REPO / "policies" / f"{name}.yaml")), STUDY_BRIDGES)
 
 
 def live_refusal(policy, bridges) -> str:
@@ -178,7 +178,7 @@ def live_refusal(policy, bridges) -> str:
 
 
 def test_a_switch_without_a_bridge_is_named():
-    policy = load_policy(REPO / "policies" / "reserve.yaml")
+    policy = parse_policy(load_document(REPO / "policies" / "reserve.yaml"))
     assert live_refusal(policy, {1: {1, 2, 3}, 3: {1}}) == (
         "switches.s2.dp_id: no bridge has datapath_id 0000000000000002 (the bridges have 0000000000000001, "
         "0000000000000003); fix dp_id, or set the bridge's other-config:datapath-id")
@@ -198,7 +198,7 @@ def test_a_switch_without_a_bridge_is_named():
      "(it has 1, 3); fix the port number"),
 ])
 def test_a_port_the_bridge_lacks_is_named_with_its_switch(bridges, message):
-    assert live_refusal(load_policy(REPO / "policies" / "reserve.yaml"), bridges) == message
+    assert live_refusal(parse_policy(load_document(REPO / "policies" / "reserve.yaml")), bridges) == message
 
 
 def test_an_in_port_in_a_list_of_matches_is_named_by_its_entry_and_reserved_outputs_need_no_port():

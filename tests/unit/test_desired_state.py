@@ -4,13 +4,13 @@ from pathlib import Path
 import pytest
 
 from controller.core.flows import COOKIE, COOKIE_MASK, desired_flows
-from controller.core.policy import load_document, load_policy, parse_policy
+from controller.core.policy import load_document, parse_policy
 from controller.core.queues import QosSpec, QueueSpec, desired_qos, fifo_qos, leaf_spec, reserve_qos
 from controller.core.stats import PortRates
 from controller.core.switch_state import SwitchState, class_contention
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
-NONE, RESERVE, AUTO = (load_policy(POLICIES / f"{name}.yaml") for name in ("none", "reserve", "auto"))
+NONE, RESERVE, AUTO = (parse_policy(load_document(POLICIES / f"{name}.yaml")) for name in ("none", "reserve", "auto"))
 CAPACITY = 5_000_000
 UDP_RULE, TCP_RULE = 2, 3      # indexes of s1's classified flows in the shipped policies
 

@@ -4,14 +4,14 @@ import json
 import pytest
 
 from controller.adapters.tc import ClassCounters, Leaf
-from controller.core.policy import load_policy
+from controller.core.policy import load_document, parse_policy
 from topo.harness.fidelity import Sample
 from topo.harness.report import write_json
 from topo.net.traffic import Flow, Pause, Ran
 from topo.studies.main.report import UNFAITHFUL, aggregate, faults_line, figure, latency_figure, summarise_run, table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-RESERVE = load_policy("policies/reserve.yaml")
+RESERVE = parse_policy(load_document("policies/reserve.yaml"))
 T0 = 1000.0
 
 

@@ -5,7 +5,7 @@ switch of tests/unit/fakes.py, whose meter table behaves as OVS's does (a flow n
 refused; deleting a meter deletes its flows)."""
 from controller.core import events as ev
 from controller.core.meters import METER_BASE, MeterChanges, desired_meters, meter_changes, meter_id
-from controller.core.policy import Police, load_policy
+from controller.core.policy import Police, load_document, parse_policy
 from controller.core.switch_state import SwitchState
 from tests.unit.fakes import S1_FLOWS, shipped, up
 
@@ -15,13 +15,13 @@ UDP_METER = METER_BASE | 2       # the udp class has queue 2
 # --- the pure part ---------------------------------------------------------------------------------
 
 def test_a_policed_class_gets_a_meter_only_on_switches_that_steer_it():
-    policy = load_policy("policies/police.yaml")
+    policy = parse_policy(load_document("policies/police.yaml"))
     assert desired_meters(policy, policy.switch(1)) == {UDP_METER: Police(500, 50)}
     assert desired_meters(policy, policy.switch(2)) == {}     # s2's flows carry no class
 
 
 def test_the_classified_flows_of_a_policed_class_pass_its_meter_first():
-    policy = load_policy("policies/police.yaml")
+    policy = parse_policy(load_document("policies/police.yaml"))
     flows = SwitchState(policy, policy.switch(1), userspace=True).flows(frozenset())
     metered = {f.match: f.actions for f in flows if f.actions[0][0] == "meter"}
     assert list(metered.values()) == [(("meter", UDP_METER), ("output", 1))]

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.core.policy import SPECIAL_OUTPUTS, load_policy
+from controller.core.policy import SPECIAL_OUTPUTS, load_document, parse_policy
 from topo.harness import capabilities as cap
 from topo.harness.capabilities import choose_tcp
 from topo.harness.report import Panel, bar_figure, group_reasons, jain_index, markdown_table
@@ -309,7 +309,7 @@ def test_bar_figure_writes_a_png(tmp_path):
 
 @pytest.mark.parametrize("name, topo", [("shared", StudyTopo()), ("dumbbell", DumbbellTopo(n=5))])
 def test_policy_forwards_each_host_mac_towards_its_port(name, topo):
-    policy = load_policy(REPO / "policies" / f"{name}.yaml")
+    policy = parse_policy(load_document(REPO / "policies" / f"{name}.yaml"))
     # Mininet's autoSetMacs numbers hosts in topo.hosts() order: MAC 00:00:00:00:00:<k>.
     macs = {host: f"00:00:00:00:00:{k:02x}" for k, host in enumerate(topo.hosts(), start=1)}
     for switch in policy.switches:

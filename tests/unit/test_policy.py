@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from controller.core.congestion import CongestionConfig
-from controller.core.policy import Police, PolicyError, delay_us, load_document, load_policy, parse_policy, parse_rate
+from controller.core.policy import Police, PolicyError, delay_us, load_document, parse_policy, parse_rate
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 SHIPPED = sorted(POLICIES.glob("*.yaml"))
@@ -33,7 +33,7 @@ def test_the_studys_three_policies_are_shipped():
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_every_shipped_policy_loads_under_its_file_name(path):
-    policy = load_policy(path)
+    policy = parse_policy(load_document(path))
     assert policy.name == path.stem
     assert policy.description
     assert policy.switches
@@ -42,7 +42,7 @@ def test_every_shipped_policy_loads_under_its_file_name(path):
 
 @pytest.mark.parametrize("name", STUDY)
 def test_the_study_policies_share_classes_and_topology(name):
-    policy = load_policy(POLICIES / f"{name}.yaml")
+    policy = parse_policy(load_document(POLICIES / f"{name}.yaml"))
     assert {c.name for c in policy.classes} == {"voice", "tcp", "udp"}
     assert [s.name for s in policy.switches] == ["s1", "s2"]
     assert [s.dp_id for s in policy.switches] == [1, 2]
@@ -50,7 +50,7 @@ def test_the_study_policies_share_classes_and_topology(name):
 
 
 def test_auto_has_its_congestion_settings():
-    policy = load_policy(POLICIES / "auto.yaml")
+    policy = parse_policy(load_document(POLICIES / "auto.yaml"))
     assert policy.poll_interval == 1.0
     assert policy.fast_poll_interval == 0.05
     assert policy.congestion == CongestionConfig(utilisation=0.9, loss_ratio=0.01, samples=2,
@@ -60,7 +60,7 @@ def test_auto_has_its_congestion_settings():
 
 
 def test_reserve_reserves_the_bottleneck_port_of_s1_only():
-    policy = load_policy(POLICIES / "reserve.yaml")
+    policy = parse_policy(load_document(POLICIES / "reserve.yaml"))
     s1 = policy.switch(1)
     assert s1.name == "s1"
     assert s1.port(1).queues == "reserve"
@@ -70,7 +70,7 @@ def test_reserve_reserves_the_bottleneck_port_of_s1_only():
 
 
 def test_none_queues_every_port_fifo_and_uses_default_congestion_settings():
-    policy = load_policy(POLICIES / "none.yaml")
+    policy = parse_policy(load_document(POLICIES / "none.yaml"))
     assert {p.queues for s in policy.switches for p in s.ports} == {"fifo"}
     assert policy.congestion == CongestionConfig()
     # What a policy without a congestion: section gets, as numbers: a default moved is a change users see.
@@ -80,7 +80,7 @@ def test_none_queues_every_port_fifo_and_uses_default_congestion_settings():
 
 
 def test_reserve_classes_and_their_flows():
-    policy = load_policy(POLICIES / "reserve.yaml")
+    policy = parse_policy(load_document(POLICIES / "reserve.yaml"))
     tcp, udp = policy.traffic_class("tcp"), policy.traffic_class("udp")
     assert (tcp.queue, tcp.min_share, tcp.max_share, tcp.dscp) == (1, 0.8, 1.0, 1)
     assert (udp.queue, udp.min_share, udp.max_share, udp.dscp) == (2, 0.1, 1.0, 2)
@@ -291,7 +291,7 @@ def test_an_infinite_priority_is_a_policy_error():
 
 
 def test_police_holds_a_class_to_a_rate_with_a_burst_of_100_ms_unless_given():
-    policy = load_policy(POLICIES / "police.yaml")
+    policy = parse_policy(load_document(POLICIES / "police.yaml"))
     assert policy.traffic_class("udp").police == Police(rate_kbps=500, burst_kbits=50)
     assert policy.traffic_class("tcp").police is None
     assert {p.queues for s in policy.switches for p in s.ports} == {"fifo"}
@@ -303,7 +303,7 @@ def test_police_holds_a_class_to_a_rate_with_a_burst_of_100_ms_unless_given():
 def test_a_policy_over_a_policing_base_may_drop_police_with_null(tmp_path):
     (tmp_path / "mine.yaml").write_text(f"base: {POLICIES / 'police.yaml'}\nname: mine\n"
                                         "classes:\n  udp: {police: null}\n")
-    assert load_policy(tmp_path / "mine.yaml").traffic_class("udp").police is None
+    assert parse_policy(load_document(tmp_path / "mine.yaml")).traffic_class("udp").police is None
 
 
 def test_the_same_port_twice_is_refused():
@@ -318,7 +318,7 @@ def test_the_same_port_twice_is_refused():
 def test_loading_a_missing_file_names_its_path(tmp_path):
     path = tmp_path / "nope.yaml"
     with pytest.raises(PolicyError) as err:
-        load_policy(path)
+        parse_policy(load_document(path))
     message = str(err.value)
     assert message.startswith(f"{path}: cannot read policy file")
     assert "No such file or directory" in message
@@ -329,7 +329,7 @@ def test_loading_invalid_yaml_names_its_path_in_one_line(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("name: broken\nswitches: {s1: [dp_id: 1\n")
     with pytest.raises(PolicyError) as err:
-        load_policy(path)
+        parse_policy(load_document(path))
     message = str(err.value)
     assert message.startswith(f"{path}: not valid YAML (")
     assert message.endswith("fix the syntax")
@@ -342,14 +342,14 @@ def test_loading_a_file_that_parses_but_is_wrong_reports_the_field(tmp_path):
     del document["network"]       # its ports' queues are read first
     path.write_text(yaml.safe_dump(document).replace("queues: reserve", "queues: fast"))
     with pytest.raises(PolicyError, match=r"^switches\.s1\.ports\.1\.queues: 'fast'"):
-        load_policy(path)
+        parse_policy(load_document(path))
 
 
 def test_loading_a_binary_file_names_its_path(tmp_path):
     path = tmp_path / "policy.yaml.gz"
     path.write_bytes(b"\x1f\x8b\x08\x00\xff\xfe")
     with pytest.raises(PolicyError, match="^" + re.escape(f"{path}: ")):
-        load_policy(path)
+        parse_policy(load_document(path))
 
 
 def unblocked(read: Callable[[], Any]) -> Any:
@@ -400,7 +400,7 @@ def test_a_key_that_is_a_list_or_a_mapping_is_one_line_naming_it(tmp_path):
 
 
 def test_class_priority_is_validated_and_voice_is_served_first_and_tcp_borrows_before_udp_in_the_shipped_policies():
-    reserve = load_policy(POLICIES / "reserve.yaml")
+    reserve = parse_policy(load_document(POLICIES / "reserve.yaml"))
     assert {c.name: c.priority for c in reserve.classes} == {"voice": 0, "tcp": 1, "udp": 2}
     doc = {"name": "p", "classes": {"tcp": {"queue": 1, "priority": 9}}, "switches": {"s1": {"dp_id": 1}}}
     with pytest.raises(PolicyError, match=r"^classes\.tcp\.priority: 9 is not a whole number from 0 to 7$"):

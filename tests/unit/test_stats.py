@@ -81,18 +81,6 @@ def test_gap_within_max_gap_gives_the_average_over_the_gap():
     assert (rates.tx_bps, rates.interval) == (4000.0, 10.0)
 
 
-def test_forget_datapath_makes_the_next_sample_a_first_sample():
-    tracker = RateTracker()
-    for dp in (1, 2):
-        tracker.port(dp, PORT, sent(0), now=0.0)
-        tracker.queue(dp, PORT, QUEUE, QueueCounters(0, 0, 0), now=0.0)
-    tracker.forget_datapath(1)
-    assert tracker.port(1, PORT, sent(1000), now=1.0) is None
-    assert tracker.queue(1, PORT, QUEUE, QueueCounters(1000, 1, 0), now=1.0) is None
-    assert tracker.port(2, PORT, sent(1000), now=1.0).tx_bps == 8000.0
-    assert tracker.queue(2, PORT, QUEUE, QueueCounters(1000, 1, 0), now=1.0).tx_bps == 8000.0
-
-
 def test_unsupported_counter_gives_none_and_the_others_still_count():
     tracker = RateTracker()
     tracker.port(DP, PORT, port_counters(tx_bytes=0, rx_errors=ALL_ONES), now=0.0)

@@ -14,7 +14,7 @@ from controller.core.bridges import BridgeInfo
 from controller.core.controller import Controller
 from controller.core.jobs import JobResult
 from controller.core.keeper import SAVED_ABSENT, SAVED_POLICY
-from controller.core.policy import load_document, load_policy, parse_policy
+from controller.core.policy import load_document, parse_policy
 from controller.core.portjobs import TC_SWEEP_SECONDS, PortJobs
 from controller.core.queues import desired_qos
 from controller.core.role import not_older
@@ -24,7 +24,7 @@ from controller.core.view import Mode, SwitchView
 
 REMOTE = "unix:/fake/db.sock"
 S1 = {1: "s1-eth1", 2: "s1-eth2", 3: "s1-eth3"}
-AUTO = load_policy("policies/auto.yaml")
+AUTO = parse_policy(load_document("policies/auto.yaml"))
 STALE = "OFPET_ROLE_REQUEST_FAILED/OFPRRFC_STALE"
 
 
@@ -356,7 +356,7 @@ def test_a_master_whose_new_claim_is_refused_as_stale_writes_nothing_until_the_s
     (ask,) = sent(out, act.RoleRequest)
     assert ask.role == "nochange" and sw.status(view(replica, 6))["role"] == "refused"
     assert sw.telemetry.openflow_errors == {}                         # a lost claim, not a message refused
-    reserve = load_policy("policies/reserve.yaml")
+    reserve = parse_policy(load_document("policies/reserve.yaml"))
     out = sw.handle(ev.PolicyInstalled(), 101.0, SwitchView(reserve, Mode.IN_FORCE, True, True, 6, replica))
     assert writes(out) == [] and not sw.role.writable(view(replica, 6))
     out = sw.handle(ev.RoleReply(7, ask.xid, "slave", 1000), 101.0, SwitchView(reserve, Mode.IN_FORCE, True, True, 6,

@@ -8,7 +8,7 @@ from controller.adapters.remotes import Remotes
 from controller.adapters.tc import Tc
 from controller.adapters.worker import Worker
 from controller.core.jobs import Job
-from controller.core.policy import load_policy
+from controller.core.policy import load_document, parse_policy
 from controller.core.queues import QosSpec, desired_qos
 from tests.unit.fakes import S1, FakeOvsdb, FakeSwitch, FakeTc
 
@@ -23,7 +23,7 @@ def one_switch() -> tuple[FakeOvsdb, Remotes, QosSpec]:
     ovsdb = FakeOvsdb(FakeSwitch(1, S1))
     remotes = Remotes(("fake",), lambda name: ovsdb.session())
     remotes.connect("fake")
-    policy = load_policy("policies/reserve.yaml")
+    policy = parse_policy(load_document("policies/reserve.yaml"))
     return ovsdb, remotes, desired_qos(policy, policy.switch(1).port(1), True, True)
 
 
