@@ -15,8 +15,12 @@ alone decides, both to declare congestion and to clear it.
 
 Hysteresis keeps a flood from flapping: congestion begins after `samples`
 consecutive hot samples and clears only after `hold_seconds` of continuous
-calm. A hot sample is never calm, so a steady input, whatever the thresholds,
-causes at most one transition.
+calm. One sample is enough when it shows an overload: two classes or more offer
+OVERLOAD times the port's capacity (their rates are counted before the queue,
+so a flood shows in the first poll after its onset, before the queue has even
+filled, let alone dropped): a queue-fill time sooner than two samples. A hot
+sample is never calm, so a steady input, whatever the thresholds, causes at
+most one transition.
 
 Pure: time is injected as `now`, as in Faucet's valve.py.
 """
@@ -26,6 +30,9 @@ from dataclasses import dataclass
 
 PROGRAM = "program"     # congestion began
 ROLLBACK = "rollback"   # congestion cleared
+# Offered at this multiple of the port's capacity, by two classes or more, a full port decides in one sample: a
+# lone flow offers about the capacity (it adapts to it), a few packets of a blip add little over a fast poll.
+OVERLOAD = 1.2
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,10 @@ class CongestionConfig:
     def is_hot(self, sample: PortSample) -> bool:
         lossy = sample.competing and sample.loss_ratio >= self.loss_ratio
         return sample.utilisation >= self.utilisation and (lossy or sample.contention is not None)
+
+    def is_overloaded(self, sample: PortSample) -> bool:
+        return (sample.utilisation >= self.utilisation and not sample.alone
+                and sample.offered_bps >= OVERLOAD * sample.capacity_bps)
 
     def is_calm(self, sample: PortSample) -> bool:
         """Calm: little traffic, little loss, or no classes competing (a lone flow's own loss, once the
@@ -60,6 +71,7 @@ class PortSample:
     contention: str | None = None   # which class is short of its reservation, and who takes it
     competing: bool = True          # two or more classes active (lately), or the port has no classes
     alone: bool = False             # fewer than two classes active now
+    offered_bps: float = 0.0        # what its classes offer, counted before the queue
 
     def __post_init__(self) -> None:
         if self.capacity_bps <= 0:
@@ -128,12 +140,15 @@ class PortCongestion:
         config = self._config
         utilisation, loss_ratio = sample.utilisation, sample.loss_ratio
         if not self._congested:
+            overloaded = config.is_overloaded(sample)
             self._hot_streak = self._hot_streak + 1 if config.is_hot(sample) else 0
-            if self._hot_streak < config.samples:
+            if self._hot_streak < config.samples and not overloaded:
                 return None
             self._congested, self._hot_streak = True, 0
             trigger = "contention" if loss_ratio < config.loss_ratio else f"loss ≥ {config.loss_ratio:.1%}"
-            reason = f"{_load(sample)}; {trigger} for {config.samples} samples"
+            reason = (f"{_load(sample)}; classes offer {bitrate(sample.offered_bps)} = "
+                      f"{sample.offered_bps / sample.capacity_bps:.0%} of it: overload" if overloaded
+                      else f"{_load(sample)}; {trigger} for {config.samples} samples")
             return Decision(PROGRAM, now, utilisation, loss_ratio, reason)
         if not config.is_calm(sample):
             self._calm_since = None

@@ -125,6 +125,7 @@ class SwitchState:
         contention = class_contention(self.policy, port, class_bps, recent) or \
             urgent_waiting(self.urgent, port, rates.tx_bps, class_bps, self.policy.congestion.utilisation)
         sample = PortSample(rates.tx_bps, rates.tx_pps, drops, port.capacity_bps, contention=contention,
+                            offered_bps=sum(class_bps.values()),
                             competing=not class_bps or len(recent) >= 2,
                             alone=bool(class_bps) and active_now < 2)
         decision = self._detectors[port_no].observe(sample, now)

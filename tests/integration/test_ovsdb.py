@@ -277,6 +277,28 @@ def test_a_pairs_policy_is_saved_only_under_its_lock_and_its_next_holder_reads_i
         sh("ovs-vsctl", "remove", "bridge", bridge, "external_ids", f"ovs-qos-epoch-{owner}")
 
 
+def test_a_generation_id_past_the_last_64_bit_one_is_1_and_an_epoch_is_compared_as_openflow_does(port):
+    """Ids wrap (OpenFlow compares them as the signed difference of two 64-bit numbers): a claim after 2^64 - 1
+    is 1, never 0 (no id at all to the core), and that 1 is not refused by a bridge whose epoch is 2^64 - 1."""
+    _, iface = port
+    bridge, owner, dp_id = "tb" + iface[2:], f"wrap{uuid.uuid4().hex[:6]}", 0xE91C
+    key, epoch = f"ovs-qos-controller-generation-{owner}", f"ovs-qos-epoch-{owner}"
+    sh("ovs-vsctl", "set", "bridge", bridge, f"other_config:datapath-id={dp_id:016x}")
+    sh("ovs-vsctl", "set", "open", ".", f"external_ids:{key}={2**64 - 1}")
+    sh("ovs-vsctl", "set", "bridge", bridge, f"external_ids:{epoch}={2**64 - 1}")
+    db = Ovsdb(owner=owner, standby=True)
+    try:
+        wait_for(lambda: db.has_lock and db.bridge(dp_id), "the lock and the bridge")
+        assert db.next_generation_id() == 1
+        assert db.fence({dp_id: 1}) == {}
+        assert sh("ovs-vsctl", "get", "bridge", bridge, f"external_ids:{epoch}").strip() == '"1"'
+        assert "holds it now" in db.fence({dp_id: 2**64 - 2}).get(dp_id, "")     # older than 1, as OpenFlow has it
+    finally:
+        db.close()
+        sh("ovs-vsctl", "remove", "open", ".", "external_ids", key, f"ovs-qos-controller-alive-{owner}")
+        sh("ovs-vsctl", "remove", "bridge", bridge, "external_ids", epoch)
+
+
 def wait_for(condition, what, seconds=5):
     deadline = time.monotonic() + seconds
     while not condition():

@@ -212,3 +212,21 @@ def test_loss_exactly_at_the_loss_ratio_is_the_reason_said():
 def test_a_rate_is_said_in_its_unit_and_nothing_in_bit_s():
     assert [bitrate(b) for b in (0, 999, 1500, 5e6, 2.5e9)] == ["0 bit/s", "999 bit/s", "1.5 kbit/s", "5 Mbit/s",
                                                                "2.5 Gbit/s"]
+
+
+def offered(by: float, alone: bool = False) -> PortSample:
+    """A full port whose classes offer `by` times its capacity (counted before the queue), with no loss yet: the
+    first poll after a flood's onset, its queue still filling."""
+    return PortSample(tx_bps=CAPACITY, tx_pps=1000, drops_ps=0, capacity_bps=CAPACITY, alone=alone,
+                      offered_bps=by * CAPACITY)
+
+
+def test_two_classes_offering_well_over_the_capacity_program_in_one_sample():
+    detector = PortCongestion(DEFAULT)
+    decision = detector.observe(offered(2.5), 1.0)
+    assert decision is not None and decision.action == PROGRAM and "250% of it: overload" in decision.reason
+
+
+@pytest.mark.parametrize("sample_", [offered(1.15), offered(2.5, alone=True)], ids=["a blip's few packets", "a lone flow"])
+def test_a_little_over_the_capacity_or_one_class_alone_is_no_overload(sample_):
+    assert PortCongestion(DEFAULT).observe(sample_, 1.0) is None

@@ -49,8 +49,9 @@ def test_a_flood_onset_beside_a_lone_flow_is_answered_within_two_fast_polls(net)
     udp_flood(net, 8e6)
     net.app.advance(0.5)
     (decision,) = net.app.decisions.last
-    assert decision["action"] == "program" and decision["time"] - onset <= 0.15, decision["time"] - onset
-    assert net.s1.steering() == {TCP, UDP, VOICE}
+    # The flood and TCP offer over 1.2 times the port: the first fast poll after the onset decides.
+    assert decision["action"] == "program" and decision["time"] - onset <= 0.06, decision["time"] - onset
+    assert "overload" in decision["reason"] and net.s1.steering() == {TCP, UDP, VOICE}
 
 
 def test_a_lone_flow_losing_packets_at_capacity_programs_nothing(net):
@@ -90,7 +91,7 @@ def test_a_blip_across_a_slow_poll_programs_nothing(net):
         net.app.advance(0.001)                     # until a slow poll comes 10-60 ms after the next fast one
     net.app.advance(poller.next_fast - net.app.clock + 0.001)       # just after that fast poll
     slow = poller.next_due
-    net.s1.class_load = {TCP: 0.96 * CAPACITY, UDP: 3 * 1500 * 8 / 0.01}
+    net.s1.class_load = {TCP: 0.96 * CAPACITY, UDP: 3 * 1500 * 8 / 0.07}    # three packets between the fast polls
     net.s1.drop_load = {(1, 0): 300.0}
     net.app.advance(slow - net.app.clock + 0.001)  # the slow poll reads the blip's first part ...
     assert poller.next_due > slow and poller.next_fast > net.app.clock
