@@ -67,6 +67,7 @@ class Placement:
     hot: dict[End, int] = field(default_factory=dict)                      # link end → hot samples in a row
     relieved: dict[End, float] = field(default_factory=dict)               # link end → when it last was
     room_since: dict[tuple[int, str], float] = field(default_factory=dict) # a move whose own path has room
+    moved_at: dict[tuple[int, str], float] = field(default_factory=dict)   # (switch, host) → when it last moved
     moves: int = 0                                                          # in all, for the metrics
     version: int = 0                                                        # bumped by every change of overrides
 
@@ -118,7 +119,7 @@ class Placement:
         for _, mac in self._elephants(end, paths):
             if excess <= 0:
                 break
-            movers = self._movers(end, mac, paths)
+            movers = self._movers(end, mac, paths, now, config.hold_seconds)
             # A longer path only once every switch that sends to the host across the link has said how much:
             # the traffic may be its own to move, on a path as short as it has now.
             longest = (False, True) if self._informed(end, mac, paths) else (False,)
@@ -133,9 +134,11 @@ class Placement:
         self.hot[end] = 0
         return moves
 
-    def _movers(self, end: End, mac: str, paths: Paths) -> list[tuple[int, float]]:
+    def _movers(self, end: End, mac: str, paths: Paths, now: float, hold: float) -> list[tuple[int, float]]:
         """The switches whose traffic to `mac` crosses the link, with its rate there: the farthest from the
-        link first (nearest its sources: the move takes that traffic only), the link's own switch last."""
+        link first (nearest its sources: the move takes that traffic only), the link's own switch last. One
+        that moved it within the hold time keeps it where it is: rates read before a move took effect would
+        otherwise send it back and forth between links that are both full."""
         floor = ACTIVE_SHARE * self.capacity.get(end, 0)
         upstream = []
         for (dp_id, host), bps in self.rate.items():
@@ -143,8 +146,9 @@ class Placement:
                 chain = self.chain(dp_id, mac, None, paths)
                 if end in chain:
                     upstream.append((chain.index(end), dp_id, bps))
-        return [(dp_id, bps) for _, dp_id, bps in sorted(upstream, reverse=True)] + \
+        movers = [(dp_id, bps) for _, dp_id, bps in sorted(upstream, reverse=True)] + \
             [(end[0], self.rate.get((end[0], mac), 0.0))]
+        return [(dp_id, bps) for dp_id, bps in movers if now - self.moved_at.get((dp_id, mac), -hold) >= hold]
 
     def _informed(self, end: End, mac: str, paths: Paths) -> bool:
         return all((dp_id, mac) in self.rate for dp_id in paths.switches()
@@ -197,6 +201,7 @@ class Placement:
         for end in self.chain(dp_id, mac, None, paths):
             self.load[end] = self.load.get(end, 0.0) + rate
         self.room_since.pop((dp_id, mac), None)
+        self.moved_at[(dp_id, mac)] = now
         self.moves += 1
         return Move(dp_id, mac, before, paths.next_hop(dp_id, mac), rate, why)
 

@@ -263,3 +263,42 @@ def test_a_switch_joining_a_site_has_its_own_rules_worked_out_not_everyones(tmp_
         app.connect(switch)
     app.advance(EDGE_SETTLE + PROBE_SECONDS)        # their ports turn edge: each switch's rules once more
     assert sorted(said) == sorted([dp for dp in range(1, 41)] * 2)
+
+
+def test_a_destination_moved_stays_where_it_went_for_the_hold_time():
+    """Rates read before a move took effect may make its new link look full and its old one empty: a destination
+    moved is not sent back within the hold time (the real fat-tree's moves went back and forth every second)."""
+    from controller.core.congestion import CongestionConfig
+    from controller.core.placement import Placement
+
+    class Twin:                      # switches 1 and 2, two links between them; hosts a and b on 2, sent by 1
+        overrides: dict = {}
+
+        def next_hop(self, dp, mac):
+            return placement.overrides.get((dp, mac), 1) if dp == 1 else None
+
+        def default_hop(self, dp, mac):
+            return 1 if dp == 1 else None
+
+        def choices(self, dp, mac):
+            return [1, 2] if dp == 1 else []
+
+        def peer(self, end):
+            return {(1, 1): (2, 1), (1, 2): (2, 2), (2, 1): (1, 1), (2, 2): (1, 2)}.get(end)
+
+        def home(self, mac):
+            return 2
+
+        def switches(self):
+            return [1, 2]
+
+    placement, paths, config = Placement(), Twin(), CongestionConfig()
+    capacity = {1: 5 * MBIT, 2: 5 * MBIT}
+    for now in (0.0, 0.05):                                     # both on link 1: they collide
+        placement.observe(1, {1: 5 * MBIT, 2: 0.0}, {"a": 3 * MBIT, "b": 3 * MBIT}, capacity, config, paths, now)
+    assert placement.overrides == {(1, "a"): 2} or placement.overrides == {(1, "b"): 2}
+    (moved,) = placement.overrides
+    # Stale: link 2 looks full of what moved, link 1 empty; its detector asks for relief.
+    placement.observe(1, {1: 0.0, 2: 5 * MBIT}, {"a": 3 * MBIT, "b": 3 * MBIT}, capacity, config, paths, 1.2)
+    assert placement.relieve((1, 2), config, paths, 1.3, "its queue drops") == []
+    assert list(placement.overrides) == [moved]
