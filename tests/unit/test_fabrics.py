@@ -245,3 +245,16 @@ def test_the_shipped_fat_tree_traffic_lays_on_its_16_hosts_and_its_experiment_ho
     stride, drawn = laid.flows[:16], laid.flows[16:]
     assert all(f.end == 20 and loaded.groups[f.src][1] != loaded.groups[f.dst][1] for f in stride)   # across pods
     assert all(f.start == 20 and f.end == 40 and f.name.startswith("random1_") for f in drawn)
+
+
+def test_the_patterns_benchmark_runs_each_stride_and_a_random_draw_in_a_step_of_its_own():
+    e = experimentfile.load(ROOT / "topo" / "examples" / "fattree-patterns-experiment.yaml")
+    assert [t.name for t in e.trials] == ["none", "ecmp", "auto", "nonblocking"]
+    loaded = custom.load(e.topo, e.params)
+    laid = trafficfile.expanded(e.trials[0].traffic, loaded.hosts(), loaded.groups)
+    assert (len(laid.flows), laid.steps, laid.seconds) == (80, 5, 50)
+    for step, name in enumerate(("stride1_", "stride2_", "stride4_", "stride8_", "random1_")):
+        flows = laid.flows[16 * step:16 * (step + 1)]
+        assert all(f.name.startswith(name) and (f.start, f.end) == (10 * step, 10 * step + 10) for f in flows)
+    in_pod = [loaded.groups[f.src][1] == loaded.groups[f.dst][1] for f in laid.flows[:64]]
+    assert sum(in_pod[:16]) == 12 and sum(in_pod[16:32]) == 8 and not any(in_pod[32:64])   # strides 1, 2; 4, 8
