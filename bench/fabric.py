@@ -39,7 +39,7 @@ METRICS = "http://127.0.0.1:9101/metrics"
 REACH = r'''
 targets="$1"; left="$targets"
 while [ -n "$left" ]; do
-  for ip in $left; do (ping -c1 -W0.25 -q "$ip" >/dev/null 2>&1 && echo "$ip $(date +%s.%N)") & done
+  for ip in $left; do (ping -c1 -W0.25 -q "$ip" >/dev/null 2>&1 && echo "$ip $(date +%s.%N)" >> "$2") & done
   wait; sleep 0.25 & wait
   left=""; for ip in $targets; do grep -q "^$ip " "$2" 2>/dev/null || left="$left $ip"; done
 done
@@ -54,7 +54,7 @@ def reachable(net, seconds: float) -> float:
         for host in hosts:
             out = Path(tmp) / host.name
             targets = " ".join(h.IP() for h in hosts if h is not host)
-            procs.append(host.popen(["sh", "-c", REACH + ' >> "$2"', "reach", targets, str(out)]))
+            procs.append(host.popen(["sh", "-c", REACH, "reach", targets, str(out)]))
         deadline = time.time() + seconds
         for proc in procs:
             proc.wait(timeout=max(1.0, deadline - time.time()))
