@@ -56,7 +56,9 @@ class PeerWatch:
         self._thread = _threading.Thread(target=self._run, name="ovsdb-peer-watch", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        """The watch started, once (connecting to etcd again starts nothing more)."""
+        if self._thread.ident is None:
+            self._thread.start()
 
     @property
     def watching(self) -> frozenset[str]:
