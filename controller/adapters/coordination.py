@@ -3,9 +3,10 @@ etcd3+http://HOST:2379): the loop that ties the parts together and hands their o
 (controller/core/cluster.py decides; the parts only read and write).
 
 Keys, under /ovs-qos/<owner>/: member/<member>, lease/<member>, unreachable/<member> and sync/<member>, each on
-that member's lease (membership.py); switch/<datapath id>, the member that owns the switch, on its lease too
-(claims.py); policy, the policy in force for the whole cluster (register.py); base, seeded and
-reseeded/<member>, which carry the cluster's revisions across etcd losing its data (recovery.py).
+that member's lease (membership.py), and cut/<member> while its OVSDB session is down (liveness.py);
+switch/<datapath id>, the member that owns the switch, on its lease too (claims.py); policy, the policy in force
+for the whole cluster (register.py); base, seeded and reseeded/<member>, which carry the cluster's revisions
+across etcd losing its data (recovery.py).
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from typing import Any, assert_never
 
 from controller.adapters import keys
 from controller.adapters.claims import Claims
-from controller.adapters.etcd import CoordinationError, Gateway, b64, kvs, text, why
+from controller.adapters.etcd import CoordinationError, Gateway, text, why
+from controller.adapters.liveness import Liveness, directory
 from controller.adapters.membership import REFRESH_SECONDS, Membership
 from controller.adapters.peers import PeerWatch
 from controller.adapters.recovery import Recovery
@@ -46,7 +48,9 @@ class Coordination:
         self.recovery = Recovery(gateway, self.prefix, self.register, self.membership)
         self.claims = Claims(gateway, self.prefix, member, lambda: self.membership.lease, lambda: self.recovery.base,
                              lambda: self.membership.expired)
-        self._peers = PeerWatch(ovsdb, owner, member, self._revoker(), probe=lease / 3) if ovsdb else None
+        self._liveness = Liveness(gateway.poster(), self.prefix, owner, member, lambda: self.membership.lease,
+                                  directory(ovsdb)) if ovsdb else None
+        self._peers = PeerWatch(ovsdb, owner, member, self._liveness, probe=lease) if ovsdb and self._liveness else None
         self._wake = hub.Event()                               # the loop reads (and tells) at once
         self._read_at = -REFRESH_SECONDS                       # when the cluster was last read on the second
         self._outside = False                                  # out of the group until the first OVSDB hears us
@@ -61,29 +65,6 @@ class Coordination:
     @property
     def connected(self) -> bool:
         return bool(self.membership.lease)
-
-    def _revoker(self) -> Callable[[str], None]:
-        """For the peer watch's thread: revoke the lease a member that is gone published, so that its keys go now
-        (its switches are claimed by the ring's next owners at once) rather than when it runs out."""
-        post = None
-
-        def gone(peer: str) -> None:
-            nonlocal post
-            post = post or self._gateway.poster()
-            try:
-                found = kvs(post("/kv/range", {"key": b64(f"{self.prefix}lease/{peer}")}))
-                if not found:
-                    return
-                try:
-                    post("/kv/lease/revoke", {"ID": json.loads(text(found[0]["value"]))})
-                except CoordinationError:   # gone already: it left, or ran out
-                    return
-            except CoordinationError as err:
-                LOG.warning("etcd: member %s's OVSDB session closed, but its lease was not revoked (%s); its "
-                            "switches move when its lease runs out", peer, err)
-                return
-            LOG.warning("member %s's OVSDB session closed: its lease revoked, its switches move now", peer)
-        return gone
 
     # --- the loop: outcomes as the core's events -----------------------------------------------------------
     def run(self, post: Callable[[ev.Event], None]) -> None:
@@ -119,8 +100,10 @@ class Coordination:
             refreshed = self.membership.refresh()
             if refreshed is None:
                 LOG.info("etcd: our lease was gone (it ran out, or a peer revoked it); a new one taken")
-            if self._peers is not None and self._peers.own_held:
-                # What a peer revokes when our OVSDB session closes: said only while we hold our lock (peers.py).
+            if self._peers is not None and self._liveness is not None and self._peers.own_held:
+                # What a peer revokes when we die: said only while we hold our lock (peers.py), after our file
+                # beside the OVSDB socket names it (liveness.py).
+                self._liveness.mark(self.membership.lease)
                 self.membership.say("lease", self.membership.lease)
             self.membership.tell()
             cluster = self.read()

@@ -1,22 +1,26 @@
 """A TCP forwarder that partitions silently: what a cut network cable or a dropping firewall does to a
-connection, which neither end hears of."""
+connection, which neither end hears of; or that resets every connection through it, as a restarted
+middlebox or a flapping link does, which both ends hear of at once."""
 from __future__ import annotations
 
 import contextlib
 import os
 import socket
 import threading
+import time
 
 
 class Proxy:
     """A forwarder from 127.0.0.1:`listen` to `target` (host, port), or from the unix socket at path `listen` to
     the one at `target`, that can drop everything silently (a partition: nothing closed, nothing answered, a new
-    connection accepted and left unanswered) and heal."""
+    connection accepted and left unanswered) and heal, or reset every connection and refuse new ones for a
+    while (`reset`)."""
 
     def __init__(self, listen: int | str, target: tuple[str, int] | str, forward_close: bool = True):
         """`forward_close` False: a side's close is not passed on (its FIN lost), so what it sent before is
         delivered to a peer that does not know it is gone."""
         self.target, self.open, self.forward_close = target, threading.Event(), forward_close
+        self.refusing = threading.Event()            # set: a new connection is closed at once
         self.sockets: list[socket.socket] = []       # closed with the proxy: none keeps its port taken after
         self.open.set()
         if isinstance(listen, int):
@@ -39,6 +43,9 @@ class Proxy:
 
     def _serve(self, client: socket.socket) -> None:
         self.sockets.append(client)
+        if self.refusing.is_set():
+            client.close()
+            return
         self.open.wait()
         try:
             if isinstance(self.target, str):
@@ -67,6 +74,16 @@ class Proxy:
         for s in (a, b) if self.forward_close else (a,):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
+
+    def reset(self, seconds: float) -> None:
+        """Every connection through the proxy closed (both ends hear it at once), and new ones refused for
+        `seconds` (returns after them)."""
+        self.refusing.set()
+        for s in list(self.sockets):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+        time.sleep(seconds)
+        self.refusing.clear()
 
     def close(self) -> None:
         self.open.set()
