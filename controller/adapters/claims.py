@@ -79,15 +79,18 @@ class Claims:
         for claim, revision in zip(pending, revisions):
             post(ev.SwitchClaimed(claim.dp_id, revision))
 
-    def release(self, dp_id: int) -> None:
-        """Delete the switch's key if it is ours; tried again each second until etcd confirms it, or until our lease
-        ran out (the key went with it): the member the ring names cannot claim the switch while our key holds it."""
+    def release(self, dp_id: int, revision: int) -> None:
+        """Delete the switch's key if it is still ours as claimed at `revision`, never a claim of ours made since (a
+        release etcd carries out late would delete it); tried again each second until etcd confirms it, or until
+        our lease ran out (the key went with it): the member the ring names cannot claim the switch while our key
+        holds it."""
         key = self.key(dp_id)
         said = False
         while not self._expired():
-            ours = {"key": key, "result": "EQUAL", "target": "VALUE", "value": b64(self._member)}
+            ours = [{"key": key, "result": "EQUAL", "target": "VALUE", "value": b64(self._member)},
+                    {"key": key, "result": "EQUAL", "target": "MOD", "mod_revision": revision - self._base()}]
             try:
-                self._gateway.post("/kv/txn", {"compare": [ours], "success": [{"request_delete_range": {"key": key}}]})
+                self._gateway.post("/kv/txn", {"compare": ours, "success": [{"request_delete_range": {"key": key}}]})
                 return
             except CoordinationError as err:
                 if not said:

@@ -169,7 +169,7 @@ class Coordination:
             case act.ClaimSwitch():
                 self.claims.ask(action, post)
             case act.ReleaseSwitch():
-                hub.spawn(self.claims.release, action.dp_id)
+                hub.spawn(self.claims.release, action.dp_id, action.revision)
             case act.Unreachable():
                 LOG.warning("switches whose OVSDB this member cannot reach, left to members that can: %s",
                             ", ".join(f"{dp:016x}" for dp in sorted(action.dp_ids)) or "none now")

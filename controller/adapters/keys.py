@@ -25,6 +25,7 @@ def read(gateway: Gateway, prefix: str, register: Register, recovery: Recovery) 
     policy = register.fetch(recovery.base + int(stored[0]["mod_revision"])) if stored else None
     members: list[str] = []
     owners: dict[int, str] = {}
+    revisions: dict[int, int] = {}
     unreachable: dict[str, frozenset[int]] = {}
     sync: dict[str, ev.MemberSync] = {}
     for kv in [*before, *after]:
@@ -33,6 +34,7 @@ def read(gateway: Gateway, prefix: str, register: Register, recovery: Recovery) 
             members.append(name)
         elif kind == "switch":
             owners[int(name, 16)] = text(kv["value"])
+            revisions[int(name, 16)] = recovery.base + int(kv["mod_revision"])
         elif kind == "unreachable":
             unreachable[name] = frozenset(json.loads(text(kv["value"])))
         elif kind == "sync":
@@ -40,7 +42,7 @@ def read(gateway: Gateway, prefix: str, register: Register, recovery: Recovery) 
             sync[name] = ev.MemberSync(said["revision"], {int(dp, 16): held for dp, held in said["switches"].items()})
     recovery.group = tuple(sorted(members))
     return ev.ClusterChanged(recovery.group, owners, recovery.base + int(answer["header"]["revision"]), policy, None,
-                             unreachable, sync)
+                             unreachable, sync, revisions=revisions)
 
 
 def _read_all(gateway: Gateway, prefix: str, policy: str) -> dict[str, Any]:

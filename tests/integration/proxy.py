@@ -1,6 +1,6 @@
 """A TCP forwarder that partitions silently: what a cut network cable or a dropping firewall does to a
 connection, which neither end hears of; or that resets every connection through it, as a restarted
-middlebox or a flapping link does, which both ends hear of at once."""
+middlebox or a flapping link does, which both ends hear of at once; or that loses one request."""
 from __future__ import annotations
 
 import contextlib
@@ -21,7 +21,9 @@ class Proxy:
         delivered to a peer that does not know it is gone."""
         self.target, self.open, self.forward_close = target, threading.Event(), forward_close
         self.refusing = threading.Event()            # set: a new connection is closed at once
+        self.drop: bytes | None = None               # a request holding these bytes is lost: its connection closed
         self.sockets: list[socket.socket] = []       # closed with the proxy: none keeps its port taken after
+        self.clients: set[socket.socket] = set()     # the ends that connect to the proxy
         self.open.set()
         if isinstance(listen, int):
             self.listener = socket.create_server(("127.0.0.1", listen))
@@ -43,6 +45,7 @@ class Proxy:
 
     def _serve(self, client: socket.socket) -> None:
         self.sockets.append(client)
+        self.clients.add(client)
         if self.refusing.is_set():
             client.close()
             return
@@ -66,7 +69,7 @@ class Proxy:
                 self.open.wait()
                 data = a.recv(65536)
                 self.open.wait()
-                if not data:
+                if not data or self.drop is not None and self.drop in data and a in self.clients:
                     break
                 b.sendall(data)
         except OSError:

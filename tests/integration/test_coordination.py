@@ -10,6 +10,7 @@ from pathlib import Path
 from eventlet import patcher
 
 from controller.adapters.coordination import Coordination
+from controller.adapters.etcd import b64
 from controller.adapters.membership import REFRESH_SECONDS, WEDGED_SECONDS
 from tests.integration.proxy import Proxy
 from topo.harness.etcd import etcd
@@ -216,9 +217,10 @@ def test_claims_sent_together_each_succeed_or_fail_alone(tmp_path):
 
 def test_a_release_etcd_does_not_answer_is_tried_again_until_it_does(tmp_path):
     with one_member(tmp_path, 9) as (member, pid):
-        assert member.claims.claim(0xC1, renew=False) is not None and member.read().owners == {0xC1: "m1"}
+        claimed = member.claims.claim(0xC1, renew=False)
+        assert claimed is not None and member.read().owners == {0xC1: "m1"}
         with silent(pid):                                            # the first attempt times out
-            releasing = threading.Thread(target=member.claims.release, args=(0xC1,))
+            releasing = threading.Thread(target=member.claims.release, args=(0xC1, claimed))
             releasing.start()
             _time.sleep(4 * REFRESH_SECONDS)
             assert releasing.is_alive()                              # not given up: still trying
@@ -258,8 +260,42 @@ def test_a_keepalive_round_on_a_lease_since_replaced_leaves_the_new_one_confirme
             member._turn(posted.append, None, watches)
             _time.sleep(REFRESH_SECONDS)
         assert member.read().members == ("m1",) and old != keepalive._lease()
-        assert member.claims.claim(0xC1, renew=False) is not None and member.read().owners == {0xC1: "m1"}
+        claimed = member.claims.claim(0xC1, renew=False)
+        assert claimed is not None and member.read().owners == {0xC1: "m1"}
         keepalive.round(old, _time.monotonic())                 # the round that read the id before the new one
         assert not keepalive.expired and member.confirmed(_time.monotonic())
-        member.claims.release(0xC1)
+        member.claims.release(0xC1, claimed)
         assert member.read().owners == {}
+
+
+def test_a_release_deletes_only_the_claim_it_was_made_for_never_a_later_one(tmp_path):
+    """A release etcd carries out late (retried while etcd did not answer, or held back by the network) after the
+    member claimed the switch again: the later claim stays."""
+    with one_member(tmp_path, 4) as (member, _):
+        first = member.claims.claim(0xC1, renew=False)
+        member.claims.release(0xC1, first)
+        assert member.read().owners == {}
+        again = member.claims.claim(0xC1, renew=False)                  # the ring gave it back
+        renewed = member.claims.claim(0xC1, renew=True)                 # and the switch asked for a newer id
+        assert first is not None and again is not None and renewed is not None and first < again < renewed
+        member.claims.release(0xC1, first)                              # the first release, carried out late
+        member.claims.release(0xC1, again)                              # one before the renewal
+        assert member.read().owners == {0xC1: "m1"}
+        member.claims.release(0xC1, renewed)
+        assert member.read().owners == {}
+
+
+def test_claims_sent_in_batches_keep_the_outcomes_of_those_before_a_batch_that_failed(tmp_path):
+    """72 claims are two transactions; the second is lost on its way to etcd (its connection closed as it is
+    sent): the first's 64 claims stand, and say so, and the rest are said to have failed."""
+    with etcd(23792, tmp_path / "etcd.log") as url:
+        proxy = Proxy(23899, ("127.0.0.1", 23792))
+        try:
+            with connected((url.replace("23792", "23899"), "m1")) as (member,):
+                wanted = [(dp, False) for dp in range(0xC0, 0xC0 + 72)]
+                proxy.drop = b64(f"{member.prefix}switch/{0xC0 + 70:016x}").encode()   # in the second batch only
+                got, failed = member.claims.claims(wanted)
+                assert failed is not None and len(got) == 64 and all(revision is not None for revision in got)
+                assert set(member.read().owners) == {dp for dp, _ in wanted[:64]}
+        finally:
+            proxy.close()
