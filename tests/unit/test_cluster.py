@@ -426,3 +426,21 @@ def test_after_any_joins_leaves_lost_answers_and_late_reports_every_switch_has_o
         masters = [name for name, cluster in members.alive.items() if cluster.owns(dp)]
         assert len(masters) == 1, (dp, masters, members.etcd.keys.get(dp))
         assert members.etcd.keys[dp][0] == masters[0]
+
+
+def test_a_save_answered_after_a_newer_policy_came_from_etcd_leaves_the_newer_one_in_force(member):
+    """Our PUT is stored at revision 50, another member's at 60, and our member reads the 60 before its own save's
+    answer arrives: the answer says 50 was stored, and 60 stays in force (no switch goes back to 50's)."""
+    from controller.core.policy import load_document
+    ours, theirs = load_document("policies/reserve.yaml"), load_document("policies/auto.yaml")
+    member.handle(report(["a"], policy=(40, load_document("policies/none.yaml")), refreshed_at=1.0), 1.0)
+    assert [a for a in member.handle(ev.SetPolicy("put", ours), 1.0) if isinstance(a, act.SavePolicy)]
+    member.handle(report(["a"], policy=(60, theirs), refreshed_at=1.5), 1.5)
+    assert member.keeper.policy.name == "auto"
+    out = member.handle(ev.PolicySaved(None, 50), 1.6)
+    (policy,) = member.handle(ev.GetPolicy("get"), 1.6)
+    assert policy.result == {"policy": theirs, "revision": 60}
+    assert member.handle(ev.GetStatus("s"), 1.6)[0].result["policy"] == "auto"
+    out += member.handle(ev.ConfirmDue(), 1.6 + CONFIRM_SECONDS)
+    (answer,) = [a for a in out if isinstance(a, act.Answer)]
+    assert answer.result["applied"] == "reserve" and answer.result["revision"] == 50
