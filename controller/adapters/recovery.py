@@ -52,32 +52,49 @@ class Recovery:
 
     def settle(self) -> None:
         """The base key made (a new cluster), adopted (another member's), or, after etcd lost its data, raised above
-        every revision we saw and the policy we had in force put back where there is none: never nothing in its
-        place. Our keys, and the switches' claims, are made again by the passes that follow, as after our lease
+        every revision we saw and the policy we had in force put back where there is none or an older one: never
+        nothing, and never an older one, in its place. A recovery that fails half way is done again, whole, at the
+        next read. Our keys, and the switches' claims, are made again by the passes that follow, as after our lease
         ran out."""
         reason = self.lost
         floor = self._gateway.went_back[0] if self._gateway.went_back else self._gateway.highest
-        want = self.base + floor if reason else 0
+        base, token = self._lift(self.base + floor if reason else 0, reason is not None)
+        if reason is not None:
+            me = self._membership.member
+            self._register.reseed()
+            self._gateway.post("/kv/put", {"key": b64(f"{self._reseeded}{me}"), "value": b64(token)})
+            self._waiting = (time.monotonic() + self._membership.seconds, frozenset(self.group) - {me})
+            self.restored = f"{reason}; revisions now count from {max(self.base, base)}" + \
+                (", its copy of the policy put back unless a newer one was" if self._register.copy is not None else "")
+            LOG.error("etcd lost its data (%s): recovered, %s", reason, self.restored.split("; ", 1)[1])
+            self._membership.forget()
+        self.base, self._token, self._lost, self._gateway.went_back = max(self.base, base), token, None, None
+
+    def _lift(self, want: int, lost: bool) -> tuple[int, str]:
+        """The base key (base, token) as it is, made, or raised to `want`. After a loss (`lost`) the first member to
+        find it, the one that finds the base key as it was before (or none), also gives it a new token and marks the
+        policy etcd holds, which a restored snapshot kept, as a seed of the revision the members knew it at (the
+        base it was read with, plus its key's): the lifted revisions would otherwise make it the newest, and every
+        member would go back to it. A member's newer copy then replaces it (register.reseed)."""
+        policy, seeded = b64(self._register.key), b64(self._register.seeded)
         while True:
-            found = kvs(self._gateway.post("/kv/range", {"key": self.key}))
+            answer = self._gateway.post("/kv/txn", {"success": [{"request_range": {"key": k}}
+                                                                for k in (self.key, policy, seeded)]})
+            found, stored = kvs(answer, 0), kvs(answer, 1)
             said = text(found[0]["value"]).split() if found else ["0", uuid.uuid4().hex]
             base, token = int(said[0]), said[1]
-            if found and base >= want:
-                break
-            if self._gateway.post("/kv/txn", {"compare": [as_read(self.key, found)], "success": [
-                    {"request_put": {"key": self.key, "value": b64(f"{want} {token}")}}]}).get("succeeded"):
-                base = want
-                break
-        self.base, self._token, self._lost, self._gateway.went_back = max(self.base, base), token, None, None
-        if reason is None:
-            return
-        self._register.reseed()
-        self._gateway.post("/kv/put", {"key": b64(f"{self._reseeded}{self._membership.member}"), "value": b64(token)})
-        self._waiting = (time.monotonic() + self._membership.seconds, frozenset(self.group) - {self._membership.member})
-        self.restored = f"{reason}; revisions now count from {self.base}" + \
-            (", its copy of the policy put back unless a newer one was" if self._register.copy is not None else "")
-        LOG.error("etcd lost its data (%s): recovered, %s", reason, self.restored.split("; ", 1)[1])
-        self._membership.forget()
+            first = lost and (not found or token == self._token)
+            if found and base >= want and not first:
+                return base, token
+            token = uuid.uuid4().hex if first else token
+            compare = [as_read(self.key, found)]
+            put = [{"request_put": {"key": self.key, "value": b64(f"{want} {token}")}}]
+            if first and stored:
+                compare.append(as_read(policy, stored))
+                put += [{"request_put": {"key": policy, "value": stored[0]["value"]}},
+                        {"request_put": {"key": seeded, "value": b64(f"{base + int(stored[0]['mod_revision']):020d}")}}]
+            if self._gateway.post("/kv/txn", {"compare": compare, "success": put}).get("succeeded"):
+                return want, token
 
     def recovering(self) -> bool:
         """After a loss, until every member of the group before it has put back its copy of the policy (or a lease

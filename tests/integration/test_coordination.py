@@ -1,6 +1,7 @@
 """The etcd adapter against a real etcd (started here, on loopback, with its own data): each read gives the
 policy in force with its revision, a new one as soon as it is stored, and the switches' owners beside it."""
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -173,6 +174,16 @@ def test_a_save_a_partition_held_back_changes_nothing_once_a_newer_policy_is_sto
             proxy.close()
 
 
+def passes(member: Coordination) -> list:
+    """The member's loop, until it has read the cluster (its lease taken anew if etcd lost it): what it posted that
+    says what etcd holds (not "etcd down")."""
+    posted: list = []
+    for _ in range(3):
+        member._turn(posted.append, None, [])
+        _time.sleep(0.1)
+    return [e for e in posted if e.members is not None]
+
+
 def test_after_etcd_lost_its_data_the_newest_copy_of_the_policy_is_put_back_whoever_finds_the_loss_first(tmp_path):
     first = ExitStack()
     url = first.enter_context(etcd(23792, tmp_path / "etcd.log"))
@@ -183,13 +194,6 @@ def test_after_etcd_lost_its_data_the_newest_copy_of_the_policy_is_put_back_whoe
         m1.register.save({"name": "b"})                        # m1's: b, stored just before the loss
         first.close()
         with etcd(23792, tmp_path / "etcd-empty.log"):      # the same etcd, its data gone
-            def passes(member: Coordination) -> list:
-                """The member's loop, until it has read the cluster: its leases went with the data, taken anew."""
-                posted: list = []
-                for _ in range(3):
-                    member._turn(posted.append, None, [])
-                    _time.sleep(0.1)
-                return [e for e in posted if e.members is not None]
             # The stale copy finds the loss first and puts it back, but tells its core nothing (as if etcd were
             # down) until m1, in the group before the loss, has put back its own ...
             assert passes(m2) == [] and m2.current_policy()[0] == {"name": "a"}
@@ -199,6 +203,49 @@ def test_after_etcd_lost_its_data_the_newest_copy_of_the_policy_is_put_back_whoe
             m1.recovery._lost = "the loss found late"
             passes(m1)
             assert m1.current_policy()[0] == {"name": "c"}
+
+
+def test_after_etcd_is_restored_from_an_older_snapshot_the_newest_policy_is_put_back(tmp_path):
+    """etcd's data copied while it was stopped (a snapshot, holding policy "s"), then "a" and "b" stored since (m2
+    read "a" only), then etcd restarted on the copy: the snapshot's policy is older than either member's copy, and
+    the newest copy is put back, though the member with the older one finds the loss first (and puts its own)."""
+    data, snapshot = tmp_path / "etcd-data", tmp_path / "snapshot"
+    first = ExitStack()
+    url = first.enter_context(etcd(23792, tmp_path / "etcd.log", data=data))
+    with first, connected((url, "m1"), (url, "m2")) as (m1, m2):
+        m1.register.save({"name": "s"})
+        assert passes(m1)[-1].policy[1] == passes(m2)[-1].policy[1] == {"name": "s"}
+        first.close()
+        shutil.copytree(data, snapshot)
+        with etcd(23792, tmp_path / "etcd-again.log", data=data):
+            m1.register.save({"name": "a"})
+            assert passes(m1)[-1].policy[1] == passes(m2)[-1].policy[1] == {"name": "a"}
+            m1.register.save({"name": "b"})                          # m1's copy; m2 has not read it
+        with etcd(23792, tmp_path / "etcd-restored.log", data=snapshot):
+            assert m2.current_policy()[0] == {"name": "s"}             # restored, before anyone noticed
+            assert passes(m2) == [] and m2.current_policy()[0] == {"name": "a"}   # m2's, newer than the snapshot's
+            assert passes(m1)[-1].policy[1] == {"name": "b"} and passes(m2)[-1].policy[1] == {"name": "b"}
+            assert all(member.recovery.restored for member in (m1, m2))       # each said so
+
+
+def test_a_recovery_that_failed_half_way_is_tried_again_at_the_next_pass(tmp_path):
+    """etcd restarted empty; the member lifts the base, but its copy of the policy, put back, is lost on its way (its
+    connection closed as it is sent): the next pass tries the recovery again, and puts it back."""
+    first = ExitStack()
+    url = first.enter_context(etcd(23792, tmp_path / "etcd.log"))
+    proxy = Proxy(23899, ("127.0.0.1", 23792))
+    try:
+        with first, connected((url.replace("23792", "23899"), "m1")) as (member,):
+            member.register.save({"name": "a"})
+            assert passes(member)[-1].policy[1] == {"name": "a"}
+            first.close()
+            with etcd(23792, tmp_path / "etcd-empty.log"):
+                proxy.drop = b64(f"{member.register.copy[0]:020d}").encode()   # the copy's put back, with its revision
+                assert passes(member) == [] and member.current_policy() == (None, 0)
+                proxy.drop = None
+                assert passes(member)[-1].policy[1] == {"name": "a"}
+    finally:
+        proxy.close()
 
 
 def test_claims_sent_together_each_succeed_or_fail_alone(tmp_path):
