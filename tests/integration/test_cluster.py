@@ -19,6 +19,7 @@ import uuid
 
 import pytest
 
+from controller.adapters.membership import WEDGED_SECONDS
 from controller.adapters.ovsdb import Ovsdb
 from controller.core.cluster import Ring
 from tests.integration.conftest import controller_config, requires_ovs, start_controller, stop_controller
@@ -150,10 +151,20 @@ def _answers(port: int) -> bool:
         return False
 
 
+def etcd_key(port: int, key: str) -> str | None:
+    """A key's value as etcd itself holds it (its JSON gateway)."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v3/kv/range",
+                                     data=json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode())
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        kvs = json.load(answer).get("kvs", [])
+    return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+
+
 def test_three_members_share_the_bridges_and_survive_a_kill_and_a_stop(tmp_path, bridges):
     procs = {}
     with etcd(23791, tmp_path / "etcd.log") as url:
         try:
+            started = time.monotonic()
             for name in MEMBERS:
                 procs[name] = start_member(tmp_path, url, name)
             targets = {f"tcp:127.0.0.1:{ofp}": name for name, (ofp, _, _) in MEMBERS.items()}
@@ -165,6 +176,8 @@ def test_three_members_share_the_bridges_and_survive_a_kill_and_a_stop(tmp_path,
             wait(lambda: (m := masters(bridges)) and all(len(t) == 1 for t in m.values())
                  and {bridge: targets[t[0]] for bridge, t in m.items()} == owners, 30,
                  "the bridges shared, each mastered by the member the ring names")
+            lease = etcd_key(23791, "/ovs-qos/cluster/lease/m1")
+            assert lease is not None
 
             assert all(api(rest, path="/policy") is None for _, rest, _ in MEMBERS.values())
             answer = api(8080, "PUT", "/policy", cluster_policy("first", "10Mbit"))
@@ -217,6 +230,10 @@ def test_three_members_share_the_bridges_and_survive_a_kill_and_a_stop(tmp_path,
             print(f"SIGTERM: handed over {handed:.2f} s after the signal (OVSDB: {time.monotonic() - stopped:.2f} s)")
             assert handed < LEASE, handed                                       # its lease revoked as it left
             stop_controller(leaver, clear=False)
+            # m1's lease outlived the keepalive's WEDGED_SECONDS: its core handles events, and the app tells the
+            # keepalive so after each (`turned`); without that word it lets the lease run out, and m1 takes another.
+            time.sleep(max(0.0, started + WEDGED_SECONDS + LEASE + 1 - time.monotonic()))
+            assert etcd_key(23791, "/ovs-qos/cluster/lease/m1") == lease
             api(8080, "DELETE", "/policy")                                      # m1 owns them all now
             wait(lambda: all(q == "[]" for q in qos_rows(bridges).values()), 20, "every bridge's queues removed")
         finally:
@@ -358,12 +375,9 @@ def flows(bridge: str) -> list[str]:
 
 
 def etcd_policy(port: int) -> dict | None:
-    """The cluster's policy as etcd itself holds it (its JSON gateway), not as a member remembers it."""
-    key = base64.b64encode(b"/ovs-qos/cluster/policy").decode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v3/kv/range", data=json.dumps({"key": key}).encode())
-    with urllib.request.urlopen(req, timeout=5) as answer:
-        kvs = json.load(answer).get("kvs", [])
-    return json.loads(base64.b64decode(kvs[0]["value"]))["policy"] if kvs else None
+    """The cluster's policy as etcd itself holds it, not as a member remembers it."""
+    value = etcd_key(port, "/ovs-qos/cluster/policy")
+    return json.loads(value)["policy"] if value else None
 
 
 def test_etcd_restarted_empty_is_recovered_from_by_the_members_without_touching_a_switch(tmp_path, bridges):

@@ -81,9 +81,10 @@ def test_each_read_gives_the_policy_in_force_and_a_stored_one_at_once(tmp_path):
             member.leave()
 
 
-def test_the_leases_outlive_a_loop_busy_for_longer_than_they_last_but_not_a_wedged_one(tmp_path):
+def test_the_lease_outlives_a_loop_busy_for_longer_than_it_lasts_but_not_a_wedged_one(tmp_path):
     """The keepalive is an OS thread: a member whose event loop does not yield for twice its lease (this test's
-    own thread, asleep) keeps its keys; one whose core has handled no event for WEDGED_SECONDS lets them go."""
+    own thread, asleep) keeps its keys; one whose core has handled no event for WEDGED_SECONDS (the keepalive's
+    word of it set back here; the app's wiring that sets it is test_cluster's) lets them go."""
     with etcd(23792, tmp_path / "etcd.log") as url:
         member = Coordination(url, "adapter", "m1", 3)
         member.connect()
