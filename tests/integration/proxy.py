@@ -1,6 +1,7 @@
 """A TCP forwarder that partitions silently: what a cut network cable or a dropping firewall does to a
 connection, which neither end hears of; or that resets every connection through it, as a restarted
-middlebox or a flapping link does, which both ends hear of at once; or that loses one request."""
+middlebox or a flapping link does, which both ends hear of at once; or that loses a request, or the answer to
+one that was carried out."""
 from __future__ import annotations
 
 import contextlib
@@ -22,6 +23,7 @@ class Proxy:
         self.target, self.open, self.forward_close = target, threading.Event(), forward_close
         self.refusing = threading.Event()            # set: a new connection is closed at once
         self.drop: bytes | None = None               # a request holding these bytes is lost: its connection closed
+        self.mute: bytes | None = None               # a request holding these bytes is carried out, its answer lost
         self.sockets: list[socket.socket] = []       # closed with the proxy: none keeps its port taken after
         self.clients: set[socket.socket] = set()     # the ends that connect to the proxy
         self.open.set()
@@ -72,6 +74,9 @@ class Proxy:
                 if not data or self.drop is not None and self.drop in data and a in self.clients:
                     break
                 b.sendall(data)
+                if self.mute is not None and self.mute in data and a in self.clients:
+                    a.shutdown(socket.SHUT_RDWR)     # its answer goes nowhere: the client hears its connection close
+                    break
         except OSError:
             pass
         for s in (a, b) if self.forward_close else (a,):
