@@ -48,9 +48,12 @@ class Coordination:
         self.recovery = Recovery(gateway, self.prefix, self.register, self.membership)
         self.claims = Claims(gateway, self.prefix, member, lambda: self.membership.lease, lambda: self.recovery.base,
                              lambda: self.membership.expired)
-        self._liveness = Liveness(gateway.poster(), self.prefix, owner, member, lambda: self.membership.lease,
-                                  directory(ovsdb)) if ovsdb else None
-        self._peers = PeerWatch(ovsdb, owner, member, self._liveness, probe=lease) if ovsdb and self._liveness else None
+        self._liveness: Liveness | None = None
+        self._peers: PeerWatch | None = None
+        if ovsdb:
+            self._liveness = Liveness(gateway.poster(), self.prefix, owner, member, lambda: self.membership.lease,
+                                      directory(ovsdb))
+            self._peers = PeerWatch(ovsdb, owner, member, self._liveness, probe=lease)
         self._wake = hub.Event()                               # the loop reads (and tells) at once
         self._read_at = -REFRESH_SECONDS                       # when the cluster was last read on the second
         self._outside = False                                  # out of the group until the first OVSDB hears us

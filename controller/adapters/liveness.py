@@ -16,7 +16,6 @@ cannot reach (cluster.py), and the others take them then.
 """
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import logging
@@ -45,7 +44,7 @@ class Liveness:
         self._pending: dict[str, float] = {}     # peer whose session closed → until when its word is waited for
         self._ever = False                       # we have held our own lock
         self._told: tuple[bool, int] | None = (False, 0)   # our cut/<member> as etcd holds it, and on which lease
-        self._mark: int | None = None            # our file's descriptor, locked for our life
+        self._mark: tuple[int, int] | None = None   # our file (-1: none), locked for our life; the lease it says
 
     def _path(self, member: str) -> Path:
         assert self._directory is not None
@@ -53,18 +52,22 @@ class Liveness:
 
     def mark(self, lease: int) -> None:
         """Our file beside the OVSDB socket says `lease`, locked for as long as this process lives (the loop's)."""
-        if self._directory is None:
+        if self._directory is None or self._mark is not None and self._mark[1] == lease:
             return
+        fd = self._mark[0] if self._mark else -1
         try:
-            if self._mark is None:
+            if fd < 0:
                 fd = os.open(self._path(self._member), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._mark = fd
-            os.ftruncate(self._mark, 0)
-            os.pwrite(self._mark, str(lease).encode(), 0)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(lease).encode(), 0)
         except OSError as err:   # a twin holds it, or the directory is read-only: the others wait for our word
             LOG.warning("cannot hold %s (%s): members on this host take %g s longer to hear this one die",
                         self._path(self._member), err.strerror, WORD_SECONDS)
+            if fd >= 0:
+                os.close(fd)
+            fd = -1
+        self._mark = (fd, lease)
 
     def held(self, ours: bool) -> None:
         """Whether we hold our own lock now: once we have held it, its loss told to etcd as cut/<member> (on our
@@ -87,11 +90,11 @@ class Liveness:
 
     def suspect(self, peer: str, now: float) -> None:
         """The peer's session closed while we waited in line for its lock."""
-        verdict = self._verdict(peer, final=False)
-        if verdict is None:
+        dead, lease = self._verdict(peer, final=False)
+        if dead is None:
             self._pending[peer] = now + WORD_SECONDS
-        elif verdict:
-            self._revoke(peer, "its OVSDB session closed, its process gone")
+        elif dead:
+            self._revoke(peer, lease, "its OVSDB session closed, its process gone")
 
     def back(self, peer: str) -> None:
         """The peer holds its lock again: it lives."""
@@ -103,34 +106,36 @@ class Liveness:
         for peer, until in list(self._pending.items()):
             if now >= until:
                 del self._pending[peer]
-                if self._verdict(peer, final=True):
-                    self._revoke(peer, f"its OVSDB session closed, and it did not say it lives within {WORD_SECONDS:g} "
-                                       "s")
+                dead, lease = self._verdict(peer, final=True)
+                if dead:
+                    self._revoke(peer, lease, f"its OVSDB session closed, and it did not say it lives within "
+                                              f"{WORD_SECONDS:g} s")
         return min(self._pending.values(), default=now + 1.0) - now
 
-    def _verdict(self, peer: str, final: bool) -> bool | None:
-        """Whether the peer is dead (None: not known yet): by its file, if it has one here naming the lease it
-        published; else, once its wait is over (`final`), by its silence."""
+    def _verdict(self, peer: str, final: bool) -> tuple[bool | None, int]:
+        """Whether the peer is dead (None: not known yet), and the lease it published: by its file, if it has one
+        here naming that lease; else, once its wait is over (`final`), by its silence."""
         try:
             answer = self._post("/kv/txn", {"success": [{"request_range": {"key": b64(f"{self._prefix}{k}/{peer}")}}
                                                         for k in ("lease", "cut")]})
         except CoordinationError as err:
             LOG.warning("etcd: member %s's OVSDB session closed, but whether it lives cannot be read (%s); its "
                         "switches move when its lease runs out", peer, err)
-            return False
+            return False, 0
         published, cut = kvs(answer, 0), kvs(answer, 1)
         if not published:
-            return False                          # it left, or its lease ran out: nothing to revoke
-        locked = self._locked(peer, json.loads(text(published[0]["value"])))
+            return False, 0                       # it left, or its lease ran out: nothing to revoke
+        lease = int(json.loads(text(published[0]["value"])))
+        locked = self._locked(peer, lease)
         if locked is False:
-            return True
+            return True, lease
         if not final:
-            return None
+            return None, lease
         if locked or cut:
             LOG.info("member %s's OVSDB session closed, but it lives (%s): nothing moves; its switches move if it "
                      "cannot reach them for a lease", peer, "its process holds its file" if locked else "it says so")
-            return False
-        return True
+            return False, lease
+        return True, lease
 
     def _locked(self, peer: str, lease: int) -> bool | None:
         """Whether the peer's process holds its file (None: it has none here naming `lease`)."""
@@ -151,14 +156,10 @@ class Liveness:
         finally:
             os.close(fd)      # drops our shared lock at once
 
-    def _revoke(self, peer: str, why: str) -> None:
+    def _revoke(self, peer: str, lease: int, why: str) -> None:
         try:
-            found = kvs(self._post("/kv/range", {"key": b64(f"{self._prefix}lease/{peer}")}))
-            if not found:
-                return
-            with contextlib.suppress(CoordinationError):   # gone already: it left, or ran out
-                self._post("/kv/lease/revoke", {"ID": json.loads(text(found[0]["value"]))})
-        except CoordinationError as err:
+            self._post("/kv/lease/revoke", {"ID": lease})
+        except CoordinationError as err:    # gone already (it left, or ran out), or etcd did not answer
             LOG.warning("etcd: member %s is dead, but its lease was not revoked (%s); its switches move when its "
                         "lease runs out", peer, err)
             return
