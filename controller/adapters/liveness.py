@@ -75,8 +75,8 @@ class Liveness:
         self._ever = self._ever or ours
         lease = self._lease()
         cut = not ours and self._ever
-        if self._told == (cut, lease) or not cut and self._told is not None and not self._told[0]:
-            return
+        if not lease or self._told == (cut, lease) or not cut and self._told is not None and not self._told[0]:
+            return                                # no lease (left): a key without one would stay for ever
         key = b64(f"{self._prefix}cut/{self._member}")
         try:
             if cut:

@@ -470,11 +470,11 @@ def test_a_flap_of_a_members_ovsdb_moves_nothing_a_silent_partition_is_a_cut_and
                 before = mastery(bridges)
                 assert {name for name, _ in before.values()} == {"m1", "m2"} and len(before) == len(bridges), before
                 proxy.reset(1.0)                                             # both ends hear it, at once
-                unmoved(bridges, before, 3.0)                                # (they moved 0.0-0.1 s after the heal)
+                unmoved(bridges, before, 2.0)                                # (they moved 0.0-0.1 s after the heal)
                 proxy.open.clear()
                 unmoved(bridges, before, 3.0)
                 proxy.open.set()
-                unmoved(bridges, before, 3.0)
+                unmoved(bridges, before, 2.0)
                 assert "revoked" not in (tmp_path / "m2.log").read_text()
                 proxy.open.clear()                                           # everything dropped, nothing closed
                 cut = time.monotonic()
