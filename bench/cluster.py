@@ -30,6 +30,11 @@ are in the run record: the next run or `topo/run.py clean` removes them). One li
   fenced_writes           SIGSTOP of a member past its lease, SIGCONT: changes of QoS rows, Queue rows and flows on
                           the bridges it had, sampled for --fenced-seconds (expect 0)
   fenced_rejoined         whether that member is back in the ring, owning its bridges, soon after (else restarted)
+  flap_moved_switches     with --flaps N: m2 reaches OVSDB through a proxy of its own (a unix socket beside OVS's),
+                          whose connections are reset and refused for 1 s, or blackholed for 3 s and healed (N
+                          times each, both shorter than the lease): the bridges whose ownership key in etcd was
+                          made anew (a move, or a move and a move back) by the hold-down plus 2 s after the heal;
+                          the goal is 0
   delete_seconds          DELETE through m1: its answer, and no QoS row left on any port
 
 With --members 1 only apply, the member's figures and delete are measured.
@@ -54,8 +59,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.process import TICKS, bench_main, cpu_ticks, peak_rss_kib, polls_counted
-from controller.core.cluster import Ring
+from controller.adapters.etcd import text, under
+from controller.core.cluster import HOLD_DOWN_SECONDS, Ring
 from controller.core.policy import LOCAL_OVSDB
+from tests.integration.proxy import Proxy  # the tests' fault injector, for the flaps
 from topo.harness.controller import ControllerError
 from topo.harness.etcd import etcd
 from topo.harness.host import RunRecord
@@ -77,6 +84,7 @@ class Member:
     api: int
     metrics: int
     proc: subprocess.Popen | None = field(default=None, repr=False)
+    ovsdb: str | None = None        # its [qos] ovsdb, if not the shipped default
 
     @property
     def alive(self) -> bool:
@@ -97,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kills", type=int, default=3, help="kill -9 trials")
     p.add_argument("--stops", type=int, default=1, help="SIGTERM trials, and as many SIGSTOP ones")
     p.add_argument("--fenced-seconds", type=float, default=5, help="how long a resumed member is watched")
+    p.add_argument("--flaps", type=int, default=0, help="flaps of m2's OVSDB connection of each kind (a 1 s reset, a "
+                                                        "3 s blackhole); m2 then reaches OVSDB through a proxy")
     p.add_argument("--flows", choices=("port", "bridge"), default="port",
                    help="the policy's flows: one per port (as bench/scale.py), or one per bridge")
     p.add_argument("--log-dir", type=Path, help="keep the members' and etcd's logs here (default: a temporary one)")
@@ -109,12 +119,13 @@ def main(argv: list[str] | None = None) -> int:
 # --- the members ---------------------------------------------------------------------------------------------
 
 def config_text(member: Member, url: str, lease: float, state: Path) -> str:
-    """The shipped config's [DEFAULT] with the member's OpenFlow port, its [qos] ports and the coordination."""
+    """The shipped config's [DEFAULT] with the member's OpenFlow port, its [qos] ports (and OVSDB, if its own) and
+    the coordination."""
     text = (REPO / "controller" / "qos.conf").read_text().split("[qos]")[0]
     text = text.replace("ofp_tcp_listen_port = 6653", f"ofp_tcp_listen_port = {member.openflow}")
     return (text + f"[qos]\nowner = {OWNER}\napi_port = {member.api}\nmetrics_port = {member.metrics}\n"
-            f"state_file = {state}\n[coordination]\nbackend_url = {url}\nmembership_timeout = {lease:g}\n"
-            f"member = {member.name}\n")
+            f"state_file = {state}\n" + (f"ovsdb = {member.ovsdb}\n" if member.ovsdb else "") +
+            f"[coordination]\nbackend_url = {url}\nmembership_timeout = {lease:g}\nmember = {member.name}\n")
 
 
 def start(member: Member, url: str, args: argparse.Namespace, logs: Path, record: RunRecord) -> None:
@@ -440,6 +451,12 @@ def run(args: argparse.Namespace, tmp: Path, record: RunRecord) -> int:
     with ExitStack() as stack:
         url = stack.enter_context(etcd(ETCD_PORT, logs / "etcd.log"))
         _record_etcd(record)
+        proxy = None
+        if args.flaps and len(group) > 1:                # m2's OVSDB through a proxy beside OVS's socket (its tc too)
+            socket = Path(LOCAL_OVSDB.removeprefix("unix:"))
+            proxy = Proxy(str(socket.with_name(f"{OWNER}-{group[1].name}.sock")), str(socket))
+            stack.callback(proxy.close)
+            group[1].ovsdb = f"unix:{socket.with_name(f'{OWNER}-{group[1].name}.sock')}"
         bridges = stack.enter_context(idle_bridges(ports, args.ports, prefix="clu", first_dp_id=FIRST_DP_ID,
                                                    controller=[f"tcp:127.0.0.1:{m.openflow}" for m in group],
                                                    record=record))
@@ -448,11 +465,12 @@ def run(args: argparse.Namespace, tmp: Path, record: RunRecord) -> int:
         started = time.monotonic()
         cluster.wait_stable(180)
         print(f"ring stable           {time.monotonic() - started:.1f} s after the members started", flush=True)
-        figures(args, cluster, record, url, logs)
+        figures(args, cluster, record, url, logs, proxy)
     return 0
 
 
-def figures(args: argparse.Namespace, cluster: Cluster, record: RunRecord, url: str, logs: Path) -> None:
+def figures(args: argparse.Namespace, cluster: Cluster, record: RunRecord, url: str, logs: Path,
+            proxy: Proxy | None) -> None:
     group, bridges = cluster.group, cluster.bridges
     first = group[0]
     all_ports = len(bridges) * args.ports
@@ -491,6 +509,8 @@ def figures(args: argparse.Namespace, cluster: Cluster, record: RunRecord, url: 
 
     if len(group) > 1:
         faults(args, cluster, record, url, logs)
+    if proxy is not None:
+        flaps(args, cluster, proxy)
 
     cluster.wait_stable()
     rows = Watch(lambda: not any(port_qos(bridges).values()))
@@ -595,6 +615,41 @@ def _paused(args: argparse.Namespace, cluster: Cluster, others: list[Member], ur
         stop(paused)
         start(paused, url, args, logs, record)
     return took[0]
+
+
+def flaps(args: argparse.Namespace, cluster: Cluster, proxy: Proxy) -> None:
+    """m2's OVSDB connection reset for 1 s, or blackholed for 3 s, --flaps times each: the bridges that changed
+    master, or were mastered anew (a move and a move back), in the 5 s after the heal."""
+    victim = cluster.group[1]
+
+    def blackhole() -> None:
+        proxy.open.clear()
+        time.sleep(3.0)
+        proxy.open.set()
+
+    for kind, strike in (("reset for 1 s", lambda: proxy.reset(1.0)), ("blackholed for 3 s", blackhole)):
+        counts = []
+        for _ in range(args.flaps):
+            cluster.wait_stable()
+            before = claims()
+            strike()
+            time.sleep(HOLD_DOWN_SECONDS + 2)
+            after = claims()
+            counts.append(sum(after.get(dpid) != claim for dpid, claim in before.items()))
+            print(f"  {victim.name}'s OVSDB {kind}: {counts[-1]} of {len(before)} bridges moved", flush=True)
+        print(f"flap_moved_switches    {kind}: {', '.join(map(str, counts))} of {len(cluster.bridges)} bridges "
+              f"({args.flaps} flaps, lease {args.lease:g} s)", flush=True)
+
+
+def claims() -> dict[int, tuple[str, int]]:
+    """Switch → its ownership key's owner and create revision, as etcd holds them: a switch handed to another
+    member, or back, has a key made anew (a renewal by its owner keeps it)."""
+    prefix = f"/ovs-qos/{OWNER}/switch/"
+    request = urllib.request.Request(f"http://127.0.0.1:{ETCD_PORT}/v3/kv/range",
+                                     data=json.dumps(under(prefix)).encode())
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        found = json.load(answer).get("kvs", [])
+    return {int(text(kv["key"])[len(prefix):], 16): (text(kv["value"]), int(kv["create_revision"])) for kv in found}
 
 
 def _record_etcd(record: RunRecord) -> None:

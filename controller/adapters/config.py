@@ -119,10 +119,10 @@ def settings(conf: cfg.ConfigOpts) -> Settings:
                     ovsdb=remotes, owner=owner, api=api, api_token=values["api_token"],
                     metrics=(values["metrics_host"], values["metrics_port"]), ovsdb_ssl=_ovsdb_ssl(values, remotes),
                     standby=values["standby"],
-                    openflow=_openflow(conf), coordination=_coordination(conf, api[1], values["standby"]))
+                    openflow=_openflow(conf), coordination=_coordination(conf, api[1], values))
 
 
-def _coordination(conf: cfg.ConfigOpts, api_port: int, standby: bool) -> CoordinationSettings | None:
+def _coordination(conf: cfg.ConfigOpts, api_port: int, qos: dict[str, Any]) -> CoordinationSettings | None:
     try:
         values = {o.name: getattr(conf.coordination, o.name) for o in COORDINATION}
     except cfg.Error as err:
@@ -136,9 +136,12 @@ def _coordination(conf: cfg.ConfigOpts, api_port: int, standby: bool) -> Coordin
     if values["membership_timeout"] < 2:
         raise ConfigError(f"[coordination] membership_timeout: {values['membership_timeout']} s is too short for "
                           "a member to refresh its lease in time; use 2 or more (6 is the default)")
-    if standby:
+    if qos["standby"]:
         raise ConfigError("[qos] standby: a member of a cluster needs no standby (every member is active); remove "
                           "standby, or remove [coordination] backend_url")
+    if qos["policy"]:
+        raise ConfigError("[qos] policy: a member of a cluster ([coordination] backend_url) takes its policy from "
+                          "etcd, never a file; remove policy and PUT it to any member, or remove [coordination]")
     member = values["member"] or f"{socket.gethostname()}-{api_port}"
     if not _OWNER.match(member):
         raise ConfigError(f"[coordination] member: {member!r} is not 1-64 letters, digits, '_', '.' or '-'")

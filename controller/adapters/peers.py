@@ -4,19 +4,22 @@ its session closes, not when its lease runs out.
 Each member holds a lock of its own on its first OVSDB remote, on a session of its own, and asks for
 every other member's lock too, so it waits in line behind the holder. ovsdb-server gives a lock to the
 next in line the moment its holder's session closes (as ovn-northd's instances take over from each
-other), so the first member in line is told at once that a peer is gone: its process died, or its
-connection to OVSDB did. That member revokes the peer's leases in etcd, so that its keys go now and the
-ring's next owners claim its switches at once, and gives the lock back. A false suspicion (a member
-alive but cut from OVSDB) is safe: its writes are fenced by tokens (the switches' OpenFlow generation
-id, the epoch in OVSDB, the host locks for tc), and it joins again when its keepalive finds its lease
-gone. A host that vanishes without closing anything (a power cut, a silent partition) is still caught
-by the lease.
+other), so the first member in line is told at once that a peer's session is gone: its process died, or
+its connection to OVSDB did. Which of the two is confirmed before anything moves (liveness.py); a dead
+member's lease is then revoked, so that its keys go now and the ring's next owners claim its switches at
+once. A peer that takes its lock back (its session reconnected) lives. A false suspicion that gets
+through (a member alive but cut off from OVSDB and etcd at once) is safe: its writes are fenced by tokens
+(the switches' OpenFlow generation id, the epoch in OVSDB, the host locks for tc), and it joins again when
+its keepalive finds its lease gone. A host that vanishes without closing anything (a power cut, a silent
+partition) is still caught by the lease.
 
 Each member takes its own lock with "steal", and the others ask for it with "lock": so, once a member
 holds its lock, a lock it did not hold can never be handed on as if it had died. A watcher that got a
 peer's lock at once (nobody held it: the peer not connected yet) keeps it until the peer steals it back,
-and a member publishes its leases for revoking only once it holds its lock. The watch runs in an OS
-thread of its own, like the lease keepalive, so a busy event loop does not delay it.
+and a member publishes its lease for revoking only once it holds its lock. The session is probed only
+after a lease of silence (and closed after as much again): a stall of OVSDB, or of its path, shorter than
+a lease closes nothing. The watch runs in an OS thread of its own, like the lease keepalive, so a busy
+event loop does not delay it.
 """
 from __future__ import annotations
 
@@ -27,8 +30,11 @@ from typing import Any
 from eventlet import patcher
 from ovs import jsonrpc, poller
 
+from controller.adapters.liveness import Liveness
+
 LOG = logging.getLogger(__name__)
 RETRY_SECONDS = 1.0
+BACKOFF_MS = (250, 1000)   # reconnection back-off: a member whose path reset takes its lock back soon after
 _threading = patcher.original("threading")
 _time = patcher.original("time")
 
@@ -39,12 +45,13 @@ def member_lock(owner: str, member: str) -> str:
 
 
 class PeerWatch:
-    """`gone(peer)` is called, in this thread, when a peer's OVSDB session closed while we waited for its lock."""
+    """`liveness` hears, in this thread, of a peer's OVSDB session closed while we waited for its lock, of a peer
+    back, and whether we hold our own lock."""
 
-    def __init__(self, remote: str, owner: str, member: str, gone: Callable[[str], None],
-                 probe: float | None = None) -> None:
-        """`probe`: as Ovsdb's, seconds of silence before a TCP session is probed (and closed as many after)."""
-        self.remote, self.owner, self.member, self._gone, self._probe = remote, owner, member, gone, probe
+    def __init__(self, remote: str, owner: str, member: str, liveness: Liveness, probe: float) -> None:
+        """`probe`: seconds of silence before the session is probed (and closed as many after): a lease."""
+        self.owner, self.member, self._liveness = owner, member, liveness
+        self._open: Callable[[], Any] = lambda: jsonrpc.Session.open(remote, int(probe * 1000))
         self.peers: frozenset[str] = frozenset()      # set by the coordination loop, replaced whole
         self.own_held = False                         # read by the coordination loop: publish our leases only then
         self._names: dict[str, str] = {}              # lock name → peer ('' for our own)
@@ -56,7 +63,9 @@ class PeerWatch:
         self._thread = _threading.Thread(target=self._run, name="ovsdb-peer-watch", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        """The watch started, once (connecting to etcd again starts nothing more)."""
+        if self._thread.ident is None:
+            self._thread.start()
 
     @property
     def watching(self) -> frozenset[str]:
@@ -68,7 +77,8 @@ class PeerWatch:
         self._stop.set()
 
     def _run(self) -> None:
-        session = jsonrpc.Session.open(self.remote, int(self._probe * 1000) if self._probe else None)
+        session = self._open()
+        session.reconnect.set_backoff(*BACKOFF_MS)
         state: tuple[int, bool] | None = None
         try:
             while not self._stop.is_set():
@@ -94,10 +104,12 @@ class PeerWatch:
                     if msg is None:
                         break
                     self._on(session, msg)
+                self._liveness.held(self.own_held)
+                due = self._liveness.due(_time.monotonic())
                 wait = poller.Poller()
                 session.wait(wait)
                 session.recv_wait(wait)
-                wait.timer_wait(int(RETRY_SECONDS * 1000))
+                wait.timer_wait(max(1, int(min(RETRY_SECONDS, due) * 1000)))
                 wait.block()
         finally:
             session.close()
@@ -127,6 +139,7 @@ class PeerWatch:
                     self._steal_at = _time.monotonic() + RETRY_SECONDS
             elif named is not None and msg.method == "stolen":   # the peer is back and took its lock from us:
                 self._queued = self._queued | {named}             # ovsdb-server keeps us first in line behind it
+                self._liveness.back(named)
             elif named is not None and named in self._queued:     # its holder's session closed
                 self._queued = self._queued - {named}
-                self._gone(named)
+                self._liveness.suspect(named, _time.monotonic())

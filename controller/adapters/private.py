@@ -1,5 +1,5 @@
-"""What the controller takes from python-ovs's and tooz's private insides, in one place, each with why: these
-libraries offer no public way to it. tests/unit/test_private.py fails when an upgrade takes one away.
+"""What the controller takes from python-ovs's private insides, in one place, each with why: it
+offers no public way to it. tests/unit/test_private.py fails when an upgrade takes one away.
 """
 from __future__ import annotations
 
@@ -40,16 +40,3 @@ def table_name(row: Any) -> str:
 def changed_columns(updates: Any) -> set[str]:
     """The columns an update changed: python-ovs passes their old values as a Row, whose values are `_data`."""
     return set(updates._data)
-
-
-def membership_lease_id(coord: Any) -> int:
-    """tooz's etcd3gw driver's lease for group membership (refreshed by our own keepalive thread, so that a
-    busy event loop cannot let it run out; tooz refreshes it only in its heartbeat)."""
-    lease_id: int = coord._membership_lease.id
-    return lease_id
-
-
-def group_prefix(coord: Any, group: bytes) -> str:
-    """The etcd key prefix under which tooz's etcd3gw driver keeps a group's members, for a watch on it."""
-    prefix: str = coord._prefix_group(group).decode()
-    return prefix

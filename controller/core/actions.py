@@ -183,8 +183,10 @@ class ClaimSwitch:
 
 @dataclass(frozen=True)
 class ReleaseSwitch:
-    """Delete the switch's ownership key if it is ours: the ring gives the switch to another member."""
+    """Delete the switch's ownership key if it is still ours at `revision` (never a later claim of ours): the ring
+    gives the switch to another member, or we cannot reach it."""
     dp_id: int
+    revision: int
 
 
 @dataclass(frozen=True)

@@ -112,22 +112,33 @@ class Cluster:
         # A switch we own but have not reached over OpenFlow for a lease: given up, so that a member that
         # reaches it can take it (our key would otherwise keep it ours for as long as we live).
         self._since("openflow", (dp for dp in self.mine if dp not in switches), now)
-        for dp in self._given_up("openflow", now):
-            actions.append(act.ReleaseSwitch(dp))
-            del self.mine[dp], self.since[("openflow", dp)]
-            lost.add(dp)
-        for dp in switches:
+        given_up = self._given_up("openflow", now)
+        for dp in given_up:
+            actions.append(self._release(dp, report))
+            del self.since[("openflow", dp)]
+        lost |= given_up
+        for dp in (switches | {dp for dp, owner in self.owners.items() if owner == self.me}) - given_up:
             intended = self.intended(dp)
-            if dp in self.mine and intended != self.me:
-                actions.append(act.ReleaseSwitch(dp))       # handed to the member the ring names
-                del self.mine[dp]
-                lost.add(dp)
-            elif dp not in self.claiming | self.mine.keys() and intended == self.me and \
-                    self.owners.get(dp) in (None, self.me):
+            if dp in self.mine:
+                if dp in switches and intended != self.me:
+                    actions.append(self._release(dp, report))      # handed to the member the ring names
+                    lost.add(dp)
+            elif dp in self.claiming:
+                continue
+            elif dp in switches and intended == self.me and self.owners.get(dp) in (None, self.me):
                 # A key of ours we do not know of is a claim whose answer was lost: put it again, for its revision.
                 self.claiming.add(dp)
                 actions.append(act.ClaimSwitch(dp, renew=dp in self.owners))
+            elif self.owners.get(dp) == self.me:
+                # The same, for a switch the ring now gives another member (or not connected to us): neither we
+                # nor that member would master it while our key holds it.
+                actions.append(self._release(dp, report))
         return actions, lost
+
+    def _release(self, dp_id: int, report: ev.ClusterChanged) -> act.ReleaseSwitch:
+        """Our key given up: at our claim's revision, or, for a key of ours we did not know of, at the one etcd
+        showed (a renewal of ours whose answer was lost leaves an older one here: released at the next report)."""
+        return act.ReleaseSwitch(dp_id, self.mine.pop(dp_id, 0) or report.revisions.get(dp_id, 0))
 
     def intended(self, dp_id: int) -> str | None:
         return self.ring.owner(dp_id, frozenset(m for m, cut in self.unreachable.items() if dp_id in cut))

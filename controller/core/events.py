@@ -251,6 +251,7 @@ class ClusterChanged:
     unreachable: dict[str, frozenset[int]] = field(default_factory=dict)   # member → switches it cannot reach
     sync: dict[str, MemberSync] = field(default_factory=dict)              # member → what it says it holds
     restored: str | None = None             # etcd lost its data, and this member recovered from it: how
+    revisions: dict[int, int] = field(default_factory=dict)   # switch → its ownership key's revision
 
 
 @dataclass(frozen=True)

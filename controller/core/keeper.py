@@ -108,23 +108,33 @@ class PolicyKeeper:
             return [act.Answer(req.token, error=StorageError(
                 f"cannot save the policy in force: {saved.error}; nothing was changed"))], False
         previous = self.policy
+        # In a cluster, a newer policy may have come from the store before this answer: it stays in force.
+        superseded = saved.revision < self.revision
+        if superseded:
+            LOG.info("policy change stored (revision %d); a newer one (revision %d) is in force already",
+                     saved.revision, self.revision)
         if isinstance(req, ev.SetPolicy):
             assert policy is not None
-            if saved.changed:
-                LOG.info("policy %s in force (revision %d)", policy.name, saved.revision)
-            self.install(Mode.IN_FORCE, req.document, policy, saved.revision)
+            if not superseded:
+                if saved.changed:
+                    LOG.info("policy %s in force (revision %d)", policy.name, saved.revision)
+                self.install(Mode.IN_FORCE, req.document, policy, saved.revision)
             result: dict[str, Any] = {"applied": policy.name, "changed": saved.changed}
         else:
-            LOG.info("policy %s cleared (revision %d)", previous.name if previous else None, saved.revision)
-            self.install(Mode.CLEARED, None, None, saved.revision)
+            if not superseded:
+                LOG.info("policy %s cleared (revision %d)", previous.name if previous else None, saved.revision)
+                self.install(Mode.CLEARED, None, None, saved.revision)
             result = {"cleared": previous.name if previous else None}
-        return self._confirm(req.token, result, previous, now), saved.changed
+        return self._confirm(req.token, result, previous, now, saved.revision), saved.changed and not superseded
 
-    def _confirm(self, token: Any, result: dict[str, Any], previous: Policy | None, now: float) -> list[act.Action]:
+    def _confirm(self, token: Any, result: dict[str, Any], previous: Policy | None, now: float,
+                 revision: int | None = None) -> list[act.Action]:
+        """`revision`: the change's (the store's; by default the one now in force)."""
+        revision = self.revision if revision is None else revision
         named = frozenset(s.dp_id for p in (previous, self.policy) if p for s in p.switches)
         everywhere = any(p is not None and p.network is not None for p in (previous, self.policy))
-        result = {**result, "revision": self.revision}
-        self.waiting.append(Waiting(token, result, now + CONFIRM_SECONDS, named, self.revision, everywhere))
+        result = {**result, "revision": revision}
+        self.waiting.append(Waiting(token, result, now + CONFIRM_SECONDS, named, revision, everywhere))
         return [act.Later(CONFIRM_SECONDS, ev.ConfirmDue())]   # answered then even if nothing else happens
 
     def answer(self, switches: Sequence[Settling], now: float, cluster: Shared | None = None) -> list[act.Action]:

@@ -19,6 +19,7 @@ import uuid
 
 import pytest
 
+from controller.adapters.membership import WEDGED_SECONDS
 from controller.core.cluster import Ring
 from tests.integration.conftest import controller_config, remove_rows, requires_ovs, start_controller, stop_controller
 from tests.integration.proxy import Proxy
@@ -147,10 +148,20 @@ def _answers(port: int) -> bool:
         return False
 
 
+def etcd_key(port: int, key: str) -> str | None:
+    """A key's value as etcd itself holds it (its JSON gateway)."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v3/kv/range",
+                                     data=json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode())
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        kvs = json.load(answer).get("kvs", [])
+    return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+
+
 def test_three_members_share_the_bridges_and_survive_a_kill_and_a_stop(tmp_path, bridges):
     procs = {}
     with etcd(23791, tmp_path / "etcd.log") as url:
         try:
+            started = time.monotonic()
             for name in MEMBERS:
                 procs[name] = start_member(tmp_path, url, name)
             targets = {f"tcp:127.0.0.1:{ofp}": name for name, (ofp, _, _) in MEMBERS.items()}
@@ -162,6 +173,8 @@ def test_three_members_share_the_bridges_and_survive_a_kill_and_a_stop(tmp_path,
             wait(lambda: (m := masters(bridges)) and all(len(t) == 1 for t in m.values())
                  and {bridge: targets[t[0]] for bridge, t in m.items()} == owners, 30,
                  "the bridges shared, each mastered by the member the ring names")
+            lease = etcd_key(23791, "/ovs-qos/cluster/lease/m1")
+            assert lease is not None
 
             assert all(api(rest, path="/policy") is None for _, rest, _ in MEMBERS.values())
             answer = api(8080, "PUT", "/policy", cluster_policy("first", "10Mbit"))
@@ -191,9 +204,11 @@ def test_three_members_share_the_bridges_and_survive_a_kill_and_a_stop(tmp_path,
             recorded = time.monotonic() - killed
             print(f"kill -9: re-mastered {confirmed:.2f} s (OVSDB: {recorded:.2f} s), lease {LEASE} s")
             assert qos_rows(bridges) == rows                                    # nothing rebuilt meanwhile
-            # Heard when its OVSDB session closed (its leases revoked by the first member in line), not when
-            # its lease ran out.
+            # Heard when its OVSDB session closed (its lease revoked by the first member in line), not when its lease
+            # ran out; and known dead at once, on this host, by its file beside the OVSDB socket (liveness.py).
             assert confirmed < LEASE, confirmed
+            logs = "".join((tmp_path / f"{name}.log").read_text() for name in MEMBERS if name != victim)
+            assert f"member {victim} is dead (its OVSDB session closed, its process gone)" in logs, logs[-3000:]
 
             api(8080, "PUT", "/policy", cluster_policy("second", "20Mbit"))
             wait(lambda: all(max_rate(q) == "20000000" for q in qos_rows(bridges).values()), 20,
@@ -212,6 +227,10 @@ def test_three_members_share_the_bridges_and_survive_a_kill_and_a_stop(tmp_path,
             print(f"SIGTERM: handed over {handed:.2f} s after the signal (OVSDB: {time.monotonic() - stopped:.2f} s)")
             assert handed < LEASE, handed                                       # its lease revoked as it left
             stop_controller(leaver, clear=False)
+            # m1's lease outlived the keepalive's WEDGED_SECONDS: its core handles events, and the app tells the
+            # keepalive so after each (`turned`); without that word it lets the lease run out, and m1 takes another.
+            time.sleep(max(0.0, started + WEDGED_SECONDS + LEASE + 1 - time.monotonic()))
+            assert etcd_key(23791, "/ovs-qos/cluster/lease/m1") == lease
             api(8080, "DELETE", "/policy")                                      # m1 owns them all now
             wait(lambda: all(q == "[]" for q in qos_rows(bridges).values()), 20, "every bridge's queues removed")
         finally:
@@ -293,10 +312,14 @@ def test_a_member_that_cannot_reach_the_switches_ovsdb_hands_them_to_one_that_ca
                 sh("ovs-appctl", "-t", "ovsdb-server", "ovsdb-server/remove-remote", remote)
                 cut = time.monotonic()
                 wait(lambda: api(8080)["ovsdb"]["tcp:127.0.0.1:6649"]["connected"] is False, 10, "m1 cut off")
-                # Its session's close heard by m2 (peers.py), or a lease time of it; then m2 claims and masters them.
+                # m1 lives (liveness.py): after a lease time of it, m1 says it cannot reach them; m2 claims and
+                # masters them (as m2 sees it, then as OVSDB's table says, at vswitchd's next status update).
+                wait(lambda: all(mastered_by_survivor(b, "m1") for b in bridges), LEASE + 15, "m2 mastering every bridge")
+                seen = time.monotonic() - cut
                 wait(lambda: all(targets[t[0]] == "m2" for t in masters(bridges).values() if t), LEASE + 15,
                      "every bridge mastered by m2")
-                print(f"OVSDB cut: m1's bridges mastered by m2 {time.monotonic() - cut:.2f} s later, lease {LEASE} s")
+                print(f"OVSDB cut: m1's bridges mastered by m2 {seen:.2f} s later (OVSDB: {time.monotonic() - cut:.2f} "
+                      f"s), lease {LEASE} s")
                 assert all(len(t) == 1 for t in masters(bridges).values())
                 assert qos_rows(bridges) == rows                                  # nothing rebuilt meanwhile
                 api(8081, "PUT", "/policy", cluster_policy("second", "20Mbit"))   # m2 puts it everywhere
@@ -349,12 +372,9 @@ def flows(bridge: str) -> list[str]:
 
 
 def etcd_policy(port: int) -> dict | None:
-    """The cluster's policy as etcd itself holds it (its JSON gateway), not as a member remembers it."""
-    key = base64.b64encode(b"/ovs-qos/cluster/policy").decode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v3/kv/range", data=json.dumps({"key": key}).encode())
-    with urllib.request.urlopen(req, timeout=5) as answer:
-        kvs = json.load(answer).get("kvs", [])
-    return json.loads(base64.b64decode(kvs[0]["value"]))["policy"] if kvs else None
+    """The cluster's policy as etcd itself holds it, not as a member remembers it."""
+    value = etcd_key(port, "/ovs-qos/cluster/policy")
+    return json.loads(value)["policy"] if value else None
 
 
 def test_etcd_restarted_empty_is_recovered_from_by_the_members_without_touching_a_switch(tmp_path, bridges):
@@ -402,7 +422,36 @@ def test_etcd_restarted_empty_is_recovered_from_by_the_members_without_touching_
                     stop_controller(proc, clear=False)
 
 
-def test_a_silent_partition_from_ovsdb_is_found_by_a_probe_and_handled_as_a_cut(tmp_path, bridges):
+def mastery(bridges: list[str]) -> dict[str, tuple[str, float]]:
+    """Bridge → the member whose status says the switch confirmed it as master, and when (a move and a move back
+    change the time)."""
+    dpids = {f"{int(sh('ovs-vsctl', 'get', 'bridge', b, 'datapath_id').strip().strip(chr(34)), 16):016x}": b
+             for b in bridges}
+    found = {}
+    for name, (_, rest, _) in MEMBERS.items():
+        with contextlib.suppress(OSError):
+            for dpid, switch in api(rest)["switches"].items():
+                if dpid in dpids and switch["role"] == "master" and switch.get("owner") == name:
+                    found[dpids[dpid]] = (name, switch["role_since"])
+    return found
+
+
+def unmoved(bridges: list[str], before: dict, seconds: float) -> None:
+    """Every bridge mastered as `before` says, and since the same moment (the status gives it to the millisecond,
+    through the member's clocks), sampled for `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        now = mastery(bridges)
+        assert now.keys() == before.keys() and all(now[b][0] == name and abs(now[b][1] - since) < 0.05
+                                                   for b, (name, since) in before.items()), (now, before)
+        time.sleep(0.2)
+
+
+def test_a_flap_of_a_members_ovsdb_moves_nothing_a_silent_partition_is_a_cut_and_a_kill_moves_at_once(tmp_path,
+                                                                                                     bridges):
+    """m1 reaches OVSDB through a TCP proxy: its sessions reset for 1 s, or blackholed for 3 s (both shorter than
+    its lease), move no switch; a partition longer than a lease hands its switches to m2 and back after the heal;
+    kill -9 hands them over at once."""
     remote, proxied = "ptcp:6649:127.0.0.1", "tcp:127.0.0.1:6648"
     sh("ovs-appctl", "-t", "ovsdb-server", "ovsdb-server/add-remote", remote)
     proxy = Proxy(6648, ("127.0.0.1", 6649))
@@ -415,6 +464,15 @@ def test_a_silent_partition_from_ovsdb_is_found_by_a_probe_and_handled_as_a_cut(
                 api(8080, "PUT", "/policy", cluster_policy("first", "10Mbit"))
                 wait(lambda: all(max_rate(q) == "10000000" for q in qos_rows(bridges).values()), 20, "queues on every bridge")
                 assert api(8080)["ovsdb"][proxied]["connected"] is True
+                before = mastery(bridges)
+                assert {name for name, _ in before.values()} == {"m1", "m2"} and len(before) == len(bridges), before
+                proxy.reset(1.0)                                             # both ends hear it, at once
+                unmoved(bridges, before, 2.0)                                # (they moved 0.0-0.1 s after the heal)
+                proxy.open.clear()
+                unmoved(bridges, before, 3.0)
+                proxy.open.set()
+                unmoved(bridges, before, 2.0)
+                assert "revoked" not in (tmp_path / "m2.log").read_text()
                 proxy.open.clear()                                           # everything dropped, nothing closed
                 cut = time.monotonic()
                 wait(lambda: api(8080)["ovsdb"][proxied]["connected"] is False, LEASE + 2, "m1 finding the partition")
@@ -443,8 +501,15 @@ def test_a_silent_partition_from_ovsdb_is_found_by_a_probe_and_handled_as_a_cut(
                 # No old policy written back and no row rebuilt: the rows are the ones m2's PUT left.
                 assert all(sample == rows for sample in samples), [s for s in samples if s != rows][:1]
                 log = (tmp_path / "m1.log").read_text()
-                # etcd was up throughout: m1's revoked lease is taken anew, not reported as etcd being down.
+                # etcd was up throughout: nothing is reported as etcd being down.
                 assert "Traceback" not in log and "changes no switch until it answers" not in log, log[-3000:]
+                orphans = [b for b, (name, _) in mastery(bridges).items() if name == "m1"]
+                os.kill(procs["m1"].pid, signal.SIGKILL)
+                killed = time.monotonic()
+                wait(lambda: all(mastered_by_survivor(b, "m1") for b in orphans), LEASE + 10,
+                     "the killed member's bridges mastered by m2")
+                print(f"kill -9 of m1 (OVSDB over TCP): its bridges mastered by m2 {time.monotonic() - killed:.2f} s later")
+                assert time.monotonic() - killed < LEASE / 2             # heard, not its lease run out
                 api(8081, "DELETE", "/policy")
             finally:
                 for proc in procs.values():

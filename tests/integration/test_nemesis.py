@@ -1,12 +1,14 @@
 """The nemesis: three members of one owner share four userspace bridges through a real etcd; each member reaches
 etcd and OVSDB through a proxy of its own, so that either can be partitioned silently. One fault of each kind,
 in an order and on members a seed chooses, strikes while a PUT is on its way (a pause past the lease, an etcd
-partition, an OVSDB blackhole, kill -9, etcd restarted empty); another PUT goes to a random member while the
-fault lasts. What OVS itself holds is sampled throughout, ten times a second: each policy has a higher rate
-and longer leaves than the one before, so a write of a deposed member's (older) policy shows as a value that
-goes back. Checked: nothing ever goes back, in OVSDB or in tc; after each heal every bridge has one master
-again within the bound; at the end OVS holds the last policy etcd acknowledged (or a later one whose answer
-was lost), and no member logged a traceback. NEMESIS_SEED=N replays a run (each run prints its seed)."""
+partition, an OVSDB blackhole, a short OVSDB flap, etcd restored from an older snapshot, and a member joining
+while another is killed and a third's claims are answered too late: a ring change with lost claim answers);
+another PUT goes to a random member while the fault lasts. What OVS itself holds is sampled throughout, ten
+times a second: each policy has a higher rate and longer leaves than the one before, so a write of a deposed
+member's (older) policy, or an older policy put back, shows as a value that goes back. Checked: nothing ever
+goes back, in OVSDB or in tc; after each heal every bridge has one master again within the bound, and OVS and
+etcd hold the newest policy (the last acknowledged, or a later one whose answer was lost); a flap moves no
+bridge; no member logged a traceback. NEMESIS_SEED=N replays a run (each run prints its seed)."""
 from __future__ import annotations
 
 import contextlib
@@ -14,6 +16,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -21,6 +24,7 @@ import time
 import urllib.error
 import urllib.request
 
+from controller.adapters.etcd import b64
 from controller.core.cluster import Ring
 from tests.integration.conftest import requires_ovs, stop_controller
 from tests.integration.proxy import Proxy
@@ -33,6 +37,7 @@ from tests.integration.test_cluster import (
     cluster_policy,
     etcd_policy,
     masters,
+    mastery,
     start_member,
 )
 from tests.integration.test_reliability import sh, wait
@@ -139,6 +144,14 @@ def converged(names: list[str], procs: dict) -> bool:
     return all(v[0] == v[1] == rate * 10**6 for v in state.values())
 
 
+def newest(puts: list[Put]) -> bool:
+    """Whether etcd holds the last acknowledged policy, or a later one whose answer was lost: never an earlier one."""
+    last_acked = max(p.k for p in puts if p.outcome == "acked")
+    possible = {last_acked} | {p.k for p in puts if p.k > last_acked and p.outcome == "indeterminate"}
+    stored = etcd_policy(ETCD)
+    return stored is not None and int(stored["name"][1:]) in possible
+
+
 def test_random_faults_mid_batch_leave_no_deposed_write_and_the_last_acknowledged_policy(tmp_path, bridges):  # noqa: F811
     seed = int(os.environ.get("NEMESIS_SEED", time.time_ns() % 1_000_000))
     print(f"NEMESIS_SEED={seed}")
@@ -154,25 +167,68 @@ def test_random_faults_mid_batch_leave_no_deposed_write_and_the_last_acknowledge
         procs[name] = start_member(tmp_path, f"etcd3+http://127.0.0.1:{e}", name, ovsdb=f"unix:{o}")
 
     stack = contextlib.ExitStack()
+    data, snapshot = tmp_path / "etcd-data", tmp_path / "snapshot"
 
-    def restart_etcd(_: str) -> None:
-        stack.close()                                                    # etcd stopped, its data gone
-        stack.enter_context(etcd(ETCD, tmp_path / f"etcd-{k}.log"))      # and started again, empty
+    def etcd_on(directory, log: str) -> None:
+        stack.close()                                                    # etcd stopped
+        stack.enter_context(etcd(ETCD, tmp_path / log, data=directory))  # and started again on `directory`
+
+    def restore(_: str) -> None:
+        """etcd restarted on a copy of its data from just after the first policy: restored from a snapshot."""
+        shutil.copytree(snapshot, tmp_path / f"restored-{k}")
+        etcd_on(tmp_path / f"restored-{k}", f"etcd-{k}.log")
 
     def restart(victim: str) -> None:
         procs[victim].wait()
-        (tmp_path / f"{victim}.log").rename(tmp_path / f"{victim}-killed-{k}.log")   # kept, and checked
+        (tmp_path / f"{victim}.log").rename(tmp_path / f"{victim}-stopped-{k}.log")   # kept, and checked
         start(victim)
 
-    faults = {   # each kind: how it strikes a member, and how it heals
-        "pause": (lambda v: os.kill(procs[v].pid, signal.SIGSTOP), lambda v: os.kill(procs[v].pid, signal.SIGCONT)),
-        "etcd partition": (lambda v: proxies[v][0].open.clear(), lambda v: proxies[v][0].open.set()),
-        "ovsdb blackhole": (lambda v: proxies[v][1].open.clear(), lambda v: proxies[v][1].open.set()),
-        "kill -9": (lambda v: os.kill(procs[v].pid, signal.SIGKILL), restart),
-        "etcd restarted empty": (restart_etcd, lambda v: None),
+    def join_and_kill(joiner: str) -> None:
+        """The joiner leaves and joins again (its hold-down starts in the others' rings), then another member is
+        killed while the third's claims are carried out by etcd and their answers lost: it claims the dead member's
+        switches (its ring has neither the dead nor the joiner), then, the joiner past its hold-down, finds keys of
+        its own it does not know of that the ring now gives the joiner."""
+        procs[joiner].send_signal(signal.SIGTERM)
+        restart(joiner)
+        dead, late = (m for m in MEMBERS if m != joiner)
+        lost.append(dead)
+        proxies[late][0].mute = b64("/ovs-qos/cluster/switch/").encode()[:32]   # every switch key's, in base64
+        os.kill(procs[dead].pid, signal.SIGKILL)
+
+    def answered(_: str) -> None:
+        for proxy, _ in proxies.values():
+            proxy.mute = None
+        restart(lost.pop())
+
+    lost: list[str] = []
+    flapped: list[dict] = []
+
+    def flap(victim: str) -> None:
+        """The victim's OVSDB connections reset, and refused for a second: no bridge moves (checked at the heal).
+        First the ring settles (a member that joined again after the fault before is past its hold-down)."""
+        ring = {bridge: Ring(list(MEMBERS)).owner(dp) for dp, bridge in zip(DPIDS, bridges)}
+        wait(lambda: {b: m for b, (m, _) in mastery(bridges).items()} == ring, BOUND, "the ring settled")
+        flapped.append(mastery(bridges))
+        proxies[victim][1].reset(1.0)
+
+    def unmoved(_: str) -> None:
+        before = flapped.pop()
+        deadline = time.monotonic() + 2.0                                 # they moved 0.0-0.1 s after the heal
+        while time.monotonic() < deadline:
+            now = mastery(bridges)
+            assert {b: m for b, (m, _) in now.items()} == {b: m for b, (m, _) in before.items()}, (now, before)
+            time.sleep(0.2)
+
+    faults = {   # each kind: how it strikes a member, how it heals, and how long it lasts
+        "pause": (lambda v: os.kill(procs[v].pid, signal.SIGSTOP), lambda v: os.kill(procs[v].pid, signal.SIGCONT), HELD),
+        "etcd partition": (lambda v: proxies[v][0].open.clear(), lambda v: proxies[v][0].open.set(), HELD),
+        "ovsdb blackhole": (lambda v: proxies[v][1].open.clear(), lambda v: proxies[v][1].open.set(), HELD),
+        "ovsdb flap": (flap, unmoved, 1.0),
+        "etcd restored from an older snapshot": (restore, lambda v: None, 2.0),
+        "a member joins, another is killed, a third's claims answered too late": (join_and_kill, answered, HELD),
     }
     try:
-        stack.enter_context(etcd(ETCD, tmp_path / "etcd.log"))
+        stack.enter_context(etcd(ETCD, tmp_path / "etcd.log", data=data))
         for name in MEMBERS:
             start(name)
         ring = Ring(list(MEMBERS))             # shared as the ring says (no member in its hold-down any more)
@@ -187,6 +243,15 @@ def test_random_faults_mid_batch_leave_no_deposed_write_and_the_last_acknowledge
         wait(lambda: converged(bridges, procs), BOUND, "the first policy on every bridge")
         held = ovs_state(bridges)
         assert all(leaves and set(leaves) == {50} for _, _, leaves in held.values()), held   # the members' tc
+        stack.close()                                                    # etcd stopped a moment: its data copied,
+        shutil.copytree(data, snapshot)                                  # a snapshot that holds n0
+        stack.enter_context(etcd(ETCD, tmp_path / "etcd-again.log", data=data))
+        wait(lambda: all(api(MEMBERS[m][1])["role"] == "member" for m in procs), BOUND, "etcd answering again")
+        k += 1
+        puts.append(Put("m2", k))                                        # newer than the snapshot's, whenever
+        puts[-1].join(40)                                                # it is restored
+        assert puts[-1].outcome == "acked", puts[-1].outcome
+        wait(lambda: converged(bridges, procs), BOUND, "the second policy on every bridge")
         sampler = Sampler(bridges)
         for fault in rng.sample(list(faults), len(faults)):
             victim = rng.choice(list(MEMBERS))
@@ -194,27 +259,24 @@ def test_random_faults_mid_batch_leave_no_deposed_write_and_the_last_acknowledge
             puts.append(Put(rng.choice(list(MEMBERS)), k))
             time.sleep(rng.uniform(0.0, 0.08))                           # mid-batch: the PUT is being applied
             struck = time.monotonic()
-            strike, heal = faults[fault]
+            strike, heal, lasting = faults[fault]
             strike(victim)
-            time.sleep(rng.uniform(1.0, 2.0))
+            time.sleep(rng.uniform(0.2, min(2.0, lasting)))
             k += 1
             puts.append(Put(rng.choice(list(MEMBERS)), k))               # while the fault lasts
-            time.sleep(max(0.0, HELD - (time.monotonic() - struck)))
+            time.sleep(max(0.0, lasting - (time.monotonic() - struck)))
             heal(victim)
             healed = time.monotonic()
             for put in puts[-2:]:
                 put.join(40)
             wait(lambda: converged(bridges, procs), BOUND, f"every bridge mastered and in sync after {fault}")
+            assert newest(puts), (etcd_policy(ETCD), [(p.k, p.outcome) for p in puts])
+            assert not sampler.went_back(), (fault, sampler.went_back()[:5])
             print(f"{struck:.2f}-{healed:.2f} {fault} ({victim}): PUTs {[p.outcome for p in puts[-2:]]}, every bridge mastered and in sync "
                   f"{time.monotonic() - healed:.1f} s after the heal")
         sampler.stop.set()
         sampler.thread.join()
         assert sampler.samples and not sampler.went_back(), sampler.went_back()[:5]
-        # The last acknowledged policy, or a later one whose answer was lost: never an earlier one.
-        last_acked = max(p.k for p in puts if p.outcome == "acked")
-        possible = {last_acked} | {p.k for p in puts if p.k > last_acked and p.outcome == "indeterminate"}
-        stored = etcd_policy(ETCD)
-        assert stored is not None and int(stored["name"][1:]) in possible, (stored, [(p.k, p.outcome) for p in puts])
         assert all(proc.poll() is None for proc in procs.values())
         for log in tmp_path.glob("m*.log"):
             assert "Traceback" not in log.read_text(), (log, log.read_text()[-3000:])

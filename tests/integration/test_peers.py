@@ -1,5 +1,6 @@
 """controller/adapters/peers.py against a real ovsdb-server of the test's own (a private database and
-socket): a member's death is heard the moment its process's session closes, and only that."""
+socket): a member's session closed is heard the moment its process dies, and only then; one that comes back
+is heard too. (Whether the member died is liveness.py's to confirm: test_cluster.py.)"""
 import os
 import signal
 import subprocess
@@ -20,7 +21,8 @@ SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 MEMBER = """
 import sys, time
 from controller.adapters.peers import PeerWatch
-watch = PeerWatch(sys.argv[1], "site", "c", lambda peer: None)
+from tests.integration.test_peers import Heard
+watch = PeerWatch(sys.argv[1], "site", "c", Heard("c", []), probe=4)
 watch.peers = frozenset(("a", "b", "c"))
 watch.start()
 while not watch.own_held:
@@ -48,6 +50,25 @@ def ovsdb(tmp_path):
         server.wait(timeout=10)
 
 
+class Heard:
+    """What a member's watch tells liveness.py, kept: (member, peer whose session closed, when); and each peer back."""
+
+    def __init__(self, me: str, heard: list) -> None:
+        self.me, self.heard, self.back_again = me, heard, []
+
+    def suspect(self, peer: str, now: float) -> None:
+        self.heard.append((self.me, peer, time.monotonic()))
+
+    def back(self, peer: str) -> None:
+        self.back_again.append(peer)
+
+    def held(self, ours: bool) -> None:
+        pass
+
+    def due(self, now: float) -> float:
+        return 1.0
+
+
 def wait_for(condition, what, seconds=10):
     deadline = time.monotonic() + seconds
     while not condition():
@@ -57,8 +78,8 @@ def wait_for(condition, what, seconds=10):
 
 def test_a_member_killed_is_heard_at_once_by_the_first_in_line_and_a_stranger_never(ovsdb):
     heard: list[tuple[str, str, float]] = []
-    watches = {name: PeerWatch(ovsdb, "site", name, lambda peer, me=name: heard.append((me, peer, time.monotonic())))
-               for name in ("a", "b")}
+    told = {name: Heard(name, heard) for name in ("a", "b")}
+    watches = {name: PeerWatch(ovsdb, "site", name, told[name], probe=4) for name in ("a", "b")}
     member = subprocess.Popen([sys.executable, "-c", MEMBER, ovsdb], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert member.stdout.readline() == "held\n"
@@ -76,9 +97,10 @@ def test_a_member_killed_is_heard_at_once_by_the_first_in_line_and_a_stranger_ne
         print(f"kill -9 of a member: heard {first - killed:.3f} s later")
         time.sleep(1.5)
         assert {peer for _, peer, _ in heard} == {"c"}
-        # c back: it takes its lock from whoever kept it, and its death is heard again.
+        # c back: it takes its lock from whoever kept it (who hears it back), and its death is heard again.
         member = subprocess.Popen([sys.executable, "-c", MEMBER, ovsdb], cwd=REPO, stdout=subprocess.PIPE, text=True)
         assert member.stdout.readline() == "held\n"
+        wait_for(lambda: "c" in told["a"].back_again + told["b"].back_again, "c back, heard by the one that kept its lock")
         wait_for(lambda: all("c" in w.watching for w in watches.values()), "both in line for c's lock again")
         os.kill(member.pid, signal.SIGKILL)
         wait_for(lambda: sum(peer == "c" for _, peer, _ in heard) == 2, "c's second death heard")

@@ -15,6 +15,9 @@ def test_config_text_names_the_member_its_ports_and_the_etcd():
     qos, coordination = text.split("[qos]\n")[1].split("[coordination]\n")
     assert "api_port = 8081\n" in qos and "metrics_port = 9111\n" in qos and "state_file = /tmp/m2.json\n" in qos
     assert coordination == "backend_url = etcd3+http://127.0.0.1:23795\nmembership_timeout = 4\nmember = m2\n"
+    assert "ovsdb" not in qos                             # the shipped default, unless the member has its own
+    proxied = config_text(Member("m2", 6654, 8081, 9111, ovsdb="unix:/run/p.sock"), "etcd3+http://e", 4, Path("/s"))
+    assert "ovsdb = unix:/run/p.sock\n" in proxied.split("[qos]\n")[1].split("[coordination]\n")[0]
 
 
 def test_owners_are_the_members_that_say_they_master_and_own_the_switch():

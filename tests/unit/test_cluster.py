@@ -3,6 +3,8 @@ ring as intent, ownership won in etcd and lost with the key, the lease that fenc
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controller.core import actions as act
 from controller.core import events as ev
@@ -70,7 +72,7 @@ def test_a_switch_the_ring_gives_another_member_is_handed_over():
     dp = next(dp for dp in range(1, 100) if Ring(["a", "b"]).owner(dp) == "b")
     cluster.claimed(ev.SwitchClaimed(dp, 30))                              # ours while b was not in the ring
     actions, lost = cluster.report(report(["a", "b"], {dp: "a"}, 31), HOLD_DOWN_SECONDS, [dp])
-    assert actions == [act.ReleaseSwitch(dp)] and lost == {dp} and not cluster.owns(dp)
+    assert actions == [act.ReleaseSwitch(dp, 30)] and lost == {dp} and not cluster.owns(dp)
 
 
 def test_a_member_writes_only_within_its_safe_share_of_the_lease():
@@ -147,7 +149,7 @@ def test_a_member_cut_off_from_a_switchs_ovsdb_for_a_lease_hands_it_to_one_that_
     assert a.reach([mine], 8.0) == []                                     # said once
     told = ev.ClusterChanged(("a", "b"), {mine: "a"}, 40, None, 8.0, {"a": frozenset({mine})})
     actions, lost = a.report(told, 8.0, [mine])
-    assert actions == [act.ReleaseSwitch(mine)] and lost == {mine}
+    assert actions == [act.ReleaseSwitch(mine, 30)] and lost == {mine}
     after = ev.ClusterChanged(("a", "b"), {}, 41, None, 8.0, {"a": frozenset({mine})})
     actions, _ = b.report(after, 8.0, [mine])
     assert actions == [act.ClaimSwitch(mine, renew=False)]                 # b reaches it: b takes it
@@ -282,7 +284,7 @@ def test_a_switch_we_own_but_no_longer_reach_over_openflow_is_released_after_a_l
     assert cluster.report(report(["a"], {5: "a"}, revision=22), 6.5, [5]) == ([], set())    # back before a lease
     assert cluster.report(report(["a"], {5: "a"}, revision=23), 7.0, []) == ([], set())
     actions, lost = cluster.report(report(["a"], {5: "a"}, revision=24), 13.0, [])
-    assert actions == [act.ReleaseSwitch(5)] and lost == {5} and not cluster.owns(5)
+    assert actions == [act.ReleaseSwitch(5, 20)] and lost == {5} and not cluster.owns(5)
 
 
 def test_a_members_copy_answers_no_change_etcd_does_unchanged_if_match_conflict_or_unknown(member):
@@ -305,3 +307,140 @@ def test_a_members_copy_answers_no_change_etcd_does_unchanged_if_match_conflict_
     (answer,) = member.handle(ev.PolicySaved("etcd: Read timed out", indeterminate=True), 1.0)
     assert isinstance(answer.error, Indeterminate) and "above 40" in str(answer.error)
     assert member.keeper.revision == 40
+
+
+# --- ownership under any sequence of joins, leaves, lost answers and late reports (a property) ---------------
+
+class Etcd:
+    """What a cluster's members share in etcd, for the core: each member's membership and its switches' keys, all
+    on its lease (gone with it), and the revision every write raises. A claim and a release are carried out as
+    the adapter's transactions are (controller/adapters/claims.py)."""
+
+    def __init__(self) -> None:
+        self.revision, self.members, self.keys = 1, set(), {}     # keys: switch → (member, its key's revision)
+
+    def write(self) -> int:
+        self.revision += 1
+        return self.revision
+
+    def join(self, member: str) -> None:
+        self.members.add(member)
+        self.write()
+
+    def leave(self, member: str) -> None:
+        """Its lease revoked, or run out: its keys go with it."""
+        self.members.discard(member)
+        self.keys = {dp: held for dp, held in self.keys.items() if held[0] != member}
+        self.write()
+
+    def claim(self, member: str, claim: act.ClaimSwitch) -> int | None:
+        held = self.keys.get(claim.dp_id)
+        if held is None if not claim.renew else held is not None and held[0] == member:
+            self.keys[claim.dp_id] = (member, self.write())
+            return self.revision
+        return None
+
+    def release(self, member: str, release: act.ReleaseSwitch) -> None:
+        held = self.keys.get(release.dp_id)
+        if held is not None and held[0] == member and release.revision == held[1]:
+            del self.keys[release.dp_id]
+            self.write()
+
+    def read(self, now: float) -> ev.ClusterChanged:
+        return ev.ClusterChanged(tuple(sorted(self.members)), {dp: m for dp, (m, _) in self.keys.items()},
+                                 self.revision, None, now, revisions={dp: r for dp, (_, r) in self.keys.items()})
+
+
+SWITCHES = range(1, 7)
+NAMES = ("a", "b", "c")
+# Each step: what happens, to which member, and a number (which request in flight; how long a tick is, k/3 s).
+# "look" is a read handled at once; "read" then "report" hands the core a report older than what it did since.
+STEPS = st.lists(st.tuples(st.sampled_from(("join", "join", "leave", "look", "look", "look", "read", "report", "answer",
+                                            "lose", "lose", "unsent", "tick", "tick")),
+                           st.sampled_from(NAMES), st.integers(0, 12)), max_size=60)
+
+
+class Members:
+    """Members of one cluster over Etcd, each a Cluster as its controller holds it; their reads (a report handled
+    later than it was read) and their etcd requests in flight, carried out in any order."""
+
+    def __init__(self) -> None:
+        self.etcd, self.now = Etcd(), 0.0
+        self.alive: dict[str, Cluster] = {}
+        self.reads: dict[str, list[ev.ClusterChanged]] = {}
+        self.flight: dict[str, list[act.Action]] = {}
+
+    def step(self, kind: str, name: str, k: int) -> None:
+        if kind == "tick":
+            self.now += k / 3
+        elif kind == "join" and name not in self.alive:
+            self.alive[name], self.reads[name], self.flight[name] = Cluster(name, 4), [], []
+            self.etcd.join(name)
+        elif name not in self.alive:
+            return
+        elif kind == "leave":
+            del self.alive[name]
+            self.etcd.leave(name)
+        elif kind == "read":
+            self.reads[name].append(self.etcd.read(self.now))
+        elif kind == "look" or kind == "report" and self.reads[name]:
+            report = self.etcd.read(self.now) if kind == "look" else self.reads[name].pop(0)
+            actions, _ = self.alive[name].report(report, self.now, SWITCHES)
+            self.flight[name] += [a for a in actions if isinstance(a, act.ClaimSwitch | act.ReleaseSwitch)]
+        elif kind in ("answer", "lose", "unsent") and self.flight[name]:
+            self.carry_out(name, self.flight[name].pop(k % len(self.flight[name])), kind)
+
+    def carry_out(self, name: str, action: act.Action, how: str = "answer") -> None:
+        """`how`: answered; committed but its answer lost ("lose"); or never sent ("unsent")."""
+        if isinstance(action, act.ReleaseSwitch):
+            self.etcd.release(name, action)
+            return
+        assert isinstance(action, act.ClaimSwitch)
+        revision = None if how == "unsent" else self.etcd.claim(name, action)
+        self.alive[name].claimed(ev.SwitchClaimed(action.dp_id, revision if how == "answer" else None))
+
+    def settle(self) -> None:
+        """Everything in flight carried out, then reports read and handled in order until nothing changes."""
+        for name in self.alive:
+            for action in self.flight[name]:
+                self.carry_out(name, action)
+            self.reads[name], self.flight[name] = [], []
+        for _ in range(3 * int(HOLD_DOWN_SECONDS) + 6):
+            self.now += 1.0
+            for name, cluster in self.alive.items():
+                actions, _ = cluster.report(self.etcd.read(self.now), self.now, SWITCHES)
+                for action in actions:
+                    self.carry_out(name, action)
+
+
+@given(STEPS)
+@settings(max_examples=1500, deadline=None, derandomize=True)
+def test_after_any_joins_leaves_lost_answers_and_late_reports_every_switch_has_one_master(steps):
+    members = Members()
+    for step in steps:
+        members.step(*step)
+    members.settle()
+    if not members.alive:
+        return
+    for dp in SWITCHES:
+        masters = [name for name, cluster in members.alive.items() if cluster.owns(dp)]
+        assert len(masters) == 1, (dp, masters, members.etcd.keys.get(dp))
+        assert members.etcd.keys[dp][0] == masters[0]
+
+
+def test_a_save_answered_after_a_newer_policy_came_from_etcd_leaves_the_newer_one_in_force(member):
+    """Our PUT is stored at revision 50, another member's at 60, and our member reads the 60 before its own save's
+    answer arrives: the answer says 50 was stored, and 60 stays in force (no switch goes back to 50's)."""
+    from controller.core.policy import load_document
+    ours, theirs = load_document("policies/reserve.yaml"), load_document("policies/auto.yaml")
+    member.handle(report(["a"], policy=(40, load_document("policies/none.yaml")), refreshed_at=1.0), 1.0)
+    assert [a for a in member.handle(ev.SetPolicy("put", ours), 1.0) if isinstance(a, act.SavePolicy)]
+    member.handle(report(["a"], policy=(60, theirs), refreshed_at=1.5), 1.5)
+    assert member.keeper.policy.name == "auto"
+    out = member.handle(ev.PolicySaved(None, 50), 1.6)
+    (policy,) = member.handle(ev.GetPolicy("get"), 1.6)
+    assert policy.result == {"policy": theirs, "revision": 60}
+    assert member.handle(ev.GetStatus("s"), 1.6)[0].result["policy"] == "auto"
+    out += member.handle(ev.ConfirmDue(), 1.6 + CONFIRM_SECONDS)
+    (answer,) = [a for a in out if isinstance(a, act.Answer)]
+    assert answer.result["applied"] == "reserve" and answer.result["revision"] == 50

@@ -98,6 +98,8 @@ def test_a_cluster_member_is_named_after_its_host_and_api_port_unless_named(tmp_
     ({"backend_url": "etcd3+http://e", "membership_timeout": 1}, {}, "[coordination] membership_timeout: 1 s"),
     ({"backend_url": "etcd3+http://e", "member": "a b"}, {}, "[coordination] member: 'a b' is not"),
     ({"backend_url": "etcd3+http://e"}, {"standby": True}, "[qos] standby: a member of a cluster needs no standby"),
+    ({"backend_url": "etcd3+http://e"}, {"policy": "policies/reserve.yaml"},
+     "[qos] policy: a member of a cluster ([coordination] backend_url) takes its policy from etcd"),
 ])
 def test_a_bad_coordination_section_is_one_line_naming_the_option(tmp_path, coordination, qos, message):
     with pytest.raises(ConfigError) as err:

@@ -1,5 +1,5 @@
 """The shape the core keeps (docs/layout.md): pure, no module reaching back to the controller that owns
-it, classes small enough to hold one concern, and the app a thin shim."""
+it, classes small enough to hold one concern (the adapters' too), and the app a thin shim."""
 from __future__ import annotations
 
 import ast
@@ -8,7 +8,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "controller" / "core"
+ADAPTERS = ROOT / "controller" / "adapters"
 MAX_METHODS, MAX_FIELDS, MAX_APP_LINES = 20, 15, 400
+# Adapters' classes still over the rule, each to be split (issue 46): none may join, and one that comes under it
+# leaves the list.
+OVER_THE_RULE = {"ovsdb.Ovsdb"}
 
 
 def _imports(tree: ast.Module) -> set[str]:
@@ -22,8 +26,21 @@ def _imports(tree: ast.Module) -> set[str]:
     return found
 
 
-def _modules() -> dict[str, ast.Module]:
-    return {path.stem: ast.parse(path.read_text()) for path in sorted(CORE.glob("*.py"))}
+def _modules(directory: Path = CORE) -> dict[str, ast.Module]:
+    return {path.stem: ast.parse(path.read_text()) for path in sorted(directory.glob("*.py"))}
+
+
+def _sizes(directory: Path) -> dict[str, tuple[int, int]]:
+    """Each class of the directory's modules: its methods and the fields its methods set."""
+    sizes = {}
+    for name, tree in _modules(directory).items():
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            methods = [n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+            fields = {n.attr for n in ast.walk(cls) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+                      and isinstance(n.value, ast.Name) and n.value.id == "self"}
+            fields |= {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+            sizes[f"{name}.{cls.name}"] = (len(methods), len(fields))
+    return sizes
 
 
 def test_the_core_imports_only_the_standard_library_and_itself():
@@ -40,14 +57,15 @@ def test_no_module_of_the_core_reaches_back_to_the_controller():
 
 
 def test_every_class_of_the_core_holds_one_concern():
-    for name, tree in _modules().items():
-        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
-            methods = [n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-            fields = {n.attr for n in ast.walk(cls) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
-                      and isinstance(n.value, ast.Name) and n.value.id == "self"}
-            fields |= {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
-            assert len(methods) <= MAX_METHODS, f"{name}.{cls.name}: {len(methods)} methods"
-            assert len(fields) <= MAX_FIELDS, f"{name}.{cls.name}: {len(fields)} fields"
+    for name, (methods, fields) in _sizes(CORE).items():
+        assert methods <= MAX_METHODS, f"{name}: {methods} methods"
+        assert fields <= MAX_FIELDS, f"{name}: {fields} fields"
+
+
+def test_every_class_of_the_adapters_holds_one_concern():
+    over = {name for name, (methods, fields) in _sizes(ADAPTERS).items()
+            if methods > MAX_METHODS or fields > MAX_FIELDS}
+    assert over == OVER_THE_RULE, f"over {MAX_METHODS} methods or {MAX_FIELDS} fields: {sorted(over)}"
 
 
 def test_the_app_is_a_thin_shim():

@@ -1,9 +1,8 @@
-"""controller/adapters/private.py against the installed python-ovs and tooz: each private inside the controller
-uses is still there, on real objects (an IDL that never connects, a tooz driver that never starts)."""
+"""controller/adapters/private.py against the installed python-ovs: each private inside the controller uses is
+still there, on real objects (an IDL that never connects)."""
 import uuid
 
 import ovs.db.idl
-from tooz import coordination
 
 from controller.adapters import private
 
@@ -30,10 +29,3 @@ def test_python_ovs_still_has_what_the_ovsdb_adapter_takes_from_it():
     row = ovs.db.idl.Row(made, made.tables["Bridge"], uuid.uuid4(), {})
     assert private.table_name(row) == "Bridge" and private.changed_columns(row) == set()
     made.close()
-
-
-def test_tooz_still_has_what_the_coordination_adapter_takes_from_it():
-    coord = coordination.get_coordinator("etcd3+http://127.0.0.1:1", b"m1")
-    assert hasattr(coord, "_membership_lease")
-    prefix = private.group_prefix(coord, b"ovs-qos-site")
-    assert isinstance(prefix, str) and "ovs-qos-site" in prefix

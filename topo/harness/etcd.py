@@ -61,14 +61,17 @@ def make_pki(directory: Path) -> Pki:
 
 @contextlib.contextmanager
 def etcd(client_port: int = 23790, log: Path | None = None, record: RunRecord | None = None,
-         pki: Pki | None = None) -> Iterator[str]:
-    """Yields the tooz URL of a fresh etcd listening on 127.0.0.1:`client_port` (peers on the next port); with
-    `pki`, over TLS, and only to clients with a certificate its CA signed."""
+         pki: Pki | None = None, data: Path | None = None) -> Iterator[str]:
+    """Yields the URL (etcd3+http://...) of a fresh etcd listening on 127.0.0.1:`client_port` (peers on the next
+    port); with `pki`, over TLS, and only to clients with a certificate its CA signed. `data`: a directory of the
+    caller's, kept after (etcd started again on it, or on a copy made while it was stopped, is etcd restarted, or
+    restored from that copy); by default one of its own, removed after."""
     binary = shutil.which("etcd")
     if binary is None:
         raise EtcdError("etcd is not installed; run scripts/setup.sh (Debian's etcd-server)")
-    data = Path(tempfile.mkdtemp(prefix="ovsqos-etcd-"))
-    if record:
+    kept = data is not None
+    data = data or Path(tempfile.mkdtemp(prefix="ovsqos-etcd-"))
+    if record and not kept:
         record.directory(data)
     scheme = "https" if pki else "http"
     client, peer = f"{scheme}://127.0.0.1:{client_port}", f"http://127.0.0.1:{client_port + 1}"
@@ -98,7 +101,8 @@ def etcd(client_port: int = 23790, log: Path | None = None, record: RunRecord | 
         yield pki.url(client_port) if pki else f"etcd3+{client}"
     finally:
         end(proc, 10)
-        shutil.rmtree(data, ignore_errors=True)
+        if not kept:
+            shutil.rmtree(data, ignore_errors=True)
 
 
 def _context(pki: Pki | None) -> ssl.SSLContext | None:
