@@ -6,7 +6,8 @@ Keys, under /ovs-qos/<owner>/: member/<member>, lease/<member>, unreachable/<mem
 that member's lease (membership.py), and cut/<member> while its OVSDB session is down (liveness.py);
 switch/<datapath id>, the member that owns the switch, on its lease too (claims.py); policy, the policy in force
 for the whole cluster (register.py); base, seeded and reseeded/<member>, which carry the cluster's revisions
-across etcd losing its data (recovery.py).
+across etcd losing its data (recovery.py); probe-key, what the members sign their discovery frames with
+(keys.py).
 """
 from __future__ import annotations
 
@@ -115,7 +116,8 @@ class Coordination:
             if self.recovery.recovering():
                 post(ev.ClusterChanged(None, {}, 0, None, None))     # no switch changed meanwhile, as with etcd down
                 return failing
-            post(dataclasses.replace(cluster, refreshed_at=refreshed, restored=self.recovery.restored))
+            post(dataclasses.replace(cluster, refreshed_at=refreshed, restored=self.recovery.restored,
+                                     probe_key=cluster.probe_key or keys.probe_key(self._gateway, self.prefix)))
             if failing is not None:
                 LOG.info("etcd answers again; member %s", self.member)
             return None

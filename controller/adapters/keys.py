@@ -6,6 +6,7 @@ every second)."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from controller.adapters.etcd import Gateway, b64, kvs, range_end, text
@@ -28,6 +29,7 @@ def read(gateway: Gateway, prefix: str, register: Register, recovery: Recovery) 
     revisions: dict[int, int] = {}
     unreachable: dict[str, frozenset[int]] = {}
     sync: dict[str, ev.MemberSync] = {}
+    probe_key = None
     for kv in [*before, *after]:
         kind, _, name = text(kv["key"])[len(prefix):].partition("/")
         if kind == "member":
@@ -37,12 +39,14 @@ def read(gateway: Gateway, prefix: str, register: Register, recovery: Recovery) 
             revisions[int(name, 16)] = recovery.base + int(kv["mod_revision"])
         elif kind == "unreachable":
             unreachable[name] = frozenset(json.loads(text(kv["value"])))
+        elif kind == "probe-key":
+            probe_key = bytes.fromhex(text(kv["value"]))
         elif kind == "sync":
             said = json.loads(text(kv["value"]))
             sync[name] = ev.MemberSync(said["revision"], {int(dp, 16): held for dp, held in said["switches"].items()})
     recovery.group = tuple(sorted(members))
     return ev.ClusterChanged(recovery.group, owners, recovery.base + int(answer["header"]["revision"]), policy, None,
-                             unreachable, sync, revisions=revisions)
+                             unreachable, sync, revisions=revisions, probe_key=probe_key)
 
 
 def _read_all(gateway: Gateway, prefix: str, policy: str) -> dict[str, Any]:
@@ -51,3 +55,18 @@ def _read_all(gateway: Gateway, prefix: str, policy: str) -> dict[str, Any]:
         {"request_range": {"key": b64(prefix), "range_end": b64(policy)}},
         {"request_range": {"key": b64(policy), "keys_only": True}},
         {"request_range": {"key": b64(policy + "\0"), "range_end": b64(range_end(prefix))}}]})
+
+
+def probe_key(gateway: Gateway, prefix: str) -> bytes:
+    """The key the members sign their discovery frames with: made by the first member to ask (kept on no lease:
+    it outlives every member), read by the others. A member refuses probes it cannot check, so members with
+    keys of their own would each see only the links their own probes crossed."""
+    key = prefix + "probe-key"
+    answer = gateway.post("/kv/txn", {
+        "compare": [{"key": b64(key), "target": "CREATE", "create_revision": "0"}],
+        "success": [{"request_put": {"key": b64(key), "value": b64(os.urandom(32).hex())}}],
+        "failure": [{"request_range": {"key": b64(key)}}]})
+    made = answer.get("succeeded", False)
+    if made:
+        return probe_key(gateway, prefix)      # read back: what etcd holds is what every member reads
+    return bytes.fromhex(text(kvs(answer, 0)[0]["value"]))

@@ -45,7 +45,7 @@ class Controller:
         discovery frames are signed with (a cluster's members share it)."""
         self.ovsdb, self.owner, self.pinned = ovsdb, owner, pinned[0] if pinned else None
         self.wall, rng = wall, rng or random.Random()
-        self.forwarding = Forwarding(probe_key or rng.randbytes(32), rng, wall)
+        self.forwarding = Forwarding(probe_key or rng.randbytes(32), rng, wall, shared=cluster is not None)
         self.keeper = PolicyKeeper(*(Mode.IN_FORCE, *pinned, saved.revision)
                                    if pinned is not None else from_saved(saved), shared=cluster is not None)
         self.authority = Authority(active, standby, cluster)
@@ -333,6 +333,9 @@ class Controller:
         for dp_id in lost & self.switches.keys():
             LOG.info("switch %016x is another member's now", dp_id)
             self._to(self.switches[dp_id], ev.StandingDown(), now)
+        if event.probe_key is not None and event.probe_key != self.forwarding.fabric.key:
+            LOG.info("discovery frames signed with the cluster's key")
+            self.forwarding.fabric.key = event.probe_key
         if event.policy is not None and event.policy[0] > self.keeper.revision:   # put through another member
             self.keeper.install(*from_saved(ev.PolicyLoaded(SAVED_POLICY if event.policy[1] is not None
                                                             else SAVED_CLEARED, event.policy[1],

@@ -252,6 +252,7 @@ class ClusterChanged:
     sync: dict[str, MemberSync] = field(default_factory=dict)              # member → what it says it holds
     restored: str | None = None             # etcd lost its data, and this member recovered from it: how
     revisions: dict[int, int] = field(default_factory=dict)   # switch → its ownership key's revision
+    probe_key: bytes | None = None          # what the members sign their discovery frames with
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,11 @@ from controller.core.topology import PROBE_SECONDS
 
 
 class Forwarding:
-    def __init__(self, key: bytes, rng: random.Random, wall: Callable[[], float]):
-        """`key`: what the discovery frames are signed with (a cluster's members share it)."""
+    def __init__(self, key: bytes, rng: random.Random, wall: Callable[[], float], shared: bool = False):
+        """`key`: what the discovery frames are signed with (a cluster's members share it); `shared`: the switches
+        are shared with a cluster's other members."""
         self.fabric = Fabric(key, rng)
+        self.fabric.routes.placement.shortest_only = shared
         self.wall = wall
         self.rules: dict[int, FabricRules] = {}    # what the fabric last said of each switch it covers
         self.due: float | None = None              # the next round, while one is set

@@ -12,9 +12,9 @@ two elephants or more on it (a destination taking ACTIVE_SHARE of it or more): e
 path beside them may be idle, whatever their classes (Hedera's case). The congestion detector of a port that
 queues (controller/core/switch_state.py) also asks for relief before it reserves. The elephants go first,
 each to the first path with room for it (Hedera's global first fit: the shortest paths first, then up to
-EXTRA_HOPS longer ones), moved at the switch the link leaves or, when that switch has no other way, at a
-switch before it; a path never loops (every move is checked by following it to its host). A link that no
-move can relieve keeps what it has: the queues are the answer there.
+EXTRA_HOPS longer ones; a cluster's member: the shortest only), moved at the switch the link leaves or,
+when that switch has no other way, at a switch before it; a path never loops (every move is checked by
+following it to its host). A link that no move can relieve keeps what it has: the queues are the answer there.
 """
 from __future__ import annotations
 
@@ -70,6 +70,9 @@ class Placement:
     moved_at: dict[tuple[int, str], float] = field(default_factory=dict)   # (switch, host) → when it last moved
     moves: int = 0                                                          # in all, for the metrics
     version: int = 0                                                        # bumped by every change of overrides
+    # A cluster's member moves traffic onto shortest paths only: it cannot know the other members' moves, and
+    # moves that each take a hop nearer the host never loop, whoever makes them.
+    shortest_only: bool = False
 
     def observe(self, dp_id: int, ports: dict[int, float], routes: dict[str, float], capacity: dict[int, int],
                 config: CongestionConfig, paths: Paths, now: float) -> list[Move]:
@@ -122,7 +125,7 @@ class Placement:
             movers = self._movers(end, mac, paths, now, config.hold_seconds)
             # A longer path only once every switch that sends to the host across the link has said how much:
             # the traffic may be its own to move, on a path as short as it has now.
-            longest = (False, True) if self._informed(end, mac, paths) else (False,)
+            longest = (False, True) if not self.shortest_only and self._informed(end, mac, paths) else (False,)
             fit = next(((dp_id, rate, port) for longer in longest for dp_id, rate in movers
                         if (port := self._first_fit(dp_id, mac, rate, end, config.utilisation, longer, paths))
                         is not None), None)

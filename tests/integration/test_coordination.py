@@ -337,3 +337,14 @@ def test_claims_sent_in_batches_keep_the_outcomes_of_those_before_a_batch_that_f
                 assert set(member.read().owners) == {dp for dp, _ in wanted[:64]}
         finally:
             proxy.close()
+
+
+def test_the_members_sign_their_probes_with_one_key_made_by_the_first_to_ask(tmp_path):
+    """A member checks only the discovery frames signed with the key it holds: members with keys of their own
+    would each see only the links their own probes crossed."""
+    with etcd(23792, tmp_path / "etcd.log") as url, connected((url, "m1"), (url, "m2")) as (m1, m2):
+        assert m1.read().probe_key is None
+        (first,) = passes(m1)[-1:]
+        (second,) = passes(m2)[-1:]
+        assert first.probe_key is not None and len(first.probe_key) == 32
+        assert second.probe_key == first.probe_key == m2.read().probe_key

@@ -444,3 +444,14 @@ def test_a_save_answered_after_a_newer_policy_came_from_etcd_leaves_the_newer_on
     out += member.handle(ev.ConfirmDue(), 1.6 + CONFIRM_SECONDS)
     (answer,) = [a for a in out if isinstance(a, act.Answer)]
     assert answer.result["applied"] == "reserve" and answer.result["revision"] == 50
+
+
+def test_a_member_checks_probes_with_the_clusters_key_once_etcd_gives_it(member):
+    from dataclasses import replace
+
+    from controller.core import frames
+    key = bytes(range(32))
+    probe = frames.read_probe(frames.probe_frame(key, 7, 1, 1000, b"12345678"))
+    assert probe is not None and not frames.genuine(member.forwarding.fabric.key, probe)   # its own, until then
+    member.handle(replace(report(["a"]), probe_key=key), 1.0)
+    assert frames.genuine(member.forwarding.fabric.key, probe)

@@ -302,3 +302,45 @@ def test_a_destination_moved_stays_where_it_went_for_the_hold_time():
     placement.observe(1, {1: 0.0, 2: 5 * MBIT}, {"a": 3 * MBIT, "b": 3 * MBIT}, capacity, config, paths, 1.2)
     assert placement.relieve((1, 2), config, paths, 1.3, "its queue drops") == []
     assert list(placement.overrides) == [moved]
+
+
+class Triangle:
+    """Switches 1, 2 and 3 in a ring; hosts a and b on 2, sent by 1: straight over 1's port 1, or round by 3
+    (1's port 2, then 3's port 2 to 2), a hop longer."""
+
+    def __init__(self, placement):
+        self.placement = placement
+
+    def next_hop(self, dp, mac):
+        return self.placement.overrides.get((dp, mac), self.default_hop(dp, mac))
+
+    def default_hop(self, dp, mac):
+        return {1: 1, 3: 2}.get(dp)
+
+    def choices(self, dp, mac):
+        return {1: [1, 2], 3: [2, 1]}.get(dp, [])
+
+    def peer(self, end):
+        ends = {(1, 1): (2, 1), (1, 2): (3, 1), (3, 2): (2, 2)}
+        return ends.get(end) or {b: a for a, b in ends.items()}.get(end)
+
+    def home(self, mac):
+        return 2
+
+    def switches(self):
+        return [1, 2, 3]
+
+
+@pytest.mark.parametrize("shortest_only", [False, True])
+def test_a_clusters_member_moves_nothing_onto_a_longer_path(shortest_only):
+    """The other members' moves are unknown to a member: moves that each take a hop nearer never loop, longer
+    ones may; alone, the longer path with room is taken."""
+    from controller.core.congestion import CongestionConfig
+    from controller.core.placement import Placement
+
+    placement = Placement(shortest_only=shortest_only)
+    paths, config = Triangle(placement), CongestionConfig()
+    capacity = {1: 5 * MBIT, 2: 5 * MBIT}
+    for now in (0.0, 0.05):                                     # both on the straight link: they collide
+        placement.observe(1, {1: 5 * MBIT, 2: 0.0}, {"a": 3 * MBIT, "b": 3 * MBIT}, capacity, config, paths, now)
+    assert list(placement.overrides.values()) == ([] if shortest_only else [2])
