@@ -423,6 +423,22 @@ class _Idl(connection.OvsdbIdl):
         self.made: set[str] = set()         # ports made since, by name (a port read as absent may be one)
         self.changes = 0                    # changes we plan from
         self.topology = 0                   # changes to what a bridge's reading is made of (TOPOLOGY)
+        self._indexes: dict[str, dict[str, Any]] = {}   # table → the indexes ovsdbapp made at start, by name
+
+    def run(self) -> Any:
+        """python-ovs makes every table's rows anew when a reconnection dumps the database again, without the
+        indexes ovsdbapp made at start: every lookup by name (a port's, in each read and transaction) then reads
+        the whole table, a million row reads for a member of 1000 ports in an OVSDB of 3000, 15-20 s of the event
+        loop. They are made again, over the rows just read, before anything looks."""
+        changed = super().run()
+        for table in self.tables.values():
+            for name, made in self._indexes.setdefault(table.name, dict(table.rows.indexes)).items():
+                if name not in table.rows.indexes:
+                    index = table.rows.index_create(name)
+                    index.columns = list(made.columns)
+                    for row in table.rows.values():
+                        index.add(row)
+        return changed
 
     def notify(self, event: str, row: Any, updates: Any = None) -> None:
         self.touched.add(row.uuid)

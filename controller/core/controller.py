@@ -360,8 +360,8 @@ class Controller:
         for dp_id, sw in self.switches.items():
             if sw.bridge is not None:
                 snap.switches[dp_id], snap.in_sync[dp_id] = sw.telemetry, sw.in_sync
-        if self.forwarding.rules:
-            snap.fabric = self.forwarding.fabric.figures()
+        if self.keeper.policy is not None and self.keeper.policy.network is not None:
+            snap.fabric = self.forwarding.fabric.figures()     # from 0 on, whether it covers a switch yet or not
         return snap
 
 

@@ -58,7 +58,8 @@ class Fabric:
         self.topology = Topology()
         self.hosts = Hosts()
         self.routes = Routes(self.topology, self.hosts)
-        self.packet_ins: dict[str, int] = {}       # by kind: probe, arp, a new source, an unknown destination
+        # By kind: probe, arp, a new source, an unknown destination; each counted from 0, as a counter should be.
+        self.packet_ins: dict[str, int] = dict.fromkeys(("probe", "arp", "source", "destination"), 0)
 
     # --- switches, as they connect and say what their ports are ---------------------------------------------
     def connect(self, dp_id: int, ports: Iterable[int], down: Iterable[int], now: float) -> None:

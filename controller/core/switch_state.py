@@ -35,7 +35,6 @@ class SwitchState:
         # Routes whose rates adaptive paths read (controller/core/site.py): cookie → the host they lead to.
         self.routes = {cookie: str(dict(rule.match)["eth_dst"]) for cookie, rule in zip(self.cookies, switch.flows)
                        if rule.counted and rule.traffic_class is None}
-        self.urgent = urgent_classes(policy)
         self._detectors = {p.port_no: PortCongestion(policy.congestion) for p in switch.ports}
         self._active: dict[int, dict[str, float]] = {p.port_no: {} for p in switch.ports}   # port → class → last seen
         self.adopted = previous is not None     # a new state looks once at what the ports have (adopt)
@@ -122,8 +121,7 @@ class SwitchState:
         lossy = drops >= self.policy.congestion.loss_ratio * (rates.tx_pps + drops) > 0
         recent = {name for name, at in seen.items() if now - at <= RECENT_SECONDS} if lossy else active
         active_now = len(active)
-        contention = class_contention(self.policy, port, class_bps, recent) or \
-            urgent_waiting(self.urgent, port, rates.tx_bps, class_bps, self.policy.congestion.utilisation)
+        contention = class_contention(self.policy, port, class_bps, recent)
         sample = PortSample(rates.tx_bps, rates.tx_pps, drops, port.capacity_bps, contention=contention,
                             offered_bps=sum(class_bps.values()),
                             competing=not class_bps or len(recent) >= 2,
@@ -151,28 +149,6 @@ class SwitchState:
 # the last RECENT_SECONDS still competes.
 ACTIVE_SHARE = 0.05
 RECENT_SECONDS = 1.0
-URGENT_BPS = 1000          # an urgent class sending this much is there, however small its share
-
-
-def urgent_classes(policy: Policy) -> frozenset[str]:
-    """The class served before every other (a priority below all of theirs): a voice call's. Its packets wait
-    behind the others' in a shared queue whatever its share of the port, so a busy port it crosses is
-    congested for it, and a reservation costs the others nothing (HTB lends them what it leaves)."""
-    if len(policy.classes) < 2:
-        return frozenset()
-    first = min(c.priority for c in policy.classes)
-    served_first = [c.name for c in policy.classes if c.priority == first]
-    return frozenset(served_first) if len(served_first) == 1 else frozenset()
-
-
-def urgent_waiting(urgent: frozenset[str], port: PortPolicy, tx_bps: float, class_bps: dict[str, float],
-                   utilisation: float) -> str | None:
-    """Which urgent class waits behind the others' traffic on a busy port."""
-    for name in sorted(urgent):
-        rate = class_bps.get(name, 0.0)
-        if rate >= URGENT_BPS and tx_bps >= utilisation * port.capacity_bps:
-            return f"class {name} ({bitrate(rate)}) waits behind {bitrate(max(0.0, tx_bps - rate))} of others"
-    return None
 
 
 def class_contention(policy: Policy, port: PortPolicy, class_bps: dict[str, float],

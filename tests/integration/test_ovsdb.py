@@ -450,3 +450,22 @@ def test_a_pairs_save_ovsdb_does_not_answer_is_indeterminate_and_its_revision_is
     finally:
         os.kill(pid, signal.SIGCONT)
         remotes.close()
+
+
+def test_after_a_reconnection_ports_are_still_found_by_the_name_index_not_a_scan_of_the_table(port):
+    """python-ovs makes the rows anew on a reconnection, without ovsdbapp's indexes: a member of 1000 ports then
+    spent 15-20 s of its event loop reading the Port table a row at a time, and its switches left it."""
+    from ovsdbapp.backend.ovs_idl import idlutils
+
+    from controller.adapters import private
+    db, iface = port
+    fifo = fifo_qos(PORT, userspace=True)
+    db.apply({iface: fifo}, {})
+    ports = db._idl.tables["Port"].rows
+    private.session(db._idl).force_reconnect()
+    deadline = time.monotonic() + 10
+    while db._idl.tables["Port"].rows is ports or not db._idl.tables["Port"].rows:    # dumped anew
+        assert time.monotonic() < deadline, "no reconnection"
+        time.sleep(0.05)
+    assert db.port_qos(iface) == fifo.ovsdb
+    assert idlutils.index_lookup(db._idl.tables["Port"], name=iface).name == iface

@@ -213,3 +213,15 @@ def test_a_render_reads_the_core_here_and_leaves_its_formatting_to_another_threa
     real = CachedExposition(reg, clock=Clock())                   # tpool: a thread of its own
     real._offload = lambda fn, *args: tpool.execute(lambda: formatted.append(threading.get_ident()) or fn(*args))
     assert scrape(real)[2] == generate_latest(reg) and formatted and formatted[0] != threading.get_ident()
+
+
+def test_a_policy_with_a_network_section_counts_the_fabric_from_0_whether_it_covers_a_switch_or_not(net):
+    """The study's `auto` lists both of its switches: nothing is forwarded by the fabric, and its dashboard
+    panel shows 0 rather than no data."""
+    from tests.unit.fakes import shipped, up
+    up(net, "auto")
+    assert shipped("auto").get("network") is not None
+    reg = CollectorRegistry()
+    reg.register(ControllerCollector(lambda: net.app.core.snapshot(net.app.clock)))
+    assert reg.get_sample_value("ovsqos_fabric_links") == 0
+    assert reg.get_sample_value("ovsqos_fabric_packet_ins_total", {"kind": "source"}) == 0

@@ -150,31 +150,6 @@ def test_a_flood_that_silences_tcp_at_once_is_still_answered(net):
     assert decision["action"] == "program" and decision["time"] - onset <= 0.15
 
 
-def test_a_voice_call_behind_one_bulk_flow_is_given_its_class_and_rolled_back_when_it_hangs_up(net):
-    """A class served before all others (voice) waits behind a lone flow that fills the port, whatever its
-    share: that is congestion for it, and its reservation costs the bulk flow nothing (HTB lends it)."""
-    up(net, "auto")
-    lone_tcp(net)
-    net.app.advance(3.0)
-    assert list(net.app.decisions.last) == []
-    net.s1.class_load = {TCP: 0.96 * CAPACITY, VOICE: 80_000}
-    net.app.advance(0.5)
-    (decision,) = net.app.decisions.last
-    assert decision["action"] == "program" and "voice" in decision["reason"] and "waits behind" in decision["reason"]
-    assert net.s1.steering() == {TCP, UDP, VOICE}
-    lone_tcp(net)                                  # the call ends; the bulk flow goes on
-    net.app.advance(5.0)
-    assert [d["action"] for d in net.app.decisions.last] == ["program", "rollback"] and net.s1.steering() == set()
-
-
-def test_only_a_class_served_before_every_other_is_urgent():
-    from controller.core.policy import parse_policy
-    from controller.core.switch_state import urgent_classes
-    study = parse_policy(shipped("auto"))
-    assert urgent_classes(study) == {"voice"}
-    equal = parse_policy({"name": "equal", "classes": {"tcp": {"queue": 1, "min": "50%"}, "udp": {"queue": 2}},
-                          "network": {"ports": {"queues": "auto"}}})
-    assert urgent_classes(equal) == frozenset()    # both at priority 0: neither is served first
 def test_a_port_at_half_its_capacity_is_fast_polled_so_a_flood_just_after_a_slow_poll_is_answered_at_once(net):
     """Fast polls start at clear_utilisation (half the port), below the hot threshold: a flood that starts just
     after a slow poll of a port already busy is answered within two fast polls, not a slow poll later."""
