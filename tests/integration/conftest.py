@@ -42,6 +42,19 @@ def pytest_runtest_setup(item):
 STUDY_TIMEOUT = 900
 
 
+def forget_datapaths(*dp_ids: int) -> None:
+    """Bridges holding these tests' datapath ids are what a killed run of them left (a teardown removes its own);
+    left, they would connect to the next run's controllers as rivals of its bridges. Removed, veths too."""
+    for dp_id in dp_ids:
+        found = subprocess.run(["ovs-vsctl", "--bare", "--columns=name", "find", "Bridge",
+                                f"other_config:datapath-id={dp_id:016x}"], capture_output=True, text=True, check=True)
+        for bridge in found.stdout.split():
+            ports = subprocess.run(["ovs-vsctl", "list-ports", bridge], capture_output=True, text=True).stdout.split()
+            subprocess.run(["ovs-vsctl", "--if-exists", "del-br", bridge], capture_output=True, check=True)
+            for port in ports:
+                subprocess.run(["ip", "link", "del", port], capture_output=True)
+
+
 def pytest_collection_modifyitems(items):
     # The VM test first: it needs no OVS, and the container image's first build runs beside it (test_image.py).
     items.sort(key=lambda item: item.module.__name__ != "tests.integration.test_vm")
@@ -196,6 +209,8 @@ def userspace_bridge(vsctl, name: str, dp_id: int, controller: str, links: list[
     """A userspace bridge on the system's OVS (`vsctl`) or on `instance` (topo/net/ovs_instance.py), with
     `ports` veth ports numbered from 1, pointed at `controller`. Each veth's outer end goes into `links`:
     deleting it deletes its peer, wherever that is."""
+    if instance is None:
+        forget_datapaths(dp_id)
     args = []
     for port in range(1, ports + 1):
         link = f"{name}p{port}"

@@ -5,7 +5,7 @@ import sys
 import pytest
 import yaml
 
-from tests.integration.conftest import REPO, requires_ovs
+from tests.integration.conftest import REPO, forget_datapaths, requires_ovs
 
 pytestmark = requires_ovs
 BRIDGE, DP_ID = "chk0", 0xC01
@@ -15,6 +15,7 @@ BRIDGE, DP_ID = "chk0", 0xC01
 def bridge():
     args = ["ovs-vsctl", "--timeout=30", "add-br", BRIDGE, "--", "set", "bridge", BRIDGE, "datapath_type=netdev",
             "fail_mode=secure", f"other_config:datapath-id={DP_ID:016x}"]
+    forget_datapaths(DP_ID)
     for port in (1, 2):
         args += ["--", "add-port", BRIDGE, f"{BRIDGE}p{port}", "--", "set", "interface", f"{BRIDGE}p{port}",
                  "type=internal", f"ofport_request={port}"]

@@ -21,7 +21,14 @@ import pytest
 
 from controller.adapters.membership import WEDGED_SECONDS
 from controller.core.cluster import Ring
-from tests.integration.conftest import controller_config, remove_rows, requires_ovs, start_controller, stop_controller
+from tests.integration.conftest import (
+    controller_config,
+    forget_datapaths,
+    remove_rows,
+    requires_ovs,
+    start_controller,
+    stop_controller,
+)
 from tests.integration.proxy import Proxy
 from tests.integration.test_reliability import policy, sh, wait
 from topo.harness.etcd import etcd, make_pki
@@ -83,6 +90,7 @@ def bridges():
     tag = uuid.uuid4().hex[:4]
     names, links = [], []
     targets = [f"tcp:127.0.0.1:{ofp}" for ofp, _, _ in MEMBERS.values()]
+    forget_datapaths(*DPIDS)
     try:
         for k, dpid in enumerate(DPIDS):
             bridge = f"cl{tag}{k}"

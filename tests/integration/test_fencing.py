@@ -24,7 +24,7 @@ from controller.compat import hub
 from controller.core.jobs import Job
 from controller.core.policy import load_document, parse_policy
 from controller.core.queues import reserve_qos
-from tests.integration.conftest import remove_rows, requires_ovs
+from tests.integration.conftest import forget_datapaths, remove_rows, requires_ovs
 from tests.integration.proxy import Proxy
 
 pytestmark = requires_ovs
@@ -76,6 +76,7 @@ def bridge():
     """A userspace bridge of PORTS veth ports, datapath id DP_ID; removed afterwards whatever happens."""
     tag = uuid.uuid4().hex[:5]
     name, ifaces = f"tf{tag}", [f"tf{tag}{k}" for k in range(PORTS)]
+    forget_datapaths(DP_ID)
     try:
         for iface in ifaces:
             sh("ip", "link", "add", iface, "type", "veth", "peer", "name", f"{iface}p")

@@ -23,6 +23,7 @@ from tests.integration.conftest import (
     NOTHING_LEFT,
     REPO,
     controller_config,
+    forget_datapaths,
     leftovers,
     requires_ovs,
     start_controller,
@@ -82,6 +83,7 @@ def bridges():
     at the controller; removed afterwards."""
     tag = uuid.uuid4().hex[:4]
     names, links = [], []
+    forget_datapaths(*DPIDS)
     for k, dpid in enumerate(DPIDS):
         bridge = f"rl{tag}{k}"
         args = ["ovs-vsctl", "add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev",
@@ -121,9 +123,9 @@ def policy(name: str, queues: str = "reserve") -> dict:
 @pytest.fixture
 def controller(tmp_path, bridges):
     proc = start_controller(controller_config(tmp_path / "qos.conf"), tmp_path / "controller.log")
-    assert proc.poll() is None, (tmp_path / "controller.log").read_text()[-2000:]
-    wait(lambda: len(rest("GET", "/status")[1]["switches"]) == 2, 20, "both bridges connected")
     try:
+        assert proc.poll() is None, (tmp_path / "controller.log").read_text()[-2000:]
+        wait(lambda: len(rest("GET", "/status")[1]["switches"]) == 2, 20, "both bridges connected")
         yield proc, tmp_path, bridges
     finally:
         stop_controller(proc)
