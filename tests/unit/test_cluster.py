@@ -11,6 +11,7 @@ from controller.core import events as ev
 from controller.core.cluster import HOLD_DOWN_SECONDS, SAFE_SHARE, Cluster, Ring
 from controller.core.controller import Controller
 from controller.core.keeper import CONFIRM_SECONDS, NO_OWNER, SAVED_ABSENT
+from controller.core.member import Member
 from tests.unit.test_openapi import schema_errors
 from tests.unit.test_switch import REMOTE, S1, Replica, sent
 
@@ -87,7 +88,7 @@ def test_a_member_writes_only_within_its_safe_share_of_the_lease():
 
 @pytest.fixture
 def member():
-    ctl = Controller(Replica(), owner="o", saved=ev.PolicyLoaded(SAVED_ABSENT), cluster=Cluster("a", 6),
+    ctl = Controller(Replica(), owner="o", saved=ev.PolicyLoaded(SAVED_ABSENT), authority=Member(Cluster("a", 6)),
                      wall=lambda: 0.0)
     out = ctl.handle(ev.SwitchUp(7, 1, frozenset(S1)), 0.0)
     (ask,) = sent(out, act.RoleRequest)
