@@ -41,7 +41,7 @@ from controller.adapters.listeners import (
 from controller.adapters.metrics import CachedExposition, ControllerCollector
 from controller.adapters.ovsdb import LockHeld
 from controller.adapters.process import EXIT_FAILED, fail, stop, throw, wake_on_signals
-from controller.adapters.remotes import Remotes, on_this_host
+from controller.adapters.remotes import on_this_host
 from controller.adapters.rest import MakeRequest, make_app
 from controller.adapters.tc import Tc, TcEvents
 from controller.adapters.worker import Worker
@@ -95,7 +95,7 @@ class QosController(App):
         guard_openflow()      # before os-ken starts listening
         settings = self.settings
         self.mode = chosen(settings)     # alone, one of a pair, or a cluster's member: asked alike from here on
-        self.ovsdb = Remotes(settings.ovsdb, self.mode.remote, settings.standby)
+        self.ovsdb = self.mode.remotes()
         self._first_tried: bool = False
         self._held: LockHeld | None = None
         self._threads = [hub.spawn(self._connect_remote, name) for name in settings.ovsdb]

@@ -28,11 +28,12 @@ ClusterAction = act.ClaimSwitch | act.ReleaseSwitch | act.Unreachable | act.Publ
 
 
 class Mode(Protocol):
-    unconfirmed: str                            # what a worker says of a job it may not write
-    services: tuple[Callable[[Post], None], ...]   # run beside the core, each in a greenthread, posting events
+    """What the app asks of the way it runs."""
+    unconfirmed: str                                # what a worker says of a job it may not write
+    services: tuple[Callable[[Post], None], ...]    # run beside the core, each in a greenthread, posting events
 
-    def remote(self, name: str) -> Ovsdb:
-        """A session to one OVSDB remote."""
+    def remotes(self) -> Remotes:
+        """The OVSDB remotes, each connected by its own session."""
 
     def authority(self, remotes: Remotes) -> Authority:
         """The core's authority, once the first remote has been tried."""
@@ -54,6 +55,7 @@ class Mode(Protocol):
 
 
 def chosen(settings: Settings) -> Mode:
+    """The way this controller runs, from its config: the one place that asks which."""
     if settings.coordination is not None:
         return Clustered(settings)
     return Paired(settings) if settings.standby else Lone(settings)
@@ -67,8 +69,8 @@ class Lone:
     def __init__(self, settings: Settings):
         self.settings = settings
 
-    def remote(self, name: str) -> Ovsdb:
-        return _session(self.settings, name, True, PAIR_PROBE_SECONDS)
+    def remotes(self) -> Remotes:
+        return _remotes(self.settings, True, PAIR_PROBE_SECONDS)
 
     def authority(self, remotes: Remotes) -> Authority:
         return Alone()
@@ -110,8 +112,8 @@ class Clustered:
         self.coordination = Coordination(co.url, settings.owner, co.member, co.lease, settings.ovsdb[0])
         self.services: tuple[Callable[[Post], None], ...] = (self.coordination.run,)
 
-    def remote(self, name: str) -> Ovsdb:
-        return _session(self.settings, name, False, self.co.lease / 3)
+    def remotes(self) -> Remotes:
+        return _remotes(self.settings, False, self.co.lease / 3)
 
     def authority(self, remotes: Remotes) -> Authority:
         return Member(Cluster(self.co.member, self.co.lease))
@@ -134,6 +136,8 @@ class Clustered:
         self.coordination.execute(action, post)
 
 
-def _session(settings: Settings, name: str, lock: bool, probe: float) -> Ovsdb:
-    return Ovsdb(name, owner=settings.owner, timeout=10.0, ssl=settings.ovsdb_ssl, standby=settings.standby,
-                 lock=lock, probe=probe)
+def _remotes(settings: Settings, lock: bool, probe: float) -> Remotes:
+    """`lock`: each session asks for the owner's OVSDB lock; `probe`: OVSDB probes a silent one after this long."""
+    return Remotes(settings.ovsdb, lambda name: Ovsdb(name, owner=settings.owner, timeout=10.0, ssl=settings.ovsdb_ssl,
+                                                      standby=settings.standby, lock=lock, probe=probe),
+                   settings.standby)
