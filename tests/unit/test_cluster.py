@@ -456,3 +456,26 @@ def test_a_member_checks_probes_with_the_clusters_key_once_etcd_gives_it(member)
     assert probe is not None and not frames.genuine(member.forwarding.fabric.key, probe)   # its own, until then
     member.handle(replace(report(["a"]), probe_key=key), 1.0)
     assert frames.genuine(member.forwarding.fabric.key, probe)
+
+
+def test_a_member_is_never_a_standby_a_report_of_the_remotes_only_sweeps_the_new_ones(member):
+    """A member takes no OVSDB lock: the reports say it is `locked` (it has no standby), which must not read as a
+    lock just given to it (a take-over: the policy loaded again, every switch taken over, every remote swept)."""
+    assert member.handle(ev.RemotesChanged({REMOTE: True}, (REMOTE,), locked=True), 1.0) == \
+        [act.Submit(REMOTE, sweep=True)]
+    assert member.handle(ev.RemotesChanged({REMOTE: True}, (), locked=True), 2.0) == []
+
+
+def test_a_claim_that_failed_or_is_for_a_switch_not_connected_takes_nothing_over(member):
+    member.handle(report(["a"], refreshed_at=HOLD_DOWN_SECONDS), HOLD_DOWN_SECONDS)
+    assert member.handle(ev.SwitchClaimed(1, None), HOLD_DOWN_SECONDS) == []
+    assert member.handle(ev.SwitchClaimed(2, 43), HOLD_DOWN_SECONDS) == []     # ours, but not connected to us
+    assert member.authority.owns(2) and not member.authority.owns(1)
+
+
+def test_a_member_that_has_not_heard_from_a_switchs_ovsdb_for_a_lease_says_it_cannot_reach_it(member):
+    """No report has said the switch's remote is connected: a lease later the others are told, so that a member
+    that reaches it takes it."""
+    member.handle(report(["a"], refreshed_at=HOLD_DOWN_SECONDS), HOLD_DOWN_SECONDS)
+    out = member.handle(report(["a"], refreshed_at=HOLD_DOWN_SECONDS + 6), HOLD_DOWN_SECONDS + 6)
+    assert act.Unreachable(frozenset({1})) in out
