@@ -6,7 +6,7 @@ It holds the policy in force and the changes to it (controller/core/keeper.py), 
 authority (controller/core/ha.py: alone, one of a pair, or a cluster's member, asked alike), one Switch
 per datapath (controller/core/switch.py), each handed a read-only view of what it may know, the fabric
 among the switches a policy's network: section covers (controller/core/forwarding.py), and the rival
-claims to a connected datapath id (controller/core/rivals.py).
+claims to a connected datapath id (controller/core/connections.py).
 """
 from __future__ import annotations
 
