@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from controller.adapters import config, openflow
 from controller.adapters.appevents import EventCore, EventReply, EventRequest
-from controller.adapters.coordination import Coordination
+from controller.adapters.ha import chosen
 from controller.adapters.heap import Heap
 from controller.adapters.hostlock import SwitchLocks
 from controller.adapters.listeners import (
@@ -39,13 +39,12 @@ from controller.adapters.listeners import (
     serve,
 )
 from controller.adapters.metrics import CachedExposition, ControllerCollector
-from controller.adapters.ovsdb import LockHeld, Ovsdb
+from controller.adapters.ovsdb import LockHeld
 from controller.adapters.process import EXIT_FAILED, fail, stop, throw, wake_on_signals
-from controller.adapters.remotes import Remotes, on_this_host
+from controller.adapters.remotes import on_this_host
 from controller.adapters.rest import MakeRequest, make_app
-from controller.adapters.store import policy_store
 from controller.adapters.tc import Tc, TcEvents
-from controller.adapters.worker import LEASE_UNCONFIRMED, LOCK_UNCONFIRMED, Worker
+from controller.adapters.worker import Worker
 from controller.compat import (
     CONF,
     DEAD_DISPATCHER,
@@ -59,7 +58,6 @@ from controller.compat import (
 )
 from controller.core import actions as act
 from controller.core import events as ev
-from controller.core.cluster import Cluster
 from controller.core.controller import Controller
 from controller.core.errors import PolicyError
 from controller.core.policy import load_document, parse_policy
@@ -71,7 +69,6 @@ config.register(CONF)
 
 REQUEST_TIMEOUT = 30.0
 FIRST_REMOTE_WAIT = 5.0     # at start, how long the first remote (the lock's) may take before the API opens
-PAIR_PROBE_SECONDS = 1.0    # a pair's TCP or SSL session to OVSDB: probed after 1 s of silence (authority.py)
 REPLIES = [ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPAggregateStatsReply,
            ofp_event.EventOFPMeterConfigStatsReply, ofp_event.EventOFPMeterStatsReply,
            ofp_event.EventOFPMeterFeaturesStatsReply, ofp_event.EventOFPQueueStatsReply,
@@ -96,14 +93,9 @@ class QosController(App):
             fail(err, 2 if isinstance(err, config.ConfigError | PolicyError) else 1)
         raise_file_limit()
         guard_openflow()      # before os-ken starts listening
-        settings, co = self.settings, self.settings.coordination
-        # A cluster's members share the owner: etcd, not the OVSDB lock, says who writes what.
-        self.coordination = Coordination(co.url, settings.owner, co.member, co.lease, settings.ovsdb[0]) if co else None
-        self.ovsdb = Remotes(settings.ovsdb, lambda name: Ovsdb(name, owner=settings.owner, timeout=10.0,
-                                                              ssl=settings.ovsdb_ssl, standby=settings.standby,
-                                                              lock=co is None,
-                                                              probe=co.lease / 3 if co else PAIR_PROBE_SECONDS),
-                                 settings.standby)
+        settings = self.settings
+        self.mode = chosen(settings)     # alone, one of a pair, or a cluster's member: asked alike from here on
+        self.ovsdb = self.mode.remotes()
         self._first_tried: bool = False
         self._held: LockHeld | None = None
         self._threads = [hub.spawn(self._connect_remote, name) for name in settings.ovsdb]
@@ -112,14 +104,11 @@ class QosController(App):
             hub.sleep(0.01)      # the first remote decides active or standby; one that hangs is waited for no more
         if self._held is not None:
             fail(self._held, 1)
-        self._load, self._keep, self._read = policy_store(self.coordination, self.ovsdb, settings.state_file,
-                                                          settings.standby)
+        self._load, self._keep, self._read = self.mode.store(self.ovsdb)
         self._saves: Any = hub.Queue()      # the core's SavePolicy actions, for _save_policies
         try:
             self.core = Controller(self.ovsdb, owner=settings.owner, saved=self._load(),
-                                   pinned=pinned,
-                                   active=self.ovsdb.locked, standby=settings.standby,
-                                   cluster=Cluster(co.member, co.lease) if co else None, wall=time.time,
+                                   pinned=pinned, authority=self.mode.authority(self.ovsdb), wall=time.time,
                                    probe_key=os.urandom(32))
         except PolicyError as err:
             fail(err, 2)
@@ -143,16 +132,15 @@ class QosController(App):
                                                           signal.Signals(num).name))
         self.tc = Tc()
         done = lambda results: self._post(ev.JobsDone(tuple(results)))   # noqa: E731
-        coordinated = self.coordination.confirmed if self.coordination else lambda now: False
-        may_write = lambda: self.core.authority.confirmed(time.monotonic()) or coordinated(time.monotonic())  # noqa: E731
+        may_write = lambda: self.mode.may_write(self.core.authority, time.monotonic())  # noqa: E731
         self.workers = {name: Worker(self.ovsdb.view(name), self.tc if on_this_host(name) else None, done, may_write,
-                                     LEASE_UNCONFIRMED if self.coordination else LOCK_UNCONFIRMED,
+                                     self.mode.unconfirmed,
                                      SwitchLocks.beside(name, hub.sleep) if on_this_host(name) else None)
                         for name in self.ovsdb.names}
         self._threads += [*(hub.spawn(w.run) for w in self.workers.values()), hub.spawn(self._watch_tc),
                           hub.spawn(self._save_policies), hub.spawn(wake_on_signals),
                           hub.spawn(self._watch_remotes), hub.spawn(Heap().run, hub.sleep),
-                          *([hub.spawn(self.coordination.run, self._post)] if self.coordination else []),
+                          *(hub.spawn(service, self._post) for service in self.mode.services),
                           hub.spawn(serve, self._api_sock, make_app(self, self.settings.api_token)),
                           hub.spawn(serve, self._metrics_sock, CachedExposition(self.registry))]
         LOG.info("under %s; REST on %s:%d, metrics on %s:%d", "os-ken" if FRAMEWORK == "os_ken" else "Ryu",
@@ -167,8 +155,7 @@ class QosController(App):
     def close(self) -> None:
         """Leave flows and queues as they are: a restarted controller adopts them (no outage). A member of a
         cluster gives its switches up at once, so that the others take them over within a second."""
-        if self.coordination:
-            self.coordination.leave()
+        self.mode.leave()
         self.ovsdb.close()
         if self.tc:
             self.tc.close()
@@ -260,8 +247,7 @@ class QosController(App):
         except Exception:   # noqa: BLE001
             self._fail(f"handling {type(event).__name__}")
             return
-        if self.coordination:
-            self.coordination.turned()   # the core handled an event: the keepalive may refresh our leases
+        self.mode.turned()   # a cluster's keepalive may refresh our leases
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def _state_change(self, event: Any) -> None:
@@ -339,8 +325,7 @@ class QosController(App):
                 case act.SavePolicy():
                     self._saves.put(action)
                 case act.ClaimSwitch() | act.ReleaseSwitch() | act.Unreachable() | act.PublishSync():
-                    assert self.coordination is not None, f"{action}: only a cluster's member asks this"
-                    self.coordination.execute(action, self._post)
+                    self.mode.execute(action, self._post)
                 case act.LoadPolicy():
                     self._handle(self._load())
                 case act.Beat():

@@ -150,6 +150,12 @@ MUTANTS = [
     M("heap-no-thaw", "controller/adapters/heap.py", "        gc.unfreeze()\n", "        pass\n"),
     M("safe-share-le", "controller/core/cluster.py",
       "now - confirmed_at < SAFE_SHARE * lease", "now - confirmed_at <= SAFE_SHARE * lease"),
+    # --- the seam for high availability (controller/core/ha.py): each way's fence ----------------------------
+    M("member-epoch", "controller/core/member.py",
+      "fenced.\"\"\"\n        return self.cluster.mine.get(dp_id, 0)", "fenced.\"\"\"\n        return 0"),
+    M("alone-fences", "controller/core/authority.py",
+      "there is no one to fence: no condition.\"\"\"\n        return 0",
+      "there is no one to fence: no condition.\"\"\"\n        return self.generation"),
     # --- issue 46's behaviours no test pinned (tests/unit/test_pinned.py) ------------------------------------
     M("refused-still-master", "controller/core/role.py", "        self.role = SwitchRole.REFUSED\n", ""),
     M("refused-never-asks", "controller/core/role.py", "        self.ask()\n        return True", "        return True"),

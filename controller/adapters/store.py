@@ -1,4 +1,5 @@
-"""Where the policy in force is kept, chosen once at start; each keeper fenced by what decides who writes.
+"""Where the policy in force is kept, one store for each way the controller runs (controller/adapters/ha.py
+chooses it once at start); each fenced by what decides who writes.
 
 - Alone: the state file (statefile.py), locked by this process for its life.
 - An active/standby pair: the first OVSDB remote, in Open_vSwitch external_ids, written by a transaction
@@ -76,15 +77,21 @@ class PairStore:
         return ev.PolicySaved(None, revision)
 
 
-def policy_store(coordination: Coordination | None, remotes: Remotes, state_file: Any, standby: bool) -> Store:
-    """How the policy in force is read and saved, for how this controller runs."""
-    if coordination is not None:
-        return Store(coordination.policy_loaded, coordination.policy_saved, partial(_current, coordination))
-    if standby:
-        pair = PairStore(remotes, StateFile(state_file, shared=True))
-        return Store(pair.load, pair.save, None)
+def alone_store(state_file: Any) -> Store:
+    """A lone controller's policy, in its state file."""
     alone = StateFile(state_file)
     return Store(partial(load, alone), lambda document, revision, expect: save(alone, document, revision), None)
+
+
+def pair_store(remotes: Remotes, state_file: Any) -> Store:
+    """A standby pair's, in the first OVSDB remote (the shared state file read once, if it is there before)."""
+    pair = PairStore(remotes, StateFile(state_file, shared=True))
+    return Store(pair.load, pair.save, None)
+
+
+def cluster_store(coordination: Coordination) -> Store:
+    """A cluster's, in etcd: read there for GET too, since any member changes it."""
+    return Store(coordination.policy_loaded, coordination.policy_saved, partial(_current, coordination))
 
 
 def _current(coordination: Coordination) -> dict[str, Any]:

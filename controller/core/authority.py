@@ -1,4 +1,5 @@
-"""Who among the controllers of one owner may change the switches, and the proof they carry.
+"""A controller alone, or one of an active/standby pair (two of the ways controller/core/ha.py names): which
+of the controllers of one owner may change the switches, and the proof they carry.
 
 The active controller holds its owner's lock in the first OVSDB remote (or has no standby); it claims
 OpenFlow mastership with a generation id newer than every one a switch has seen, claimed in OVSDB under
@@ -18,11 +19,17 @@ inactivity probe, longer than the lease).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from controller.core import actions as act
 from controller.core import events as ev
-from controller.core.cluster import Cluster
+from controller.core.ha import Handover
 from controller.core.view import Role
+
+if TYPE_CHECKING:
+    from controller.core.keeper import Shared
+    from controller.core.switch import Switch
 
 LOG = logging.getLogger("qos")
 TAKEOVER_SECONDS = 8.0    # a standby steals the lock from an active one whose heartbeat stood still this long
@@ -31,62 +38,52 @@ LEASE_SECONDS = 3.0       # the holder writes only this long after its last hear
 PATH_SILENT_SECONDS = 2.5 # OVSDB silent this long to a standby that probes it every second: its path is stalled
 
 
-class Authority:
-    def __init__(self, active: bool, standby: bool, cluster: Cluster | None = None):
-        """`standby`: this controller is one of a pair, so only the lock's holder is active. `cluster`: it is
-        a member of a cluster that shares the switches: each is this member's only while it owns it."""
+class Alone:
+    """The only controller of its owner: active while it holds the lock (from the start: it has no standby to wait
+    for), the generation id it claims under it its proof; it shares nothing and fences no one."""
+    shares = False
+
+    def __init__(self, active: bool = True):
         self.role = Role.ACTIVE if active else Role.STANDBY
-        self.standby, self.cluster = standby, cluster
         self.generation = 0                       # ours as master; 0 until claimed
         self.claiming = False                     # a claim in flight
         self.above = -1                           # what the next claim must be newer than (-1: none wanted)
-        self._beat: tuple[int, float] | None = None   # the holder's heartbeat last seen, and since when
-        self._watched_at = float("-inf")              # the standby's last report of it
-        self.confirmed_at: float | None = None        # when the last heartbeat OVSDB confirmed was sent
 
     @property
     def active(self) -> bool:
         return self.role is Role.ACTIVE
 
     def confirmed(self, now: float) -> bool:
-        """Whether this controller may write and speak as the active one now (alone, it always may)."""
-        if self.cluster is not None:
-            return self.cluster.confirmed(now)
-        return self.active and (not self.standby or self.confirmed_at is not None
-                                and now - self.confirmed_at < LEASE_SECONDS)
+        """Alone, it may write whenever it is active."""
+        return self.active
 
     def owns(self, dp_id: int) -> bool:
-        """Whether the switch is this controller's to poll and master."""
-        return self.active and (self.cluster is None or self.cluster.owns(dp_id))
+        return self.active
 
     def generation_of(self, dp_id: int) -> int:
-        """The generation id to claim the switch's mastership with (0: none yet)."""
-        if self.cluster is not None:
-            return self.cluster.mine.get(dp_id, 0)
         return self.generation
 
     def epoch_of(self, dp_id: int) -> int:
-        """What OVSDB must not hold a newer epoch than for our writes to the switch: a cluster member's claim, a
-        standby pair's generation id (claimed under the pair's lock, above every epoch on a bridge), so that tc,
-        which no lock guards, is fenced for both alike (0: no condition; alone, there is no one to fence)."""
-        if self.cluster is not None:
-            return self.cluster.mine.get(dp_id, 0)
-        return self.generation if self.standby else 0
+        """Alone, there is no one to fence: no condition."""
+        return 0
 
     def label(self, now: float) -> str:
-        """What the status and the metrics say: only a confirmed fact is `active`."""
-        if self.cluster is not None:
-            return "member" if self.confirmed(now) else "coordination lost"
+        """Only a confirmed fact is `active`."""
         return str(self.role) if self.confirmed(now) or not self.active else "unconfirmed"
 
+    def refusal(self, now: float, owner: str) -> str | None:
+        if not self.active:
+            return f"this controller is the standby of owner {owner}: send changes to the active one"
+        if not self.confirmed(now):
+            return (f"this controller of owner {owner} has not confirmed within {LEASE_SECONDS:g} s that it still "
+                    "holds its owner's OVSDB lock; try again, or send the change to the other one")
+        return None
+
     def beaten(self, beat: ev.Beaten) -> None:
-        if beat.ok and self.active:
-            self.confirmed_at = max(self.confirmed_at or beat.at, beat.at)
+        """Alone, it beats no heartbeat."""
 
     def need(self, dp_id: int, above: int) -> list[act.Action]:
         """A switch has seen `above`: claim a newer id, once no claim is in flight."""
-        if self.cluster is not None:
-            return self.cluster.renew(dp_id, above)
         self.above = max(self.above, above)
         if self.claiming or not self.active:
             return []
@@ -104,9 +101,60 @@ class Authority:
         return self.need(0, self.above) if self.above > generation else []
 
     def watch(self, change: ev.RemotesChanged, now: float) -> list[act.Action]:
+        """Alone, no heartbeat to write or watch."""
+        return []
+
+    def take_over(self) -> None:
+        self.role = Role.ACTIVE
+        self.generation = 0           # claimed anew, above every switch's
+        self.above = -1
+
+    def stand_down(self) -> None:
+        self.role = Role.STANDBY
+        self.above = -1
+
+    def coordinate(self, event: ev.ClusterChanged | ev.SwitchClaimed, now: float, switches: Mapping[int, Switch],
+                   connected: Mapping[str, bool]) -> Handover:
+        raise AssertionError("a coordination event without a cluster")
+
+    def publish(self, held: dict[int, dict[str, Any]], revision: int) -> list[act.Action]:
+        return []
+
+    def shared(self) -> Shared | None:
+        return None
+
+    def status(self) -> dict[str, Any]:
+        return {}
+
+    def about(self, dp_id: int) -> dict[str, Any]:
+        return {}
+
+
+class Pair(Alone):
+    """One of an active/standby pair: the holder writes within a lease of its last confirmed heartbeat, and the
+    standby steals the lock of one whose heartbeat stood still."""
+
+    def __init__(self, active: bool):
+        super().__init__(active)
+        self._beat: tuple[int, float] | None = None   # the holder's heartbeat last seen, and since when
+        self._watched_at = float("-inf")              # the standby's last report of it
+        self.confirmed_at: float | None = None        # when the last heartbeat OVSDB confirmed was sent
+
+    def confirmed(self, now: float) -> bool:
+        """Whether this controller may write and speak as the active one now."""
+        return self.active and self.confirmed_at is not None and now - self.confirmed_at < LEASE_SECONDS
+
+    def epoch_of(self, dp_id: int) -> int:
+        """The pair's generation id (claimed under the pair's lock, above every epoch on a bridge), so that tc,
+        which no lock guards, is fenced as a cluster's is."""
+        return self.generation
+
+    def beaten(self, beat: ev.Beaten) -> None:
+        if beat.ok and self.active:
+            self.confirmed_at = max(self.confirmed_at or beat.at, beat.at)
+
+    def watch(self, change: ev.RemotesChanged, now: float) -> list[act.Action]:
         """Each report of the remotes: the holder's heartbeat, or the standby's watch over it."""
-        if not self.standby:
-            return []
         if change.locked:
             self._beat = None
             return [act.Beat(now)]
@@ -128,12 +176,9 @@ class Authority:
         return []
 
     def take_over(self) -> None:
-        self.role = Role.ACTIVE
-        self.generation = 0           # claimed anew, above every switch's
-        self.above = -1
+        super().take_over()
         self.confirmed_at = None
 
     def stand_down(self) -> None:
-        self.role = Role.STANDBY
-        self.above = -1
+        super().stand_down()
         self.confirmed_at = None

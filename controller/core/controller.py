@@ -3,10 +3,10 @@ in, actions out (pure: no os-ken, OVS or netlink here, and no I/O; controller/qo
 ways and does what the actions ask, reporting back with an event).
 
 It holds the policy in force and the changes to it (controller/core/keeper.py), this controller's
-authority (controller/core/authority.py), one Switch per datapath (controller/core/switch.py), each
-handed a read-only view of what it may know, the fabric among the switches a policy's network: section
-covers (controller/core/forwarding.py), and the rival claims to a connected datapath id
-(controller/core/rivals.py).
+authority (controller/core/ha.py: alone, one of a pair, or a cluster's member, asked alike), one Switch
+per datapath (controller/core/switch.py), each handed a read-only view of what it may know, the fabric
+among the switches a policy's network: section covers (controller/core/forwarding.py), and the rival
+claims to a connected datapath id (controller/core/connections.py).
 """
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from typing import Any, assert_never
 
 from controller.core import actions as act
 from controller.core import events as ev
-from controller.core.authority import LEASE_SECONDS, Authority
+from controller.core.authority import Alone
 from controller.core.checks import check_policy
-from controller.core.cluster import Cluster
 from controller.core.connections import Connections
 from controller.core.errors import PolicyError
 from controller.core.forwarding import Forwarding
+from controller.core.ha import Authority, Handover
 from controller.core.held import Held
-from controller.core.keeper import SAVED_CLEARED, SAVED_POLICY, PolicyKeeper, from_saved
+from controller.core.keeper import PolicyKeeper, from_saved
 from controller.core.policy import Policy, parse_policy
 from controller.core.switch import BRIDGE_RETRIES, Switch
 from controller.core.telemetry import Decisions, Snapshot
@@ -37,18 +37,18 @@ LOG = logging.getLogger("qos")
 
 class Controller:
     def __init__(self, ovsdb: OvsdbReplica, *, owner: str, saved: ev.PolicyLoaded,
-                 pinned: tuple[Any, Policy] | None = None,
-                 active: bool = True, standby: bool = False, cluster: Cluster | None = None,
+                 pinned: tuple[Any, Policy] | None = None, authority: Authority | None = None,
                  wall: Callable[[], float], rng: random.Random | None = None, probe_key: bytes | None = None):
         """`saved`: the policy the store held at start; `pinned`: the configured policy file's document and
-        its Policy, which win over the saved one and a take-over alike; `probe_key`: what the fabric's
-        discovery frames are signed with (a cluster's members share it)."""
+        its Policy, which win over the saved one and a take-over alike; `authority`: how this controller shares
+        its owner's switches (alone by default); `probe_key`: what the fabric's discovery frames are signed with
+        (a cluster's members share it)."""
+        self.authority: Authority = authority or Alone()
         self.ovsdb, self.owner, self.pinned = ovsdb, owner, pinned[0] if pinned else None
         self.wall, rng = wall, rng or random.Random()
-        self.forwarding = Forwarding(probe_key or rng.randbytes(32), rng, wall, shared=cluster is not None)
+        self.forwarding = Forwarding(probe_key or rng.randbytes(32), rng, wall, shared=self.authority.shares)
         self.keeper = PolicyKeeper(*(Mode.IN_FORCE, *pinned, saved.revision)
-                                   if pinned is not None else from_saved(saved), shared=cluster is not None)
-        self.authority = Authority(active, standby, cluster)
+                                   if pinned is not None else from_saved(saved), shared=self.authority.shares)
         self.switches: dict[int, Switch] = {}          # datapath id → the switch (its accepted connection)
         self.conns = Connections()                     # by connection; their devices; rival claims
         self.decisions = Decisions(wall)                # the last programs, rollbacks and moves, for the status
@@ -113,16 +113,16 @@ class Controller:
                 self.out.append(act.Answer(event.token, self._status(now)))
             case ev.SetPolicy() | ev.ClearPolicy():   # checked, saved (the app's I/O), installed, confirmed
                 check = functools.partial(check_policy, switches=self.switches, ovsdb=self.ovsdb)
-                refused = self._refused(now)
-                self.out += [act.Answer(event.token, error=refused)] if refused else \
+                refused = self.authority.refusal(now, self.owner)
+                self.out += [act.Answer(event.token, error=Standby(refused))] if refused else \
                     self.keeper.change(event, check, now)
             case ev.Reload():   # answered to the Reload itself: the app logs it
                 with contextlib.suppress(PolicyError):
                     parse_policy(event.document)
                     self.pinned = event.document     # what a take-over puts in force from now on
-                refused = self._refused(now)
+                refused = self.authority.refusal(now, self.owner)
                 check = functools.partial(check_policy, switches=self.switches, ovsdb=self.ovsdb)
-                self.out += [act.Answer(event, error=refused)] if refused else \
+                self.out += [act.Answer(event, error=Standby(refused))] if refused else \
                     self.keeper.change(ev.SetPolicy(event, event.document), check, now)
             case ev.PolicySaved():
                 actions, installed = self.keeper.saved(event, now)
@@ -151,7 +151,7 @@ class Controller:
                 if lapsed and self.authority.confirmed(now):
                     self._everywhere(ev.Reconcile(), now)
             case ev.ClusterChanged() | ev.SwitchClaimed():
-                self._cluster(event, now)
+                self._hand_over(self.authority.coordinate(event, now, self.switches, self.reported.connected), now)
             case ev.GenerationClaimed():
                 self.out += self.authority.claimed(event.generation)
                 if event.generation is not None:
@@ -165,12 +165,10 @@ class Controller:
             case _:
                 assert_never(event)
         if self.held.update(self.switches.values(), touched):
-            cluster = self.authority.cluster
-            if cluster:   # for the answers the other members give (why not: once settled)
-                self.out += cluster.publish(self.held.record, self.keeper.revision)
+            # For the answers other controllers give (why not: once settled).
+            self.out += self.authority.publish(self.held.record, self.keeper.revision)
             if self.keeper.waiting:
-                self.out += self.keeper.answer(self.held.owned(self.switches.values()), now,
-                                               cluster.shared() if cluster else None)
+                self.out += self.keeper.answer(self.held.owned(self.switches.values()), now, self.authority.shared())
         out, self.out = self.out, []
         return out
 
@@ -287,25 +285,12 @@ class Controller:
         self.authority.stand_down()
         self._everywhere(ev.StandingDown(), now)
 
-    # --- REST changes ---------------------------------------------------------------------------------------
-    def _refused(self, now: float) -> Standby | None:
-        """Why this controller may not change the policy now, if it may not."""
-        if not self.authority.active:
-            return Standby(f"this controller is the standby of owner {self.owner}: send changes to the active one")
-        if self.authority.cluster is not None and not self.authority.confirmed(now):
-            return Standby("coordination lost: this member has not reached etcd within its lease; try again, or "
-                           "send the change to another member")
-        if not self.authority.confirmed(now):
-            return Standby(f"this controller of owner {self.owner} has not confirmed within {LEASE_SECONDS:g} s "
-                           "that it still holds its owner's OVSDB lock; try again, or send the change to the other one")
-        return None
-
+    # --- what the status says ------------------------------------------------------------------------------
     def _status(self, now: float) -> dict[str, Any]:
-        cluster = self.authority.cluster
         # role_since: the wall-clock time the switch confirmed its role, for tools that time a take-over.
         switches = {f"{dp_id:016x}": sw.status(self.view(dp_id, now))
                     | {"role_since": None if sw.role.since is None else round(self.wall() - now + sw.role.since, 3)}
-                    | ({"owner": cluster.owners.get(dp_id)} if cluster else {})
+                    | self.authority.about(dp_id)
                     for dp_id, sw in self.switches.items() if sw.bridge is not None}
         reported = self.reported
         remotes = {name: {"connected": reported.connected.get(name, False),
@@ -313,33 +298,23 @@ class Controller:
                    for name in self.ovsdb.names}
         return {"role": self.authority.label(now), "policy": self.keeper.name,
                 "mode": str(self.keeper.mode), "owner": self.owner, "ovsdb": remotes, "switches": switches,
-                "decisions": list(self.decisions.last), **({"cluster": cluster.status()} if cluster else {}),
+                "decisions": list(self.decisions.last), **self.authority.status(),
                 **({"fabric": self.forwarding.fabric.status()} if self.forwarding.rules else {})}
 
-    # --- a cluster's members sharing the switches (controller/core/cluster.py) -------------------------------
-    def _cluster(self, event: ev.ClusterChanged | ev.SwitchClaimed, now: float) -> None:
-        cluster = self.authority.cluster
-        assert cluster is not None, "a coordination event without a cluster"
-        if isinstance(event, ev.SwitchClaimed):
-            if cluster.claimed(event) and event.dp_id in self.switches:
-                LOG.info("switch %016x is ours (ownership revision %d)", event.dp_id, event.revision)
-                self._to(self.switches[event.dp_id], ev.TakingOver(), now)
-            return
-        # Switches whose OVSDB we cannot reach: given up, so that a member that can reach it takes it.
-        self.out += cluster.reach((dp for dp, sw in self.switches.items() if sw.bridge is not None
-                                   and not self.reported.connected.get(sw.bridge.remote, False)), now)
-        actions, lost = cluster.report(event, now, self.switches)
-        self.out += actions
-        for dp_id in lost & self.switches.keys():
-            LOG.info("switch %016x is another member's now", dp_id)
+    # --- a cluster's members sharing the switches (controller/core/member.py) --------------------------------
+    def _hand_over(self, handover: Handover, now: float) -> None:
+        """The coordination service's news: switches taken over or given up, the cluster's discovery key, and a
+        policy put through another member."""
+        self.out += handover.actions
+        for dp_id in handover.ours:
+            self._to(self.switches[dp_id], ev.TakingOver(), now)
+        for dp_id in handover.theirs:
             self._to(self.switches[dp_id], ev.StandingDown(), now)
-        if event.probe_key is not None and event.probe_key != self.forwarding.fabric.key:
+        if handover.probe_key is not None and handover.probe_key != self.forwarding.fabric.key:
             LOG.info("discovery frames signed with the cluster's key")
-            self.forwarding.fabric.key = event.probe_key
-        if event.policy is not None and event.policy[0] > self.keeper.revision:   # put through another member
-            self.keeper.install(*from_saved(ev.PolicyLoaded(SAVED_POLICY if event.policy[1] is not None
-                                                            else SAVED_CLEARED, event.policy[1],
-                                                            revision=event.policy[0])))
+            self.forwarding.fabric.key = handover.probe_key
+        if handover.policy is not None and handover.policy.revision > self.keeper.revision:
+            self.keeper.install(*from_saved(handover.policy))
             self._installed(now)
 
     # --- the worker --------------------------------------------------------------------------------------

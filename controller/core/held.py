@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from controller.core.authority import Authority
+from controller.core.ha import Authority
 from controller.core.switch import Switch
 
 

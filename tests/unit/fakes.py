@@ -38,6 +38,7 @@ from controller.adapters.tc import ClassCounters, Leaf
 from controller.adapters.worker import SWEEP, Worker
 from controller.core import actions as act
 from controller.core import events as ev
+from controller.core.authority import Pair
 from controller.core.bridges import BridgeInfo
 from controller.core.controller import Controller
 from controller.core.flows import CLASSIFIED, COOKIE
@@ -567,8 +568,7 @@ class Harness:
         self.store = PairStore(self.remotes, StateFile(state_file, shared=True))   # a standby pair's (standby=True)
         self.core = Controller(self.remotes, owner="test", saved=self.store.load(),
                                pinned=_checked(load_document(str(policy))) if policy else None,
-                               active=self.remotes.locked,
-                               standby=True, wall=lambda: self.clock, rng=random.Random(7))
+                               authority=Pair(self.remotes.locked), wall=lambda: self.clock, rng=random.Random(7))
         self.tc = tc or FakeTc(ovsdb)
         self.worker = Worker(self.remotes.view("fake"), self.tc, lambda results: None,
                              lambda: self.core.authority.confirmed(self.clock))

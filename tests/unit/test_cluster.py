@@ -11,6 +11,7 @@ from controller.core import events as ev
 from controller.core.cluster import HOLD_DOWN_SECONDS, SAFE_SHARE, Cluster, Ring
 from controller.core.controller import Controller
 from controller.core.keeper import CONFIRM_SECONDS, NO_OWNER, SAVED_ABSENT
+from controller.core.member import Member
 from tests.unit.test_openapi import schema_errors
 from tests.unit.test_switch import REMOTE, S1, Replica, sent
 
@@ -87,7 +88,7 @@ def test_a_member_writes_only_within_its_safe_share_of_the_lease():
 
 @pytest.fixture
 def member():
-    ctl = Controller(Replica(), owner="o", saved=ev.PolicyLoaded(SAVED_ABSENT), cluster=Cluster("a", 6),
+    ctl = Controller(Replica(), owner="o", saved=ev.PolicyLoaded(SAVED_ABSENT), authority=Member(Cluster("a", 6)),
                      wall=lambda: 0.0)
     out = ctl.handle(ev.SwitchUp(7, 1, frozenset(S1)), 0.0)
     (ask,) = sent(out, act.RoleRequest)
@@ -455,3 +456,26 @@ def test_a_member_checks_probes_with_the_clusters_key_once_etcd_gives_it(member)
     assert probe is not None and not frames.genuine(member.forwarding.fabric.key, probe)   # its own, until then
     member.handle(replace(report(["a"]), probe_key=key), 1.0)
     assert frames.genuine(member.forwarding.fabric.key, probe)
+
+
+def test_a_member_is_never_a_standby_a_report_of_the_remotes_only_sweeps_the_new_ones(member):
+    """A member takes no OVSDB lock: the reports say it is `locked` (it has no standby), which must not read as a
+    lock just given to it (a take-over: the policy loaded again, every switch taken over, every remote swept)."""
+    assert member.handle(ev.RemotesChanged({REMOTE: True}, (REMOTE,), locked=True), 1.0) == \
+        [act.Submit(REMOTE, sweep=True)]
+    assert member.handle(ev.RemotesChanged({REMOTE: True}, (), locked=True), 2.0) == []
+
+
+def test_a_claim_that_failed_or_is_for_a_switch_not_connected_takes_nothing_over(member):
+    member.handle(report(["a"], refreshed_at=HOLD_DOWN_SECONDS), HOLD_DOWN_SECONDS)
+    assert member.handle(ev.SwitchClaimed(1, None), HOLD_DOWN_SECONDS) == []
+    assert member.handle(ev.SwitchClaimed(2, 43), HOLD_DOWN_SECONDS) == []     # ours, but not connected to us
+    assert member.authority.owns(2) and not member.authority.owns(1)
+
+
+def test_a_member_that_has_not_heard_from_a_switchs_ovsdb_for_a_lease_says_it_cannot_reach_it(member):
+    """No report has said the switch's remote is connected: a lease later the others are told, so that a member
+    that reaches it takes it."""
+    member.handle(report(["a"], refreshed_at=HOLD_DOWN_SECONDS), HOLD_DOWN_SECONDS)
+    out = member.handle(report(["a"], refreshed_at=HOLD_DOWN_SECONDS + 6), HOLD_DOWN_SECONDS + 6)
+    assert act.Unreachable(frozenset({1})) in out

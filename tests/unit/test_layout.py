@@ -71,3 +71,16 @@ def test_every_class_of_the_adapters_holds_one_concern():
 def test_the_app_is_a_thin_shim():
     lines = len((ROOT / "controller" / "qos_app.py").read_text().splitlines())
     assert lines <= MAX_APP_LINES, f"controller/qos_app.py: {lines} lines"
+
+
+def test_the_controller_and_the_app_ask_their_authority_never_which_one_it_is():
+    """Alone, one of a pair or a cluster's member is chosen once at start (controller/adapters/ha.py), and the
+    core asks it through one interface (controller/core/ha.py): neither the controller, nor what it holds of
+    its switches, nor the app names the cluster, the coordination or the standby flag."""
+    chosen = {"cluster", "Cluster", "coordination", "Coordination", "standby", "member", "Member", "Pair"}
+    for path in (CORE / "controller.py", CORE / "held.py", ROOT / "controller" / "qos_app.py"):
+        tree = ast.parse(path.read_text())
+        named = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \
+            {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \
+            {alias.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for alias in n.names}
+        assert not named & chosen, f"{path.relative_to(ROOT)} names {sorted(named & chosen)}"

@@ -10,11 +10,12 @@ import pytest
 
 from controller.core import actions as act
 from controller.core import events as ev
-from controller.core.authority import LEASE_SECONDS, Authority
+from controller.core.authority import LEASE_SECONDS, Alone, Pair
 from controller.core.cluster import Cluster
 from controller.core.controller import Standby
 from controller.core.errors import Indeterminate, StorageError
 from controller.core.jobs import Job
+from controller.core.member import Member
 from controller.core.view import Role
 from tests.unit.fakes import S1_FLOWS, FakeConnection, FakeSwitch, flood, mode, shipped, slow_polls, up
 
@@ -323,7 +324,7 @@ def test_a_standby_whose_reports_came_3_s_apart_goes_on_watching(pair):
 
 def test_an_active_of_a_pair_writes_within_3_s_of_sending_its_last_confirmed_heartbeat_and_not_after():
     """docs/operations.md: it answers as `active` "only within 3 s of sending the last heartbeat OVSDB committed"."""
-    authority = Authority(active=True, standby=True)
+    authority = Pair(active=True)
     authority.beaten(ev.Beaten(100.0, ok=True))
     authority.beaten(ev.Beaten(99.0, ok=True))       # an older beat's answer, late: the lease runs from the newest
     authority.beaten(ev.Beaten(101.0, ok=False))     # a beat OVSDB did not commit proves nothing
@@ -334,13 +335,13 @@ def test_an_active_of_a_pair_writes_within_3_s_of_sending_its_last_confirmed_hea
 def test_the_fence_a_lone_controller_a_pair_and_a_cluster_member_carry():
     """The epoch each one's OVSDB and tc writes are conditioned on: none alone (no one to fence), the pair's
     generation id, a cluster member's claim (its key's revision) of the switch."""
-    alone, pair = Authority(active=True, standby=False), Authority(active=True, standby=True)
+    alone, pair = Alone(), Pair(active=True)
     alone.claimed(7)
     pair.claimed(7)
     assert (alone.epoch_of(1), alone.generation_of(1)) == (0, 7)
     assert (pair.epoch_of(1), pair.generation_of(1)) == (7, 7)
     cluster = Cluster("a", 4.0)
-    member = Authority(active=True, standby=False, cluster=cluster)
+    member = Member(cluster)
     cluster.claimed(ev.SwitchClaimed(1, 42))
     assert (member.epoch_of(1), member.generation_of(1)) == (42, 42)
     assert member.need(1, 42) == [act.ClaimSwitch(1, renew=True)]   # a switch saw 42: the key put again, for a newer

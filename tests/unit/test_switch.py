@@ -10,6 +10,7 @@ import pytest
 
 from controller.core import actions as act
 from controller.core import events as ev
+from controller.core.authority import Pair
 from controller.core.bridges import BridgeInfo
 from controller.core.controller import Controller
 from controller.core.jobs import JobResult
@@ -224,7 +225,7 @@ def test_a_poll_asks_for_statistics_and_a_flood_is_decided_from_them(replica):
 def test_a_standby_controller_drives_a_take_over_a_put_and_a_delete_without_io(replica):
     """The controller's handle() touches no store and no OVSDB but the replica's reads: a take-over asks
     for the saved policy, a PUT and a DELETE ask for it to be saved, and each goes on with the outcome."""
-    ctl = Controller(replica, owner="o", saved=ev.PolicyLoaded(SAVED_ABSENT), active=False, standby=True,
+    ctl = Controller(replica, owner="o", saved=ev.PolicyLoaded(SAVED_ABSENT), authority=Pair(active=False),
                      wall=lambda: 0.0)
     ctl.handle(ev.SwitchUp(7, 1, frozenset(S1)), 1.0)
     out = ctl.handle(ev.RemotesChanged({REMOTE: True}, (), locked=True), 2.0)
@@ -275,8 +276,7 @@ def test_a_put_while_another_is_being_saved_is_saved_after_it_not_answered_uncha
 
 
 def test_a_newer_generation_seen_while_a_claim_is_in_flight_is_claimed_above_next():
-    from controller.core.authority import Authority
-    authority = Authority(active=True, standby=True)
+    authority = Pair(active=True)
     assert authority.need(1, 5) == [act.ClaimGeneration(5)]
     assert authority.need(2, 9) == []                  # one claim at a time
     assert authority.claimed(6) == [act.ClaimGeneration(9)]   # 6 is older than what switch 2 has seen
