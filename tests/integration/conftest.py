@@ -56,8 +56,10 @@ def forget_datapaths(*dp_ids: int) -> None:
 
 
 def pytest_collection_modifyitems(items):
-    # The VM test first: it needs no OVS, and the container image's first build runs beside it (test_image.py).
-    items.sort(key=lambda item: item.module.__name__ != "tests.integration.test_vm")
+    # The unit tests first, beside the VM study (tests/conftest.py starts it), then the VM test, which needs no
+    # OVS (the container image's first build runs beside it: test_image.py), then the rest.
+    items.sort(key=lambda item: (not item.module.__name__.startswith("tests.unit."),
+                                 item.module.__name__ != "tests.integration.test_vm"))
     for item in items:
         if item.get_closest_marker("timeout") is not None:
             continue

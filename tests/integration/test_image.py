@@ -44,7 +44,7 @@ _background: tuple[subprocess.Popen, Path] | None = None
 
 def build_in_background(log: Path) -> None:
     """Start the first build now. On a cold cache it is minutes of debootstrap and apt, mostly waiting on the
-    mirror; test_vm.py, which needs no OVS and runs first (conftest.py), starts it to cover that wait."""
+    mirror; test_vm.py, started before the first test (tests/conftest.py), starts it to cover that wait."""
     global _background
     with open(log, "w") as out:
         proc = subprocess.Popen(BUILD, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, text=True,

@@ -7,6 +7,7 @@ Debian packages) and cached in /var/cache/ovs-qos-vm/ for the next run. On the 2
 where QEMU falls back to TCG emulation, the module took 88 s with the image cached. Skipped only where
 QEMU cannot run at all: no qemu-system-x86_64, or not root.
 """
+import atexit
 import json
 import os
 import shutil
@@ -38,8 +39,15 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def run(request):
+_started: tuple[subprocess.Popen, Path, Path] | None = None
+
+
+def start() -> None:
+    """The VM run, started now (tests/conftest.py does it before the first test, so that its minute and more of
+    emulated boot and study runs beside the unit tests), with the container image's first build beside it."""
+    global _started
+    if _started is not None or shutil.which("qemu-system-x86_64") is None or os.geteuid() != 0:
+        return
     # The guest sees the repository only (shared over 9p at the same path), so the results folder
     # must be inside it; results/ is git-ignored. Removed after a passing module, kept after a failure.
     (REPO / "results").mkdir(exist_ok=True)
@@ -47,14 +55,28 @@ def run(request):
     build_in_background(Path(tempfile.mkdtemp(prefix="test-image-")) / "build.log")
     argv = [sys.executable, "topo/run.py", "vm", "--", "--policy", "reserve", "--quick", "--datapath", "kernel",
             "--delay", "5ms", "--udp-steps", ",".join(f"{u:g}" for u in (0, *FLOODS)), "--lone-udp", "0", "--cooldown-seconds", "0", "--prometheus", "none", "--probe", "none", "--out", str(out)]
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    # Its output into files: a pipe nobody reads until the module runs would fill and stop it.
+    logs = Path(tempfile.mkdtemp(prefix="test-vm-output-"))
+    with open(logs / "stdout", "w") as stdout, open(logs / "stderr", "w") as stderr:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=stdout, stderr=stderr, text=True, start_new_session=True)
+    atexit.register(lambda: proc.poll() is None and proc.send_signal(signal.SIGTERM))   # the harness cleans up
+    _started = (proc, out, logs)
+
+
+@pytest.fixture(scope="module")
+def run(request):
+    start()
+    assert _started is not None
+    proc, out, logs = _started
     try:
-        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+        proc.wait(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGTERM)   # the harness stops QEMU (or the image build) and cleans up
-        stdout, stderr = proc.communicate(timeout=120)
-        pytest.fail(f"the VM run took over {TIMEOUT_S} s; results kept in {out}\n{stderr[-3000:]}")
+        proc.wait(timeout=120)
+        pytest.fail(f"the VM run took over {TIMEOUT_S} s; results kept in {out}\n"
+                    f"{(logs / 'stderr').read_text()[-3000:]}")
+    stdout, stderr = (logs / "stdout").read_text(), (logs / "stderr").read_text()
+    shutil.rmtree(logs, ignore_errors=True)
     summary_path = out / "summary.json"
     assert proc.returncode == 0 and summary_path.exists(), \
         f"exit {proc.returncode}; results kept in {out}\n--- stdout\n{stdout[-3000:]}\n--- stderr\n{stderr[-3000:]}"
