@@ -13,14 +13,21 @@ poll for --seconds, deletes the policy, and removes everything, Ctrl-C included.
   poll_lag_max_seconds    how late the latest polls were sent, the worst switch
   cpu_share_of_one_core   the controller and its children, over the steady window
   peak_rss_mib            the controller's peak resident memory
+
+With --join, one more bridge of --ports ports is then created beside the others, and its cost measured:
+
+  join_in_sync_seconds    from its connection to its being in sync (the controller's log says both)
+  join_cpu_seconds        the controller's CPU over --join-seconds from its creation, above the steady share
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 from bench.process import (
@@ -35,6 +42,7 @@ from bench.process import (
 from topo.net.bridges import idle_bridges, policy_switches
 
 METRICS = "http://127.0.0.1:9101/metrics"
+JOIN_DP_ID = 0x100000   # the joining bridge's: above any of the others'
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--network", action="store_true",
                    help="one network: section for every switch (the controller's own forwarding, every port "
                         "queued) instead of a flow and a port entry per port")
+    p.add_argument("--join", action="store_true",
+                   help="after the steady window, one more bridge joins: its time to sync and the CPU it costs")
+    p.add_argument("--join-seconds", type=float, default=20, help="the window of the join's CPU cost")
     args = p.parse_args(argv)
+    if args.join and args.running and not args.log:
+        p.error("--join reads the controller's log: with --running, name it with --log")
     return bench_main("scale", args, run, "bridges, controller and queues removed")
 
 
@@ -76,6 +89,7 @@ def run(args, tmp: Path, record) -> int:
             assert time.monotonic() - started < 900, "not every switch in sync within 900 s"
             time.sleep(2)
         in_sync_seconds = time.monotonic() - started
+        print(f"in sync after {in_sync_seconds:.2f} s; steady window of {args.seconds:g} s begins", flush=True)
         polls0, counted0 = polls_counted(METRICS)
         cpu0, at0 = cpu_ticks(pid), time.monotonic()   # the CPU window holds no scrape
         time.sleep(args.seconds)
@@ -83,6 +97,8 @@ def run(args, tmp: Path, record) -> int:
         polls1, counted1 = polls_counted(METRICS)
         lag = max(_gauges("ovsqos_poll_lag_seconds"), default=0.0)
         rss = peak_rss_kib(pid)
+        share = (cpu1 - cpu0) / TICKS / (at1 - at0)
+        joined = _join(args, pid, args.log or tmp / "controller.log", share, record) if args.join else None
         started = time.monotonic()
         cleared = client.clear_policy()
         delete_seconds = time.monotonic() - started
@@ -91,9 +107,39 @@ def run(args, tmp: Path, record) -> int:
     print(f"delete_seconds         {delete_seconds:.2f}  (in sync: {cleared.get('in_sync')})")
     print(f"poll_hz                {(polls1 - polls0) / (counted1 - counted0) / len(bridges):.3f}")
     print(f"poll_lag_max_seconds   {lag:.3f}")
-    print(f"cpu_share_of_one_core  {(cpu1 - cpu0) / TICKS / (at1 - at0):.3f}")
+    print(f"cpu_share_of_one_core  {share:.3f}")
     print(f"peak_rss_mib           {rss / 1024:.1f}")
+    if joined:
+        print(f"join_in_sync_seconds   {joined[0]:.2f}  (bridge of {args.ports} ports, beside {len(bridges)})")
+        print(f"join_cpu_seconds       {joined[1]:.2f}  (over {args.join_seconds:g} s, above {share:.3f} of a core)")
     return 0
+
+
+def _join(args, pid: int, log: Path, share: float, record) -> tuple[float, float]:
+    """One more bridge: (seconds from its connection to its in sync, CPU seconds above the steady `share`
+    over --join-seconds from its creation). The policy's network: section takes it in as it connects."""
+    seen = log.stat().st_size   # what the log said before: read from here on, not whole every 0.1 s
+    cpu0, at0 = cpu_ticks(pid), time.monotonic()
+    with idle_bridges(args.ports, args.ports, prefix="scalejoin", first_dp_id=JOIN_DP_ID, record=record) as (bridge,):
+        said: dict[str, datetime] = {}
+        while len(said) < 2:
+            assert time.monotonic() - at0 < 300, f"the joining bridge not in sync within 300 s: {said}"
+            said = _said(log, seen, bridge.dp_id)
+            time.sleep(0.1)
+        time.sleep(max(at0 + args.join_seconds - time.monotonic(), 0))
+        cpu1, at1 = cpu_ticks(pid), time.monotonic()
+    return (said["in sync"] - said["connected"]).total_seconds(), (cpu1 - cpu0) / TICKS - share * (at1 - at0)
+
+
+def _said(log: Path, start: int, dp_id: int) -> dict[str, datetime]:
+    """When the controller's log, from byte `start` on, first said switch `dp_id` connected, and in sync."""
+    found: dict[str, datetime] = {}
+    with log.open("rb") as f:
+        f.seek(start)
+        text = f.read().decode(errors="replace")
+    for m in re.finditer(rf"^(\S+ \S+) INFO \S+: switch {dp_id:016x} (?:\(.*\) )?(connected|in sync)$", text, re.M):
+        found.setdefault(m.group(2), datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S.%f"))
+    return found
 
 
 def _all_in_sync(status: dict, bridges: int) -> bool:

@@ -208,7 +208,7 @@ class QosController(App):
 
     def _watch_tc(self) -> None:
         assert self.tc is not None      # made in start(), before this greenthread
-        events, ours = TcEvents(), self.tc.ports
+        events, ours = TcEvents(self.tc.ports), self.tc.ports
         try:
             while True:
                 devices = events.next(ours)

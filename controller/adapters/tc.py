@@ -18,6 +18,7 @@ at once. Every failure, the kernel's refusals included, is an OSError.
 from __future__ import annotations
 
 import _socket
+import ctypes
 import errno
 import os
 import socket
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from controller.adapters.rtnl import (
     RTM_GETTFILTER,
     RTM_NEWQDISC,
+    RTM_NEWTCLASS,
     NetlinkError,
     Qdisc,
     Rtnl,
@@ -263,11 +265,21 @@ class TcEvents:
     controller re-checks a port's queues and filters when, and only when, something changed them.
     A plain netlink socket, so it waits cooperatively under eventlet. Only each message's header and
     device are read (struct, not pyroute2): vswitchd announces thousands while it builds 1000 ports'
-    queues, and decoding them whole cost a third of the controller's CPU."""
+    queues, and decoding them whole cost a third of the controller's CPU.
 
-    def __init__(self) -> None:
+    A class added or changed (RTM_NEWTCLASS) is no news: ovs-vswitchd sets every class of every port's QoS
+    again at each reconfiguration, which any OVSDB transaction on the host causes (a bridge added, another
+    bridge's QoS), so at 10,000 ports each was 40,000 announcements and a check of every port, a joining
+    switch's cost growing with the site's. Changing a class leaves its leaf and the filters, all a check
+    looks at, in place; a class deleted, a qdisc and a filter are still announced (a child class added by
+    hand under a leaf class, which takes its leaf away unannounced, waits for the sweep). The socket's
+    filter drops them in the kernel, with what the netlink ports `ours` asked for: never read, they
+    neither wake the controller nor overrun the socket's buffer (which would have every port checked)."""
+
+    def __init__(self, ours: frozenset[int] = frozenset()) -> None:
         self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        attach_filter(self._sock, announcement_filter(ours))
         self._sock.bind((0, RTMGRP_TC))
         # The same socket, never wrapped by eventlet: on its green socket MSG_DONTWAIT waits for data
         # instead of raising, which would hold what was read until the next announcement.
@@ -303,6 +315,36 @@ TC_MESSAGES = range(RTM_NEWQDISC, RTM_GETTFILTER + 1)
 
 
 def tc_announcements(data: bytes, ours: frozenset[int]) -> set[int]:
-    """The devices of the qdisc/class/filter messages in one netlink datagram not sent for the ports `ours`."""
+    """The devices of the qdisc/class/filter messages in one netlink datagram not sent for the ports `ours`,
+    a class added or changed left out (TcEvents says why)."""
     return {_TCMSG_INDEX.unpack_from(body)[0] for kind, _, _, sender, body in messages(data)
-            if kind in TC_MESSAGES and sender not in ours and len(body) >= _TCMSG_INDEX.size}
+            if kind in TC_MESSAGES and kind != RTM_NEWTCLASS and sender not in ours
+            and len(body) >= _TCMSG_INDEX.size}
+
+
+SO_ATTACH_FILTER = 26   # asm-generic/socket.h
+_BPF_LD_H_ABS, _BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_RET_K = 0x28, 0x20, 0x15, 0x06   # linux/filter.h's classic BPF
+_NLMSG_TYPE, _NLMSG_PID = 4, 12   # struct nlmsghdr's fields' offsets
+
+
+def announcement_filter(ours: frozenset[int]) -> bytes:
+    """The instructions (struct sock_filter) of a classic BPF program that drops a netlink datagram whose
+    (first) message is a class added or changed, or was sent for one of the netlink ports `ours`: the kernel
+    sends each announcement in a datagram of its own. BPF loads in network order, netlink's header is in the
+    host's: the constants are swapped to match."""
+    def swapped(fmt: str, value: int) -> int:
+        return int.from_bytes(struct.pack("=" + fmt, value), "big")
+
+    drop = 3 + 2 * len(ours)   # the last instruction; a jump counts from the one after it
+    program = [(_BPF_LD_H_ABS, 0, 0, _NLMSG_TYPE), (_BPF_JEQ_K, drop - 2, 0, swapped("H", RTM_NEWTCLASS))]
+    for k, port in enumerate(sorted(ours)):
+        program += [(_BPF_LD_W_ABS, 0, 0, _NLMSG_PID), (_BPF_JEQ_K, drop - (4 + 2 * k), 0, swapped("I", port))]
+    program += [(_BPF_RET_K, 0, 0, 0xFFFFFFFF), (_BPF_RET_K, 0, 0, 0)]   # all of it kept; dropped
+    return b"".join(struct.pack("=HBBI", *op) for op in program)
+
+
+def attach_filter(sock: socket.socket, code: bytes) -> None:
+    """SO_ATTACH_FILTER with struct sock_fprog: the count of instructions and where they are (the kernel
+    copies them)."""
+    program = ctypes.create_string_buffer(code, len(code))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, struct.pack("@HP", len(code) // 8, ctypes.addressof(program)))

@@ -82,7 +82,8 @@ class Controller:
                     self._forget(self.conns.switches[rival.conn])
                     self.out.append(act.Close(rival.conn))
                     self._accept(rival.up, now)
-            case ev.EchoReply():
+            case ev.EchoReply():   # each switch's, every 10 s: it changes what no switch holds
+                touched = []
                 self.out += self.conns.echoed(event)
             case ev.PortsChanged():
                 sw = self.conns.switches.get(event.conn)

@@ -279,8 +279,11 @@ class Switch:
         # A check (a job that changes no QoS) is no change: netlink announces every qdisc and filter OVS or
         # we put on a device, and the check that follows must not make a switch that holds its policy look
         # out of sync meanwhile.
-        self.in_sync = not (todo.flows or todo.meters or todo.qos or self.flows.batches or self.jobs.changing()
-                            or self.errors())
+        in_sync = not (todo.flows or todo.meters or todo.qos or self.flows.batches or self.jobs.changing()
+                       or self.errors())
+        if in_sync and not self.in_sync:   # said once per arrival: bench/scale.py --join times a switch by it
+            LOG.info("switch %016x in sync", self.dp_id)
+        self.in_sync = in_sync
         self.settled = not (self.flows.pending(todo.flows, todo.meters) or self.jobs.busy
                             or todo.qos.keys() - self.jobs.failed)
         for port_no, qos in actual.items():

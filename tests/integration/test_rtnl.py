@@ -5,21 +5,26 @@ import ctypes
 import errno
 import json
 import socket
+import struct
 import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
 from controller.adapters import rtnl
 from controller.adapters.rtnl import Rtnl, fifo_limit
+from controller.adapters.tc import TcEvents
 from tests.integration.conftest import requires_root
 
 pytestmark = requires_root
 CLASSES = 40          # their dump takes several datagrams
 CLONE_NEWNET = 0x40000000
 SOL_NETLINK, NETLINK_NO_ENOBUFS = 270, 5
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -44,20 +49,52 @@ def namespace():
 
 
 def client(name: str) -> Rtnl:
-    """An Rtnl whose socket is in namespace `name`: made by a thread that entered it (a network namespace is
-    a thread's own; the socket keeps it)."""
-    made: list[Rtnl] = []
+    """An Rtnl whose socket is in namespace `name`."""
+    return made_in(name, Rtnl)
+
+
+def made_in(name: str, make: Callable[[], T]) -> T:
+    """What `make` makes in namespace `name`: made by a thread that entered it (a network namespace is a
+    thread's own; a socket keeps the one it was made in)."""
+    made: list[T] = []
 
     def enter():
         with open(f"/run/netns/{name}") as ns:
             if ctypes.CDLL(None, use_errno=True).setns(ns.fileno(), CLONE_NEWNET) != 0:
                 raise OSError(ctypes.get_errno(), f"setns into {name}")
-        made.append(Rtnl())
+        made.append(make())
 
     thread = threading.Thread(target=enter)
     thread.start()
     thread.join()
     return made[0]
+
+
+def test_the_kernel_queues_no_class_change_and_none_of_our_own_for_the_announcements_socket(namespace):
+    """vswitchd sets every class of every port's QoS again at each reconfiguration: a socket that took those
+    in was woken 40,000 times at 10,000 ports, and overran."""
+    name, index = namespace
+    ours = client(name)
+    events = made_in(name, lambda: TcEvents(frozenset({ours.port})))
+    try:
+        subprocess.run(["tc", "-n", name, "class", "change", "dev", "d0", "classid", "1:5", "htb", "rate", "999kbit"],
+                       check=True)
+        ours.replace_qdisc(index, 0x1040000, 0x10004, "pfifo", struct.pack("=I", 7))
+        subprocess.run(["tc", "-n", name, "qdisc", "replace", "dev", "d0", "parent", "1:6", "handle", "106:", "pfifo",
+                        "limit", "3"], check=True)
+        time.sleep(0.2)
+        queued = []
+        while True:
+            try:
+                data = events._raw.recv(1 << 16, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                break
+            queued += [(kind, sender) for kind, _, _, sender, _ in rtnl.messages(data)]
+        assert [kind for kind, _ in queued] == [rtnl.RTM_NEWQDISC]   # tc's pfifo under 1:6 alone
+        assert queued[0][1] != ours.port
+    finally:
+        events.close()
+        ours.close()
 
 
 def test_what_tc_set_is_read_back_and_a_refusal_is_the_kernels_errno(namespace):

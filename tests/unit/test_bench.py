@@ -8,6 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from bench.process import polls_counted
+from bench.scale import _said
 from topo.net.iperf import Interval
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,3 +90,16 @@ def test_the_bottleneck_bench_times_each_port_from_its_own_flood_and_counts_fals
         {"dp_id": "0000000000000001", "port": 1, "action": "program", "at_s": 16.2}]}
     found, wrong = reactions(summary)
     assert found == {"s2-s3 (4 Mbit/s)": 0.19, "s1-s2 (5 Mbit/s)": 0.15} and wrong == 2
+
+
+def test_a_joining_switch_is_timed_from_its_connection_to_its_sync_in_the_log_written_since_the_join(tmp_path):
+    log = tmp_path / "controller.log"
+    log.write_text("2026-11-28 21:00:00.000 INFO qos: switch 0000000000100000 in sync\n")   # an earlier run's
+    start = log.stat().st_size
+    with log.open("a") as f:
+        f.write("2026-11-28 21:00:01.250 INFO qos: switch 0000000000100000 (scalejoin0, datapath netdev, OVSDB "
+                "unix:/var/run/openvswitch/db.sock) connected\n"
+                "2026-11-28 21:00:01.300 INFO qos: switch 0000000000100001 in sync\n"
+                "2026-11-28 21:00:02.750 INFO qos: switch 0000000000100000 in sync\n")
+    said = _said(log, start, 0x100000)
+    assert (said["in sync"] - said["connected"]).total_seconds() == 1.5

@@ -4,6 +4,7 @@ entry point (controller/core/controller.py) driven with an OVSDB replica that re
 its reads, and no store at all: every I/O leaves as an action, every outcome comes back as an event."""
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -343,6 +344,14 @@ def synced(replica: Replica) -> Switch:
 def writes(out: list[act.SwitchAction]) -> list[Any]:
     return [*sent(out, act.AddFlow), *sent(out, act.ModifyFlow), *sent(out, act.DeleteFlow), *sent(out, act.MeterMod),
             *(a for a in out if isinstance(a, act.Submit))]
+
+
+def test_a_switch_says_in_its_log_once_that_it_holds_the_policy(replica, caplog):
+    """bench/scale.py --join times a joining switch from its connection to this line."""
+    caplog.set_level(logging.INFO, logger="qos")
+    sw = synced(replica)
+    sw.reconcile(view(replica, 5))
+    assert [r.getMessage() for r in caplog.records if r.getMessage().endswith("in sync")] == ["switch 0000000000000001 in sync"]
 
 
 def test_a_master_whose_new_claim_is_refused_as_stale_writes_nothing_until_the_switch_confirms_it_again(replica):

@@ -6,7 +6,7 @@ import pytest
 
 from controller.adapters.tc import TcEvents, tc_announcements
 
-RTM_NEWQDISC, RTM_DELTFILTER, RTM_NEWLINK = 36, 45, 16
+RTM_NEWQDISC, RTM_NEWTCLASS, RTM_DELTCLASS, RTM_DELTFILTER, RTM_NEWLINK = 36, 40, 41, 45, 16
 
 
 def message(kind: int, sender: int, ifindex: int, payload: bytes = b"") -> bytes:
@@ -23,6 +23,13 @@ def test_every_tc_message_of_a_datagram_names_its_device():
 def test_what_our_own_port_asked_for_and_other_messages_are_left_out():
     data = message(RTM_NEWQDISC, 1, 7) + message(RTM_NEWLINK, 0, 8) + message(RTM_DELTFILTER, 0, 9)
     assert tc_announcements(data, ours=frozenset({1})) == {9}
+
+
+def test_a_class_added_or_changed_is_no_news_and_one_deleted_is():
+    """vswitchd sets every class of every port's QoS again at each reconfiguration (any OVSDB transaction on
+    the host): as news, each had every port of the site checked."""
+    data = message(RTM_NEWTCLASS, 0, 7) + message(RTM_DELTCLASS, 0, 8)
+    assert tc_announcements(data, ours=frozenset({1})) == {8}
 
 
 def test_a_datagram_cut_short_is_refused():
