@@ -196,20 +196,3 @@ def arp_frame(op: int, src: Host, target_ip: str, dst_mac: str) -> bytes:
 def icmp_frame(src: Host, dst_mac: str, dst_ip: str, kind: int) -> bytes:
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28, 0, 0, 64, 1, 0, _ip(src.ip), _ip(dst_ip))
     return _mac(dst_mac) + _mac(src.mac) + b"\x08\x00" + ip + struct.pack("!BBHHH", kind, 0, 0, 0, 0)
-
-
-def fat_tree(k: int) -> tuple[list[tuple[int, int]], dict[int, int]]:
-    """The k-ary fat-tree's links and hosts: cores 1.., then per pod its aggregation and edge switches."""
-    half = k // 2
-    cores = list(range(1, half * half + 1))
-    links: list[tuple[int, int]] = []
-    hosts: dict[int, int] = {}
-    next_id = len(cores) + 1
-    for _ in range(k):
-        aggs, edges = list(range(next_id, next_id + half)), list(range(next_id + half, next_id + k))
-        next_id += k
-        for i, agg in enumerate(aggs):
-            links += [(agg, cores[i * half + j]) for j in range(half)]
-            links += [(agg, edge) for edge in edges]
-        hosts |= dict.fromkeys(edges, half)
-    return links, hosts

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from bench.bench_paths import fat_tree
 from controller.core import events as ev
 from controller.core import frames
 from controller.core.policy import for_any_network, load_document
 from controller.core.topology import EDGE_SETTLE, LINK_LOST, LINK_TIMEOUT, PROBE_SECONDS, Role
-from tests.unit.fakenet import BROADCAST, FakeNet, fat_tree
+from tests.unit.fakenet import BROADCAST, FakeNet
 
 AUTO = for_any_network(load_document("policies/auto.yaml"))
 
