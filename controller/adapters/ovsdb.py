@@ -432,7 +432,9 @@ class _Idl(connection.OvsdbIdl):
         loop. They are made again, over the rows just read, before anything looks."""
         changed = super().run()
         for table in self.tables.values():
-            for name, made in self._indexes.setdefault(table.name, dict(table.rows.indexes)).items():
+            if table.name not in self._indexes:          # first seen: what ovsdbapp made at start
+                self._indexes[table.name] = dict(table.rows.indexes)
+            for name, made in self._indexes[table.name].items():
                 if name not in table.rows.indexes:
                     index = table.rows.index_create(name)
                     index.columns = list(made.columns)
