@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 from controller.core import actions as act
 from controller.core import events as ev
 from controller.core.ha import Handover
+from controller.core.peers import Peers, Sole
 from controller.core.view import Role
 
 if TYPE_CHECKING:
-    from controller.core.keeper import Shared
     from controller.core.switch import Switch
 
 LOG = logging.getLogger("qos")
@@ -120,8 +120,8 @@ class Alone:
     def publish(self, held: dict[int, dict[str, Any]], revision: int) -> list[act.Action]:
         return []
 
-    def shared(self) -> Shared | None:
-        return None
+    def peers(self) -> Peers:
+        return Sole()
 
     def status(self) -> dict[str, Any]:
         return {}

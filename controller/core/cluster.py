@@ -28,7 +28,7 @@ from typing import Any
 
 from controller.core import actions as act
 from controller.core import events as ev
-from controller.core.keeper import Shared
+from controller.core.peers import Shared
 
 HOLD_DOWN_SECONDS = 3.0     # a new member enters the ring after this long: a flapping one moves nothing
 SAFE_SHARE = 0.5            # a member writes within this share of its lease after its last confirmed refresh

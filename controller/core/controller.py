@@ -48,7 +48,7 @@ class Controller:
         self.wall, rng = wall, rng or random.Random()
         self.forwarding = Forwarding(probe_key or rng.randbytes(32), rng, wall, shared=self.authority.shares)
         self.keeper = PolicyKeeper(*(Mode.IN_FORCE, *pinned, saved.revision)
-                                   if pinned is not None else from_saved(saved), shared=self.authority.shares)
+                                   if pinned is not None else from_saved(saved))
         self.switches: dict[int, Switch] = {}          # datapath id → the switch (its accepted connection)
         self.conns = Connections()                     # by connection; their devices; rival claims
         self.decisions = Decisions(wall)                # the last programs, rollbacks and moves, for the status
@@ -116,7 +116,7 @@ class Controller:
                 check = functools.partial(check_policy, switches=self.switches, ovsdb=self.ovsdb)
                 refused = self.authority.refusal(now, self.owner)
                 self.out += [act.Answer(event.token, error=Standby(refused))] if refused else \
-                    self.keeper.change(event, check, now)
+                    self.keeper.change(event, check, now, self.authority.peers())
             case ev.Reload():   # answered to the Reload itself: the app logs it
                 with contextlib.suppress(PolicyError):
                     parse_policy(event.document)
@@ -124,7 +124,7 @@ class Controller:
                 refused = self.authority.refusal(now, self.owner)
                 check = functools.partial(check_policy, switches=self.switches, ovsdb=self.ovsdb)
                 self.out += [act.Answer(event, error=Standby(refused))] if refused else \
-                    self.keeper.change(ev.SetPolicy(event, event.document), check, now)
+                    self.keeper.change(ev.SetPolicy(event, event.document), check, now, self.authority.peers())
             case ev.PolicySaved():
                 actions, installed = self.keeper.saved(event, now)
                 if installed:
@@ -169,7 +169,7 @@ class Controller:
             # For the answers other controllers give (why not: once settled).
             self.out += self.authority.publish(self.held.record, self.keeper.revision)
             if self.keeper.waiting:
-                self.out += self.keeper.answer(self.held.owned(self.switches.values()), now, self.authority.shared())
+                self.out += self.keeper.answer(self.held.owned(self.switches.values()), now, self.authority.peers())
         out, self.out = self.out, []
         return out
 

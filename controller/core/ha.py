@@ -8,8 +8,8 @@
   whose claim in etcd holds it, and the member writes while its etcd lease is confirmed.
 
 Each says which switches are this controller's to write now, with which generation id and epoch, why a
-change is refused, what the status adds, and how a change is answered (Shared: a cluster's store and
-switches are the others' too).
+change is refused, what the status adds, and how a change is answered (controller/core/peers.py: a cluster's
+store and switches are the others' too).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from controller.core import actions as act
 from controller.core import events as ev
 
 if TYPE_CHECKING:
-    from controller.core.keeper import Shared
+    from controller.core.peers import Peers
     from controller.core.switch import Switch
 
 
@@ -88,8 +88,8 @@ class Authority(Protocol):
     def publish(self, held: dict[int, dict[str, Any]], revision: int) -> list[act.Action]:
         """What our switches hold of the policy at `revision`, for the answers other controllers give."""
 
-    def shared(self) -> Shared | None:
-        """The others as a change's answer sees them (None: no other controller writes these switches)."""
+    def peers(self) -> Peers:
+        """The other controllers as a change and its answer see them."""
 
     def status(self) -> dict[str, Any]:
         """What the status says besides the role."""

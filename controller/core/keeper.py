@@ -1,17 +1,16 @@
 """The policy in force, and each change to it on its way (part of controller/core/controller.py): checked
 against the switches, saved (the app's I/O: actions.SavePolicy, answered by events.PolicySaved), then in
 force, and answered once every switch the old or the new policy names holds it, or after
-CONFIRM_SECONDS, saying which do not and why (a switch that is not connected is changed when it
-connects). In a cluster the answer waits, too, for the members that own the other switches to say (in
-etcd: events.MemberSync) that they hold the change, and names each switch's owner. A change that cannot
-be checked or saved changes nothing.
+CONFIRM_SECONDS, saying which do not and why. The other controllers, if any, are the authority's to
+describe (controller/core/peers.py): whose copy answers If-Match, and which switches they own and say they
+hold the change (the answer waits for them too). A change that cannot be checked or saved changes nothing.
 """
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from controller.core import actions as act
 from controller.core import events as ev
@@ -19,10 +18,11 @@ from controller.core.errors import Conflict, Indeterminate, PolicyError, Storage
 from controller.core.policy import Policy, parse_policy
 from controller.core.view import Mode
 
+if TYPE_CHECKING:
+    from controller.core.peers import Peers
+
 LOG = logging.getLogger("qos")
 CONFIRM_SECONDS = 20.0      # a change is answered once every switch is in sync, or after this saying what is not
-NOT_CONNECTED = "not connected to this controller; it is changed when it connects"
-NO_OWNER = "no member owns it yet; its owner changes it once it has claimed it"
 # Saved states (controller/adapters/statefile.py reads them into one of these).
 SAVED_ABSENT, SAVED_CLEARED, SAVED_POLICY = "absent", "cleared", "policy"
 
@@ -45,16 +45,14 @@ class Waiting:
     result: dict[str, Any]
     deadline: float
     named: frozenset[int]     # the switches the old or the new policy names
-    revision: int             # in a cluster: the policy's revision in etcd, which its owners must say they hold
+    revision: int             # the policy's revision in the store, which the other switches' owners must say they hold
     everywhere: bool = False  # the old or the new policy has a network: section: every switch is concerned
 
 
 class PolicyKeeper:
-    def __init__(self, mode: Mode, document: Any, policy: Policy | None, revision: int = 0, shared: bool = False):
-        """`revision`: the stored policy's (each save's is newer); `shared`: the store is a cluster's, which other
-        members change too, so it alone can say whether a change changes anything, or holds If-Match's revision."""
+    def __init__(self, mode: Mode, document: Any, policy: Policy | None, revision: int = 0):
+        """`revision`: the stored policy's (each save's is newer)."""
         self.mode, self.document, self.policy, self.revision = mode, document, policy, revision
-        self.shared = shared
         self.load_error = False                       # the last change was refused
         self.saving: list[tuple[ev.SetPolicy | ev.ClearPolicy, Policy | None]] = []   # saves in flight, in order
         self.waiting: list[Waiting] = []
@@ -66,11 +64,10 @@ class PolicyKeeper:
     def install(self, mode: Mode, document: Any, policy: Policy | None, revision: int) -> None:
         self.mode, self.document, self.policy, self.revision = mode, document, policy, revision
 
-    def change(self, req: ev.SetPolicy | ev.ClearPolicy, check: Callable[[Policy], None],
-               now: float) -> list[act.Action]:
-        """A PUT (checked against the switches by `check`) or a DELETE: saved first, in force once saved. Alone
-        or as a pair, this controller is the store's only writer (the lock fences the other), so its own copy
-        answers If-Match and "unchanged"; in a cluster the store does (actions.SavePolicy's `expect`)."""
+    def change(self, req: ev.SetPolicy | ev.ClearPolicy, check: Callable[[Policy], None], now: float,
+               peers: Peers) -> list[act.Action]:
+        """A PUT (checked against the switches by `check`) or a DELETE: saved first, in force once saved. If-Match
+        and "unchanged" are answered by our copy or by the store (actions.SavePolicy's `expect`), as `peers` says."""
         policy = None
         if isinstance(req, ev.SetPolicy):
             try:
@@ -80,7 +77,7 @@ class PolicyKeeper:
                 self.load_error = True
                 return [act.Answer(req.token, error=err)]
             self.load_error = False
-        if not self.shared and not self.saving:
+        if peers.answers(bool(self.saving)):
             if req.expect is not None and not self._holds(req.expect):
                 return [act.Answer(req.token, error=Conflict(self.revision, req.expect))]
             if policy is not None and self.mode is Mode.IN_FORCE and policy == self.policy:
@@ -88,7 +85,7 @@ class PolicyKeeper:
         # Saves in flight (the store answers each in order) end at revisions this one follows.
         self.saving.append((req, policy))
         return [act.SavePolicy(req.document if isinstance(req, ev.SetPolicy) else None,
-                               self.revision + len(self.saving), req.expect if self.shared else None)]
+                               self.revision + len(self.saving), peers.condition(req.expect))]
 
     def _holds(self, expect: int) -> bool:
         """Whether the policy in force meets If-Match: at revision `expect`, or any policy for ANY_POLICY."""
@@ -137,52 +134,30 @@ class PolicyKeeper:
         self.waiting.append(Waiting(token, result, now + CONFIRM_SECONDS, named, revision, everywhere))
         return [act.Later(CONFIRM_SECONDS, ev.ConfirmDue())]   # answered then even if nothing else happens
 
-    def answer(self, switches: Sequence[Settling], now: float, cluster: Shared | None = None) -> list[act.Action]:
+    def answer(self, switches: Sequence[Settling], now: float, peers: Peers) -> list[act.Action]:
         """Answer the changes waiting for every switch to settle (in sync, or failed and shown as such), or for
-        their time to run out. `switches`: the ones this controller owns; `cluster`: what the other members
-        of a cluster own and say."""
+        their time to run out. `switches`: the ones this controller owns; `peers`: who owns the others."""
         settled = all(sw.settled for sw in switches)
-        others = cluster.others if cluster else {}
         answers: list[act.Action] = []
         waiting = []
         for change in self.waiting:
-            concerned = others.keys() if change.everywhere else change.named & others.keys()
-            theirs = {dp: cluster.held(dp, change.revision) for dp in concerned} if cluster else {}
-            done = settled and all(entry is not None and entry["settled"] for entry in theirs.values())
+            theirs = peers.said(change.named, change.everywhere, change.revision)
+            done = settled and all(entry["settled"] for entry in theirs.values())
             if not (done or now > change.deadline):
                 waiting.append(change)
                 continue
             not_in_sync: dict[str, Any] = {f"{sw.dp_id:016x}": sw.errors() or "in progress" for sw in switches
                                            if not sw.in_sync}
-            for dp_id, entry in sorted(theirs.items()):
-                if entry is None:
-                    not_in_sync[f"{dp_id:016x}"] = f"its owner, member {others[dp_id]}, has not said it holds " \
-                                                   "this change yet"
-                elif not entry["in_sync"]:
-                    not_in_sync[f"{dp_id:016x}"] = entry["errors"] or "in progress"
-            absent = change.named - {sw.dp_id for sw in switches} - theirs.keys()
-            not_in_sync |= {f"{dp_id:016x}": NO_OWNER if cluster else NOT_CONNECTED for dp_id in sorted(absent)}
-            owners = {**{f"{dp:016x}": None for dp in absent}, **{f"{dp:016x}": others[dp] for dp in theirs},
-                      **{f"{sw.dp_id:016x}": cluster.me for sw in switches}} if cluster else {}
+            not_in_sync |= {f"{dp_id:016x}": entry["errors"] or "in progress"
+                            for dp_id, entry in sorted(theirs.items()) if not entry["in_sync"]}
+            ours = [sw.dp_id for sw in switches]
+            absent = sorted(change.named - set(ours) - theirs.keys())
+            not_in_sync |= {f"{dp_id:016x}": peers.absent for dp_id in absent}
             answers.append(act.Answer(change.token, {
                 **change.result, "in_sync": not not_in_sync, **({"not_in_sync": not_in_sync} if not_in_sync else {}),
-                **({"switches": {dp: {"owner": owner, "in_sync": dp not in not_in_sync}
-                                 for dp, owner in sorted(owners.items())}} if cluster else {})}))
+                **peers.owners(ours, theirs, absent, not_in_sync)}))
         self.waiting = waiting
         return answers
-
-
-@dataclass(frozen=True)
-class Shared:
-    """A cluster as a change's answer sees it: this member, the switches the others own, what they say."""
-    me: str
-    others: dict[int, str]                  # switch → the other member that owns it
-    sync: dict[str, ev.MemberSync]          # member → what it says it holds
-
-    def held(self, dp_id: int, revision: int) -> dict[str, Any] | None:
-        """What the switch's owner says of it, once it says it has the policy of `revision` (or newer) in force."""
-        said = self.sync.get(self.others[dp_id])
-        return said.switches.get(dp_id) if said is not None and said.revision >= revision else None
 
 
 def from_saved(saved: ev.PolicyLoaded) -> tuple[Mode, Any, Policy | None, int]:

@@ -13,7 +13,8 @@ from controller.core import actions as act
 from controller.core import events as ev
 from controller.core.cluster import Cluster
 from controller.core.ha import Handover
-from controller.core.keeper import SAVED_CLEARED, SAVED_POLICY, Shared
+from controller.core.keeper import SAVED_CLEARED, SAVED_POLICY
+from controller.core.peers import Peers
 
 if TYPE_CHECKING:
     from controller.core.switch import Switch
@@ -97,7 +98,7 @@ class Member:
     def publish(self, held: dict[int, dict[str, Any]], revision: int) -> list[act.Action]:
         return self.cluster.publish(held, revision)
 
-    def shared(self) -> Shared | None:
+    def peers(self) -> Peers:
         return self.cluster.shared()
 
     def status(self) -> dict[str, Any]:

@@ -10,8 +10,9 @@ from controller.core import actions as act
 from controller.core import events as ev
 from controller.core.cluster import HOLD_DOWN_SECONDS, SAFE_SHARE, Cluster, Ring
 from controller.core.controller import Controller
-from controller.core.keeper import CONFIRM_SECONDS, NO_OWNER, SAVED_ABSENT
+from controller.core.keeper import CONFIRM_SECONDS, SAVED_ABSENT
 from controller.core.member import Member
+from controller.core.peers import NO_OWNER
 from tests.unit.test_openapi import schema_errors
 from tests.unit.test_switch import REMOTE, S1, Replica, sent
 

@@ -8,7 +8,8 @@ from dataclasses import replace
 from controller.core import events as ev
 from controller.core.errors import PolicyError
 from controller.core.flows import CLASSIFIED, COOKIE
-from controller.core.keeper import CONFIRM_SECONDS, NOT_CONNECTED
+from controller.core.keeper import CONFIRM_SECONDS
+from controller.core.peers import NOT_CONNECTED
 from controller.core.plan import FOREIGN
 from tests.unit.fakes import S1_FLOWS, S2_FLOWS, TCP, UDP, VOICE, flood, mode, shipped, slow_polls, up
 

@@ -14,6 +14,7 @@ from controller.core.controller import Controller
 from controller.core.ha import Authority
 from controller.core.keeper import SAVED_POLICY
 from controller.core.member import Member
+from controller.core.peers import NO_OWNER, NOT_CONNECTED
 from controller.core.policy import load_document
 from tests.unit.test_switch import REMOTE, S1, Replica, sent
 
@@ -73,6 +74,6 @@ def test_each_way_says_what_it_is_and_what_its_writes_carry():
     assert [w.label(101.0) for w in (alone, pair, member)] == ["active", "active", "member"]
     assert [w.refusal(200.0, "o") is None for w in (alone, pair, member)] == [True, False, False]
     assert [w.shares for w in (alone, pair, member)] == [False, False, True]
-    assert [w.shared() is None for w in (alone, pair, member)] == [True, True, False]
+    assert [w.peers().absent for w in (alone, pair, member)] == [NOT_CONNECTED, NOT_CONNECTED, NO_OWNER]
     assert [w.status() for w in (alone, pair)] == [{}, {}] and set(member.status()) == {"cluster"}
     assert member.about(1) == {"owner": "a"} and alone.about(1) == {} == pair.about(1)
