@@ -322,6 +322,27 @@ def test_a_standby_whose_reports_came_3_s_apart_goes_on_watching(pair):
     assert net.ovsdb.holder is standby.session
 
 
+def test_a_standby_to_which_ovsdb_was_silent_for_more_than_2_5_s_watches_the_heartbeat_afresh(pair):
+    """Its session is probed every second, so a silence that long is its stalled path, not a still heartbeat:
+    the 8 s of stillness count from its first report after it (a hung active is replaced that much later)."""
+    standby, net = pair.standby, pair.net
+    standby.advance(3.0)                             # 3 s of a still heartbeat, watched
+    net.ovsdb.silent = 3.0                           # the next report: OVSDB has said nothing to it for 3 s
+    standby.advance(1.0)
+    net.ovsdb.silent = 0.0
+    assert steal_after(standby, net) == 8
+
+
+def test_a_standby_to_which_ovsdb_was_silent_for_2_5_s_goes_on_watching(pair):
+    """A silence of 2.5 s is no stalled path ("more than 2.5 s"): the stillness it saw before counts."""
+    standby, net = pair.standby, pair.net
+    standby.advance(3.0)
+    net.ovsdb.silent = 2.5
+    standby.advance(1.0)
+    net.ovsdb.silent = 0.0
+    assert steal_after(standby, net) == 4
+
+
 def test_an_active_of_a_pair_writes_within_3_s_of_sending_its_last_confirmed_heartbeat_and_not_after():
     """docs/operations.md: it answers as `active` "only within 3 s of sending the last heartbeat OVSDB committed"."""
     authority = Pair(active=True)
