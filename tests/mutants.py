@@ -225,6 +225,9 @@ def copy_tree(work: Path, head: bool) -> None:
         subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
     else:
         shutil.copytree(ROOT, work, ignore=IGNORE, symlinks=True)
+    # A repository of its own: a test that asks git which files are tracked (test_topo_layout) asks the copy.
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=work, check=True)
     if (ROOT / ".venv").exists():   # the launcher's tests run topo/run.py, which wants the tree's venv
         (work / ".venv").symlink_to((ROOT / ".venv").resolve())
 
