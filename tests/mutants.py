@@ -125,7 +125,7 @@ MUTANTS = [
       "return self.need(0, self.above) if self.above > generation else []", "return []"),
     M("same-policy-while-saving", "controller/core/peers.py", "        return not saving\n", "        return True\n"),
     M("confirm-deadline", "controller/core/keeper.py",
-      "if not (done or now > change.deadline):", "if not done:"),
+      "if not (done or now >= change.deadline):", "if not done:"),
     M("not-connected", "controller/core/keeper.py",
       "not_in_sync |= {f\"{dp_id:016x}\": peers.absent", "not_in_sync & {f\"{dp_id:016x}\": peers.absent"),
     M("bridge-gone-sweep", "controller/core/controller.py",

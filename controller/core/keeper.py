@@ -143,7 +143,7 @@ class PolicyKeeper:
         for change in self.waiting:
             theirs = peers.said(change.named, change.everywhere, change.revision)
             done = settled and all(entry["settled"] for entry in theirs.values())
-            if not (done or now > change.deadline):
+            if not (done or now >= change.deadline):
                 waiting.append(change)
                 continue
             not_in_sync: dict[str, Any] = {f"{sw.dp_id:016x}": sw.errors() or "in progress" for sw in switches
