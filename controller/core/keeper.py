@@ -46,7 +46,7 @@ class Waiting:
     deadline: float
     named: frozenset[int]     # the switches the old or the new policy names
     revision: int             # the policy's revision in the store, which the other switches' owners must say they hold
-    everywhere: bool = False  # the old or the new policy has a network: section: every switch is concerned
+    everywhere: bool          # the old or the new policy has a network: section: every switch is concerned
 
 
 class PolicyKeeper:
