@@ -465,6 +465,8 @@ def test_the_policy_load_error_is_shown_until_a_policy_is_taken(net):
     assert isinstance(error, PolicyError) and net.app.snapshot.load_error
     _, error = net.app.request(ev.SetPolicy, shipped("auto"))
     assert error is None and not net.app.snapshot.load_error
+    net.app.exit()
+    assert not net.app.another().snapshot.load_error   # restarted: it has refused nothing yet
 
 
 def test_a_change_a_busy_switch_takes_seconds_to_hold_is_answered_in_sync_once_it_does(net):
