@@ -278,6 +278,21 @@ def test_a_claim_whose_answer_was_lost_is_resolved_by_putting_our_key_again():
     assert cluster.report(report(["a"], {5: "a"}, revision=32), 3.0, [5])[0] == []
 
 
+def test_a_key_of_ours_we_never_learnt_of_for_a_switch_no_longer_connected_to_us_is_given_up():
+    """A claim commits, its answer is lost, and the switch's connection to us goes: the key etcd shows as ours is
+    deleted (at the revision etcd shows), rather than holding the switch for no one for as long as we live."""
+    etcd = Etcd()
+    etcd.join("a")
+    cluster = Cluster("a", 4)
+    (claim,), _ = cluster.report(etcd.read(0.0), 0.0, [5])
+    etcd.claim("a", claim)                                        # committed in etcd ...
+    assert not cluster.claimed(ev.SwitchClaimed(5, None))         # ... its answer lost
+    actions, _ = cluster.report(etcd.read(1.0), 1.0, [])          # and switch 5 is not connected to us now
+    for action in actions:
+        etcd.release("a", action)
+    assert 5 not in etcd.keys and not cluster.owns(5)
+
+
 def test_a_switch_we_own_but_no_longer_reach_over_openflow_is_released_after_a_lease():
     cluster = Cluster("a", 6)
     cluster.report(report(["a"]), 0.0, [5])
