@@ -62,6 +62,18 @@ def test_a_lone_controller_claims_ids_in_ovsdb_fences_no_one_beats_no_heartbeat_
         ctl.handle(ev.SwitchClaimed(1, 42), 1.0)
 
 
+def test_a_lone_controller_saves_a_put_of_the_policy_in_force_while_another_put_is_being_saved():
+    """Its copy answers "unchanged" only while no save of its own is in flight: the policy in force may be
+    another by the time that save is answered, and the last PUT is the one that stays in force."""
+    auto, reserve = load_document("policies/auto.yaml"), load_document("policies/reserve.yaml")
+    ctl = Controller(Replica(), owner="o", saved=ev.PolicyLoaded(SAVED_POLICY, auto), wall=lambda: 0.0)
+    assert ctl.handle(ev.SetPolicy("first", reserve), 1.0) == [act.SavePolicy(reserve, 1)]
+    assert ctl.handle(ev.SetPolicy("again", auto), 1.0) == [act.SavePolicy(auto, 2)]
+    ctl.handle(ev.PolicySaved(None, 1), 1.5)
+    ctl.handle(ev.PolicySaved(None, 2), 1.5)
+    assert ctl.handle(ev.GetPolicy("get"), 2.0)[0].result == {"policy": auto, "revision": 2}
+
+
 def test_each_way_says_what_it_is_and_what_its_writes_carry():
     alone, pair, member = Alone(), Pair(active=True), Member(Cluster("a", 6.0))
     for way in (alone, pair):
