@@ -9,10 +9,11 @@ and no qdisc rebuild.
 """
 from __future__ import annotations
 
-from controller.core.congestion import Decision, PortCongestion, PortSample, bitrate
+from controller.core.competition import Competition
+from controller.core.congestion import Decision, PortCongestion
 from controller.core.flows import FlowEntry, desired_flows, rule_cookies
 from controller.core.meters import counted_rule, counted_rules, desired_meters
-from controller.core.policy import Police, Policy, PortPolicy, SwitchPolicy
+from controller.core.policy import Police, Policy, SwitchPolicy
 from controller.core.queues import QosSpec, desired_qos
 from controller.core.stats import PortRates
 
@@ -36,7 +37,7 @@ class SwitchState:
         self.routes = {cookie: str(dict(rule.match)["eth_dst"]) for cookie, rule in zip(self.cookies, switch.flows)
                        if rule.counted and rule.traffic_class is None}
         self._detectors = {p.port_no: PortCongestion(policy.congestion) for p in switch.ports}
-        self._active: dict[int, dict[str, float]] = {p.port_no: {} for p in switch.ports}   # port → class → last seen
+        self._competition = Competition(policy, switch.ports)
         self.adopted = previous is not None     # a new state looks once at what the ports have (adopt)
         if previous is not None:
             self._carry_over(previous)
@@ -111,21 +112,7 @@ class SwitchState:
         port = self.switch.port(port_no)
         if port is None or rates.tx_bps is None or rates.tx_pps is None:
             return None
-        drops = queue_drops_ps + (rates.tx_drops_ps or 0.0)
-        # A class active a moment ago that sends nothing now, while the port drops packets, is starved, not
-        # idle: a flood can silence a TCP flow (its sender backing off) within a fast poll or two, before the
-        # flood is answered. Without loss, a class that stopped is idle.
-        seen = self._active[port_no]
-        active = {name for name, bps in class_bps.items() if bps > ACTIVE_SHARE * port.capacity_bps}
-        seen.update(dict.fromkeys(active, now))
-        lossy = drops >= self.policy.congestion.loss_ratio * (rates.tx_pps + drops) > 0
-        recent = {name for name, at in seen.items() if now - at <= RECENT_SECONDS} if lossy else active
-        active_now = len(active)
-        contention = class_contention(self.policy, port, class_bps, recent)
-        sample = PortSample(rates.tx_bps, rates.tx_pps, drops, port.capacity_bps, contention=contention,
-                            offered_bps=sum(class_bps.values()),
-                            competing=not class_bps or len(recent) >= 2,
-                            alone=bool(class_bps) and active_now < 2)
+        sample = self._competition.sample(port, rates, queue_drops_ps + (rates.tx_drops_ps or 0.0), class_bps, now)
         decision = self._detectors[port_no].observe(sample, now)
         if decision is None or port.queues != "auto":
             return None
@@ -142,28 +129,3 @@ class SwitchState:
             self._detectors[port_no].reset()
         elif self.switch.port(port_no) is not None:
             self.reserving |= {port_no}
-
-
-# Below this share of the port a class is idle, not squeezed: no reservation would help it, and it
-# does not compete (a voice call's 80 kbit/s is under 2 % of a 5 Mbit/s port). A class above it within
-# the last RECENT_SECONDS still competes.
-ACTIVE_SHARE = 0.05
-RECENT_SECONDS = 1.0
-
-
-def class_contention(policy: Policy, port: PortPolicy, class_bps: dict[str, float],
-                     recent: set[str] | None = None) -> str | None:
-    """Which active class (or one active within RECENT_SECONDS: `recent`) gets less than its reservation
-    while another takes more than its own."""
-    cap, keep = port.capacity_bps, 1 - policy.congestion.shortfall
-    for short in policy.classes:
-        rate = class_bps.get(short.name)
-        active = rate is not None and rate > ACTIVE_SHARE * cap or short.name in (recent or ())
-        if rate is None or not active or rate >= keep * short.min_share * cap:
-            continue
-        for taker in policy.classes:
-            taken = class_bps.get(taker.name, 0.0)
-            if taker is not short and taken > taker.min_share * cap:
-                return (f"class {short.name} at {bitrate(rate)} < {keep:.0%} of its {bitrate(short.min_share * cap)} "
-                        f"while {taker.name} takes {bitrate(taken)}")
-    return None
