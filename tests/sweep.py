@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-SWEPT = ("cluster", "authority", "member", "role", "keeper", "peers", "congestion", "poller", "flowsync", "portjobs", "policy", "plan")
+SWEPT = ("cluster", "authority", "member", "role", "keeper", "peers", "congestion", "competition", "poller", "flowsync", "portjobs", "policy", "plan")
 SWAP: dict[type, type] = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
                           ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
 QUIET = ("LOG", "logging")          # calls on these decide nothing: never dropped, their arguments never mutated
