@@ -345,6 +345,12 @@ def test_served_first_is_the_classes_of_the_lowest_priority_unless_every_class_h
 
 # --- contention wording -----------------------------------------------------------------------------
 
+def test_a_class_just_above_the_active_share_is_squeezed_and_one_below_it_is_idle():
+    # 5 % of 5 Mbit/s is 0.25 Mbit/s: TCP at 0.3 competes (short of its 4 Mbit/s), at 0.2 it is idle.
+    assert class_contention(AUTO, s1(AUTO).port(1), {"tcp": 0.3e6, "udp": 4.7e6}) is not None
+    assert class_contention(AUTO, s1(AUTO).port(1), {"tcp": 0.2e6, "udp": 4.8e6}) is None
+
+
 def test_class_contention_names_both_classes_and_their_rates():
     message = class_contention(AUTO, s1(AUTO).port(1), CONTENTION)
     assert message == "class tcp at 2.7 Mbit/s < 95% of its 4 Mbit/s while udp takes 2.3 Mbit/s"
