@@ -345,6 +345,16 @@ def test_served_first_is_the_classes_of_the_lowest_priority_unless_every_class_h
 
 # --- contention wording -----------------------------------------------------------------------------
 
+def test_a_starved_class_still_competes_on_a_port_of_few_large_packets():
+    # Jumbo frames: 5 Mbit/s is 70 packets/s. TCP silenced by a flood that loses 10 % still competes.
+    state = SwitchState(AUTO, s1(AUTO), userspace=False)
+    assert state.observe(1, rates(5e6, 70), 0.0, {"tcp": 4e6, "udp": 1e6}, now=0.0) is None
+    flood = rates(5e6, 70, tx_drops_ps=8.0)
+    assert state.observe(1, flood, 0.0, {"tcp": 0.0, "udp": 5e6}, now=0.05) is None
+    decision = state.observe(1, flood, 0.0, {"tcp": 0.0, "udp": 5e6}, now=0.1)
+    assert decision is not None and decision.action == "program"
+
+
 def test_a_class_just_above_the_active_share_is_squeezed_and_one_below_it_is_idle():
     # 5 % of 5 Mbit/s is 0.25 Mbit/s: TCP at 0.3 competes (short of its 4 Mbit/s), at 0.2 it is idle.
     assert class_contention(AUTO, s1(AUTO).port(1), {"tcp": 0.3e6, "udp": 4.7e6}) is not None
