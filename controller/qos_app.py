@@ -113,7 +113,8 @@ class QosController(App):
         except PolicyError as err:
             fail(err, 2)
         self.registry = CollectorRegistry()
-        self.registry.register(ControllerCollector(lambda: self.core.snapshot(time.monotonic())))
+        self.registry.register(ControllerCollector(lambda: self.core.snapshot(time.monotonic()),
+                                                   self.ovsdb.bridge_reads))
         self.datapaths: dict[int, Any] = {}    # connection → os-ken Datapath
         self._conns = itertools.count(1)
         self.parts = Multipart()

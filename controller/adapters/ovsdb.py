@@ -153,6 +153,7 @@ class Ovsdb:
         self._cache_session = -1                      # the connection the cache was read over
         self._bridges: dict[int, BridgeInfo | None] = {}   # datapath id → its bridge, as of _bridges_at
         self._bridges_at = (-1, -1)                   # (session, the IDL's topology count) they were read at
+        self.bridge_reads: dict[int, int] = {}        # datapath id → its bridge's readings from the replica
         if lock:
             self._wait_for_lock(lock_wait)
 
@@ -202,6 +203,7 @@ class Ovsdb:
             self._bridges, self._bridges_at = {}, at
         if dp_id not in self._bridges:
             self._bridges[dp_id] = self._read_bridge(dp_id)
+            self.bridge_reads[dp_id] = self.bridge_reads.get(dp_id, 0) + 1
         return self._bridges[dp_id]
 
     def _read_bridge(self, dp_id: int) -> BridgeInfo | None:
