@@ -113,7 +113,8 @@ class QosController(App):
         except PolicyError as err:
             fail(err, 2)
         self.registry = CollectorRegistry()
-        self.registry.register(ControllerCollector(lambda: self.core.snapshot(time.monotonic())))
+        self.registry.register(ControllerCollector(lambda: self.core.snapshot(time.monotonic()),
+                                                   self.ovsdb.bridge_reads))
         self.datapaths: dict[int, Any] = {}    # connection → os-ken Datapath
         self._conns = itertools.count(1)
         self.parts = Multipart()
@@ -315,10 +316,10 @@ class QosController(App):
                     self.reply_to_request(action.token, EventReply(action.token.src, action.result, action.error))
                 case act.Later():
                     hub.spawn_after(action.seconds, self._post, action.event)
-                case act.Close():
-                    dp = self.datapaths.get(action.conn)
+                case act.Close():   # off the loop: os-ken's close posts the switch's end to our own queue, which
+                    dp = self.datapaths.get(action.conn)   # when full (128) held the loop waiting for itself
                     if dp is not None:
-                        dp.close()
+                        hub.spawn(dp.close)
                 case act.ClaimGeneration():
                     hub.spawn(lambda above: self._post(ev.GenerationClaimed(self.ovsdb.claim_generation(above))),
                               action.above)

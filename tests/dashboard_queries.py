@@ -75,6 +75,7 @@ EXPORTED_METRICS: dict[str, str] = {
     "ovsqos_poll_lag_seconds": "gauge",
     "ovsqos_switch_in_sync": "gauge",
     "ovsqos_ovsdb_connected": "gauge",
+    "ovsqos_ovsdb_bridge_reads_total": "counter",
     "ovsqos_controller_role": "gauge",
     # controller: its own forwarding under a policy's network: section; {kind}, {reason}
     "ovsqos_fabric_links": "gauge",

@@ -43,8 +43,10 @@ def _dp(dp_id: int) -> str:
 
 
 class ControllerCollector(Collector):
-    def __init__(self, snapshot: Callable[[], Snapshot]):
-        self._snapshot = snapshot
+    def __init__(self, snapshot: Callable[[], Snapshot],
+                 bridge_reads: Callable[[], Mapping[str, Mapping[int, int]]] = dict):
+        """`bridge_reads`: by OVSDB remote, how many times each datapath's bridge was read from its replica."""
+        self._snapshot, self._bridge_reads = snapshot, bridge_reads
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
@@ -114,6 +116,13 @@ class ControllerCollector(Collector):
         for remote, up in sorted(snap.ovsdb_connected.items()):
             remotes.add_metric([remote], float(up))
         yield remotes
+        reads = CounterMetricFamily("ovsqos_ovsdb_bridge_reads", "Times a switch's bridge (its ports, their numbers "
+                                    "and declared capacities) was read from the OVSDB replica: when it connects, "
+                                    "and again when one of its own rows changes", labels=["remote", "dp_id"])
+        for remote, by_dp in sorted(self._bridge_reads().items()):
+            for dp, count in sorted(by_dp.items()):
+                reads.add_metric([remote, _dp(dp)], count)
+        yield reads
         role = GaugeMetricFamily("ovsqos_controller_role", "1 for this controller's role: active (holds the OVSDB "
                                  "lock, OpenFlow master) or standby (slave)", labels=["role"])
         role.add_metric([snap.role], 1)

@@ -151,8 +151,9 @@ class Ovsdb:
         self._cache: dict[str, OvsdbQos | str | None] = {}
         self._depends: dict[Any, set[str]] = {}       # row uuid → the cached ports read from that row
         self._cache_session = -1                      # the connection the cache was read over
-        self._bridges: dict[int, BridgeInfo | None] = {}   # datapath id → its bridge, as of _bridges_at
-        self._bridges_at = (-1, -1)                   # (session, the IDL's topology count) they were read at
+        self._bridges = BridgeCache()                 # datapath id → its bridge, kept until one of its rows changes
+        self._bridges_session = -1                    # the connection they were read over
+        self._by_datapath: dict[str, Any] | None = None   # datapath_id → its Bridge row, until bridges come or go
         if lock:
             self._wait_for_lock(lock_wait)
 
@@ -193,30 +194,51 @@ class Ovsdb:
                 raise OvsdbError(f"OVSDB did not answer the lock request within {seconds:g} s")
             time.sleep(0.05)
 
-    def bridge(self, dp_id: int) -> BridgeInfo | None:
-        """The bridge of that datapath id, read again only once a bridge, port or interface was made, removed or
-        renumbered: python-ovs converts each column read, and a 100-port bridge was read twice per switch for
-        each policy (checked, then planned), 2 s of a 10,000-port member's event loop."""
-        at = (private.session(self._idl).get_seqno(), self._idl.topology)
-        if at != self._bridges_at:
-            self._bridges, self._bridges_at = {}, at
-        if dp_id not in self._bridges:
-            self._bridges[dp_id] = self._read_bridge(dp_id)
-        return self._bridges[dp_id]
+    @property
+    def bridge_reads(self) -> dict[int, int]:
+        """How many times each datapath's bridge was read from the replica (cache misses), by datapath id."""
+        return self._bridges.reads
 
-    def _read_bridge(self, dp_id: int) -> BridgeInfo | None:
-        dpid = f"{dp_id:016x}"
-        for br in self._api.tables["Bridge"].rows.values():
-            if br.datapath_id and br.datapath_id[0] == dpid:
-                ifaces = [iface for port in br.ports for iface in port.interfaces
-                          if iface.ofport and iface.ofport[0] > 0]
-                declared = {iface.ofport[0]: bps for iface in ifaces
-                            if (bps := declared_capacity(iface.external_ids.get(CAPACITY_KEY))) is not None}
-                delays = {iface.ofport[0]: us for iface in ifaces
-                          if (us := declared_delay(iface.external_ids.get(DELAY_KEY))) is not None}
-                return BridgeInfo(br.name, br.datapath_type, {iface.ofport[0]: iface.name for iface in ifaces},
-                                  declared=declared, delays=delays)
-        return None
+    def bridge(self, dp_id: int) -> BridgeInfo | None:
+        """The bridge of that datapath id, read again only once one of the rows it was read from (its Bridge, Port
+        and Interface rows) was made, removed or renumbered, or a bridge came, went or changed its datapath id
+        (for an id no bridge had): python-ovs converts each column read, and a 100-port bridge was read twice per
+        switch for each policy (checked, then planned), 2 s of a 10,000-port member's event loop. A change to one
+        bridge reads that one again, not every switch's: emptied whole, the cache had a bridge joining a site of
+        500 read all 500 again, each after a scan of the whole Bridge table, at every switch's next poll."""
+        session: int = private.session(self._idl).get_seqno()   # a reconnection reloads rows without telling us each
+        if session != self._bridges_session:
+            self._bridges.clear()
+            self._bridges_session, self._by_datapath = session, None
+            self._idl.reshaped, self._idl.renumbered = set(), False
+        elif self._idl.reshaped or self._idl.renumbered:
+            reshaped, self._idl.reshaped = self._idl.reshaped, set()
+            renumbered, self._idl.renumbered = self._idl.renumbered, False
+            self._bridges.forget(reshaped, renumbered)
+            if renumbered:
+                self._by_datapath = None
+        return self._bridges.get(dp_id, self._read_bridge)
+
+    def _read_bridge(self, dp_id: int) -> tuple[BridgeInfo | None, list[Any]]:
+        """The bridge and the uuids of the rows it was read from."""
+        if self._by_datapath is None:    # one scan of the Bridge table per bridge made, removed or renumbered
+            self._by_datapath = {}
+            for row in self._api.tables["Bridge"].rows.values():
+                if row.datapath_id:
+                    self._by_datapath.setdefault(row.datapath_id[0], row)
+        br = self._by_datapath.get(f"{dp_id:016x}")
+        if br is None:
+            return None, []
+        ports = br.ports
+        every = [iface for port in ports for iface in port.interfaces]
+        ifaces = [iface for iface in every if iface.ofport and iface.ofport[0] > 0]
+        declared = {iface.ofport[0]: bps for iface in ifaces
+                    if (bps := declared_capacity(iface.external_ids.get(CAPACITY_KEY))) is not None}
+        delays = {iface.ofport[0]: us for iface in ifaces
+                  if (us := declared_delay(iface.external_ids.get(DELAY_KEY))) is not None}
+        return (BridgeInfo(br.name, br.datapath_type, {iface.ofport[0]: iface.name for iface in ifaces},
+                           declared=declared, delays=delays),
+                [br.uuid, *(port.uuid for port in ports), *(iface.uuid for iface in every)])
 
     def port_qos(self, iface: str) -> OvsdbQos | str | None:
         """What OVSDB holds on the port: our queues read back, FOREIGN for another tool's, None for no QoS,
@@ -413,6 +435,47 @@ class Ovsdb:
         return owner == self.owner
 
 
+class BridgeCache:
+    """Each datapath's bridge as last read, kept until a row it was read from changes (forget). Pure: the rows
+    are their uuids, and the reading is the caller's."""
+
+    def __init__(self) -> None:
+        self.readings: dict[int, BridgeInfo | None] = {}
+        self.reads: dict[int, int] = {}               # datapath id → readings made (what a cache miss costs)
+        self._rows: dict[int, tuple[Any, ...]] = {}   # datapath id → the rows its reading was made from
+        self._readers: dict[Any, set[int]] = {}       # row → the datapath ids read from it
+
+    def get(self, dp_id: int, read: Callable[[int], tuple[BridgeInfo | None, list[Any]]]) -> BridgeInfo | None:
+        if dp_id not in self.readings:
+            self.readings[dp_id], rows = read(dp_id)
+            self.reads[dp_id] = self.reads.get(dp_id, 0) + 1
+            self._rows[dp_id] = tuple(rows)
+            for row in rows:
+                self._readers.setdefault(row, set()).add(dp_id)
+        return self.readings[dp_id]
+
+    def forget(self, rows: set[Any], renumbered: bool) -> None:
+        """What was read from these rows; with `renumbered` (a bridge made, removed or given another datapath id)
+        also every datapath found to have no bridge."""
+        gone = {dp_id for row in rows for dp_id in self._readers.get(row, ())}
+        if renumbered:
+            gone |= {dp_id for dp_id, reading in self.readings.items() if reading is None}
+        for dp_id in gone:
+            self._drop(dp_id)
+
+    def clear(self) -> None:
+        self.readings, self._rows, self._readers = {}, {}, {}
+
+    def _drop(self, dp_id: int) -> None:
+        del self.readings[dp_id]
+        for row in self._rows.pop(dp_id, ()):
+            readers = self._readers.get(row)
+            if readers is not None:
+                readers.discard(dp_id)
+                if not readers:
+                    del self._readers[row]
+
+
 class _Idl(connection.OvsdbIdl):
     """ovsdbapp's IDL, noting which rows changed (python-ovs calls notify() for each, in the connection's
     greenthread), for the read cache, and counting the changes we plan from."""
@@ -422,7 +485,8 @@ class _Idl(connection.OvsdbIdl):
         self.touched: set[Any] = set()      # rows changed since the cache last looked
         self.made: set[str] = set()         # ports made since, by name (a port read as absent may be one)
         self.changes = 0                    # changes we plan from
-        self.topology = 0                   # changes to what a bridge's reading is made of (TOPOLOGY)
+        self.reshaped: set[Any] = set()     # rows whose columns a bridge's reading is made of (TOPOLOGY) changed since
+        self.renumbered = False             # a bridge made, removed or its datapath id changed since
         self._indexes: dict[str, dict[str, Any]] = {}   # table → the indexes ovsdbapp made at start, by name
 
     def run(self) -> Any:
@@ -452,7 +516,9 @@ class _Idl(connection.OvsdbIdl):
         if changed is None or changed - QUIET.get(table, set()):
             self.changes += 1
         if table in TOPOLOGY and (changed is None or changed & TOPOLOGY[table]):
-            self.topology += 1
+            self.reshaped.add(row.uuid)
+            if table == "Bridge" and (changed is None or "datapath_id" in changed):
+                self.renumbered = True
 
 
 def lock_name(owner: str) -> str:

@@ -38,6 +38,8 @@ class Database(Protocol):
     def has_lock(self) -> bool: ...
     @property
     def lock_contended(self) -> bool: ...
+    @property
+    def bridge_reads(self) -> dict[int, int]: ...
     def bridge(self, dp_id: int) -> BridgeInfo | None: ...
     def port_qos(self, iface: str) -> OvsdbQos | str | None: ...
     def apply(self, changes: dict[str, QosSpec | None], tags: dict[str, str] | None = None,
@@ -182,6 +184,10 @@ class Remotes:
             if found is not None:
                 return dataclasses.replace(found, remote=name)
         return None
+
+    def bridge_reads(self) -> dict[str, dict[int, int]]:
+        """By remote, how many times each datapath's bridge was read from its replica (its metric)."""
+        return {name: dict(db.bridge_reads) for name, db in self.dbs.items()}
 
     def port_qos(self, remote: str, iface: str) -> OvsdbQos | str | None:
         db = self.dbs.get(remote)

@@ -56,6 +56,7 @@ class Switch:
         self.in_sync = False
         self.settled = False                              # nothing in flight: in sync, or failed until the next poll
         self.ovsdb_generation: tuple[int, ...] = ()       # what OVSDB held at the last reconcile
+        self.ovsdb_held: tuple[BridgeInfo, dict[int, Any]] | None = None   # what it held of ours then: bridge, QoS
         self.taken_over = False                           # what the switch holds is read once it confirms us master
 
     @property
@@ -230,6 +231,10 @@ class Switch:
             if bridge is not None and bridge != self.bridge:
                 self.bridge = bridge
                 self._set_state(view)
+            # Another switch's bridge or queues: nothing to plan here. Planned again, every switch of a site cost a
+            # bridge joining it time that grew with the site (docs/benchmarks.md).
+            elif (self.bridge, self._held(view, self.bridge)) == self.ovsdb_held:
+                self.ovsdb_generation, moved = view.ovsdb.generation, False
         # Else nothing can differ; and while the worker changes its ports, their end reconciles the switch.
         if (retry or moved) and not self.jobs.busy:
             self.reconcile(view)
@@ -262,11 +267,10 @@ class Switch:
                 or meters is None:
             return
         self.ovsdb_generation = view.ovsdb.generation
-        actual = {}
-        for port_no, iface in bridge.ports.items():
-            qos = view.ovsdb.port_qos(bridge.remote, iface)
-            if qos is not None or (self.state and self.state.switch.port(port_no)):
-                actual[port_no] = qos
+        held = self._held(view, bridge)
+        self.ovsdb_held = bridge, held
+        actual = {port_no: qos for port_no, qos in held.items()
+                  if qos is not None or (self.state and self.state.switch.port(port_no))}
         self.jobs.read(bridge, actual)
         reserve = {p for p, q in actual.items() if isinstance(q, OvsdbQos) and q.mode == "reserve"}
         steered = steered_ports(flows) & reserve
@@ -290,6 +294,11 @@ class Switch:
             self.telemetry.programmed[port_no] = port_no in steered
             if isinstance(qos, OvsdbQos):
                 self.telemetry.capacity_bps[port_no] = qos.max_bps
+
+    @staticmethod
+    def _held(view: SwitchView, bridge: BridgeInfo) -> dict[int, Any]:
+        """What OVSDB holds on each port of the bridge (view.ovsdb.port_qos)."""
+        return {port_no: view.ovsdb.port_qos(bridge.remote, iface) for port_no, iface in bridge.ports.items()}
 
     def errors(self) -> dict[str, str]:
         """What is not in sync, and why."""

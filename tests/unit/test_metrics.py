@@ -138,9 +138,9 @@ def test_the_exposition_parses_and_counters_end_in_total(registry):
     assert families["ovsqos_port_tx_bytes"].type == "counter"
     assert families["ovsqos_port_congested"].type == "gauge"
     counters = re.findall(r"^# TYPE (\S+) counter$", text, re.MULTILINE)
-    # port, queue, meter, then qos events, openflow errors, drift repairs, polls, then the fabric's moves, packet-ins
-    # and probes refused
-    assert len(counters) == 8 + 3 + 3 + 4 + 3
+    # port, queue, meter, then qos events, openflow errors, drift repairs, polls, OVSDB bridge reads, then the
+    # fabric's moves, packet-ins and probes refused
+    assert len(counters) == 8 + 3 + 3 + 5 + 3
     assert all(name.endswith("_total") for name in counters)
     samples = [line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")]
     counter_families = {name[:-len("_total")] for name in counters}
@@ -225,3 +225,11 @@ def test_a_policy_with_a_network_section_counts_the_fabric_from_0_whether_it_cov
     reg.register(ControllerCollector(lambda: net.app.core.snapshot(net.app.clock)))
     assert reg.get_sample_value("ovsqos_fabric_links") == 0
     assert reg.get_sample_value("ovsqos_fabric_packet_ins_total", {"kind": "source"}) == 0
+
+
+def test_each_switchs_bridge_reads_are_counted_by_remote_and_datapath():
+    reg = CollectorRegistry()
+    reg.register(ControllerCollector(Snapshot, lambda: {"unix:/run/db.sock": {1: 3, 0xab: 1}}))
+    assert reg.get_sample_value("ovsqos_ovsdb_bridge_reads_total", {"remote": "unix:/run/db.sock", "dp_id": DP1}) == 3
+    assert reg.get_sample_value("ovsqos_ovsdb_bridge_reads_total",
+                                {"remote": "unix:/run/db.sock", "dp_id": DP_BIG}) == 1

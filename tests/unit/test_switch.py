@@ -152,6 +152,34 @@ def test_a_mastered_switch_gets_the_plan_as_one_batch_and_its_ports_as_jobs(repl
     assert sw.in_sync and sw.settled
 
 
+def test_a_poll_after_ovsdb_changed_elsewhere_plans_nothing_and_after_a_change_to_its_own_port_repairs_it(
+        replica, monkeypatch):
+    from controller.core import switch
+    sw = mastered(replica)
+    out = read_tables(sw, replica, asked(sw))
+    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    sw.handle(ev.BarrierReply(7, sent(out, act.Barrier)[0].xid), 100.0, view(replica, 5))
+    for job in submit.jobs:
+        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
+    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5))
+    assert sw.in_sync
+    planned: list[int] = []
+    monkeypatch.setattr(switch, "plan", lambda *args, real=switch.plan: planned.append(1) or real(*args))
+    replica.generation = (2,)                        # another switch's bridge joined and its queues were put
+    due = sw.poller.next_due
+    assert due is not None
+    out = sw.handle(ev.PollDue(7, due), due, view(replica, 5))
+    assert sent(out, act.StatsRequest) and planned == [] and sw.in_sync
+    out = sw.handle(ev.PollDue(7, due + 1), due + 1, view(replica, 5))
+    assert planned == []                              # nor at the next
+    (iface,) = [job.iface for job in submit.jobs]
+    del replica.qos[iface]                           # this switch's port: its QoS cleared by hand
+    replica.generation = (3,)
+    out = sw.handle(ev.PollDue(7, due + 2), due + 2, view(replica, 5))
+    assert planned == [1]
+    assert [j.iface for a in out if isinstance(a, act.Submit) for j in a.jobs] == [iface]
+
+
 def test_a_cluster_member_raises_the_switchs_epoch_before_its_first_write_and_carries_it_on_each(replica):
     sw = mastered(replica)
     out = read_tables(sw, replica, asked(sw), epoch=42)
