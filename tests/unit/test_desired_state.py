@@ -345,6 +345,18 @@ def test_served_first_is_the_classes_of_the_lowest_priority_unless_every_class_h
 
 # --- contention wording -----------------------------------------------------------------------------
 
+def test_a_deferred_program_answered_by_a_move_leaves_the_port_at_rest_and_two_hot_samples_decide_again():
+    state = SwitchState(AUTO, s1(AUTO), userspace=False)
+    assert state.observe(1, FULL, 0.0, CONTENTION, now=0.0, defer=True) is None
+    decision = state.observe(1, FULL, 0.0, CONTENTION, now=0.05, defer=True)
+    assert decision is not None and decision.action == "program" and state.reserving == frozenset()
+    state.relieved(1, moved=True)       # traffic moved off the port: no reservation, and nothing pending
+    assert (state.congested(1), state.resting(1), state.reserving) == (False, True, frozenset())
+    assert state.observe(1, FULL, 0.0, CONTENTION, now=0.1, defer=True) is None
+    again = state.observe(1, FULL, 0.0, CONTENTION, now=0.15, defer=True)
+    assert again is not None and again.action == "program"
+
+
 def test_a_starved_class_still_competes_on_a_port_of_few_large_packets():
     # Jumbo frames: 5 Mbit/s is 70 packets/s. TCP silenced by a flood that loses 10 % still competes.
     state = SwitchState(AUTO, s1(AUTO), userspace=False)
