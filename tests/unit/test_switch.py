@@ -155,14 +155,7 @@ def test_a_mastered_switch_gets_the_plan_as_one_batch_and_its_ports_as_jobs(repl
 def test_a_poll_after_ovsdb_changed_elsewhere_plans_nothing_and_after_a_change_to_its_own_port_repairs_it(
         replica, monkeypatch):
     from controller.core import switch
-    sw = mastered(replica)
-    out = read_tables(sw, replica, asked(sw))
-    (submit,) = [a for a in out if isinstance(a, act.Submit)]
-    sw.handle(ev.BarrierReply(7, sent(out, act.Barrier)[0].xid), 100.0, view(replica, 5))
-    for job in submit.jobs:
-        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
-    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5))
-    assert sw.in_sync
+    sw = synced(replica)
     planned: list[int] = []
     monkeypatch.setattr(switch, "plan", lambda *args, real=switch.plan: planned.append(1) or real(*args))
     replica.generation = (2,)                        # another switch's bridge joined and its queues were put
@@ -172,8 +165,8 @@ def test_a_poll_after_ovsdb_changed_elsewhere_plans_nothing_and_after_a_change_t
     assert sent(out, act.StatsRequest) and planned == [] and sw.in_sync
     out = sw.handle(ev.PollDue(7, due + 1), due + 1, view(replica, 5))
     assert planned == []                              # nor at the next
-    (iface,) = [job.iface for job in submit.jobs]
-    del replica.qos[iface]                           # this switch's port: its QoS cleared by hand
+    (iface,) = replica.qos                           # this switch's port: its QoS cleared by hand
+    del replica.qos[iface]
     replica.generation = (3,)
     out = sw.handle(ev.PollDue(7, due + 2), due + 2, view(replica, 5))
     assert planned == [1]
