@@ -55,20 +55,24 @@ class Controller:
         self.reported = ev.RemotesChanged({})         # the remotes as the app last reported them
         self.held = Held(self.authority)               # what our switches hold of the policy in force
         self.out: list[act.Action] = []
+        self.handled: dict[int, Switch] = {}           # the switches the event being handled went to
         LOG.info("owner %s, policy %s (%s)", owner, self.keeper.name, self.keeper.mode)
 
     def view(self, dp_id: int, now: float) -> SwitchView:
-        owns = self.authority.owns(dp_id)
+        owns, sw = self.authority.owns(dp_id), self.switches.get(dp_id)
+        bridge = sw.bridge if sw is not None else None
         return SwitchView(self.keeper.policy, self.keeper.mode, owns, owns and self.authority.confirmed(now),
                           self.authority.generation_of(dp_id), self.ovsdb, self.authority.epoch_of(dp_id),
-                          self.forwarding.rules.get(dp_id))
+                          self.forwarding.rules.get(dp_id),
+                          bridge is None or self.reported.connected.get(bridge.remote, True))
 
     # --- the one entry point ------------------------------------------------------------------------------
     def handle(self, event: ev.Event, now: float) -> list[act.Action]:
-        self.out = []
-        # A switch's own event (its replies and timers, most of what a controller handles) or a device's news
-        # can change what those switches hold only; any other event may change ownership or every switch.
-        touched: list[Switch] | None = None
+        self.out, self.handled = [], {}
+        # A switch's own event (its replies and timers, most of what a controller handles), a device's news or
+        # the fabric's (its discovery, four rounds a second) can change what the switches it went to hold only;
+        # any other event may change ownership or every switch.
+        local = False
         match event:
             case ev.SwitchUp():
                 self._switch_up(event, now)
@@ -83,28 +87,27 @@ class Controller:
                     self.out.append(act.Close(rival.conn))
                     self._accept(rival.up, now)
             case ev.EchoReply():   # each switch's, every 10 s: it changes what no switch holds
-                touched = []
+                local = True
                 self.out += self.conns.echoed(event)
             case ev.PortsChanged():
-                sw = self.conns.switches.get(event.conn)
-                touched = [] if sw is None else [sw]
+                sw, local = self.conns.switches.get(event.conn), True
                 if sw is not None:
                     self.forwarding.fabric.set_ports(sw.dp_id, event.ports, event.down, now)
                     self._to(sw, event, now)
                     self._refresh(now)
             case ev.PacketIn():
-                sw = self.conns.switches.get(event.conn)
+                sw, local = self.conns.switches.get(event.conn), True
                 if sw is not None:
                     self.out += self.forwarding.packet_in(sw, event, *self._writable(now), now)
                     self._refresh(now)
             case ev.DiscoveryDue():
+                local = True
                 self.out += self.forwarding.round(event, *self._writable(now), now)
                 self._refresh(now)
             case (ev.BridgeDue() | ev.PollDue() | ev.RoleReply() | ev.ErrorReply()
                   | ev.BarrierReply() | ev.FlowStatsReply() | ev.FlowCountReply() | ev.MeterFeaturesReply()
                   | ev.MeterConfigReply() | ev.MeterStatsReply() | ev.QueueStatsReply() | ev.PortStatsReply()):
-                sw = self.conns.switches.get(event.conn)
-                touched = [] if sw is None else [sw]   # else a connection gone, or one whose claim is being tested
+                sw, local = self.conns.switches.get(event.conn), True   # None: a connection gone, or on trial
                 if sw is not None:
                     self._to(sw, event, now)
             case ev.GetPolicy():
@@ -141,9 +144,9 @@ class Controller:
             case ev.TcChanged():   # None: announcements were lost, any device may have changed
                 news = set(self.switches) if event.devices is None else \
                     {self.conns.devices[d] for d in event.devices if d in self.conns.devices}
-                touched = [self.switches[dp] for dp in news if dp in self.switches]
-                for sw in touched:
-                    self._to(sw, event, now)
+                local = True
+                for dp in news & self.switches.keys():
+                    self._to(self.switches[dp], event, now)
             case ev.RemotesChanged():
                 self._remotes_changed(event, now)
             case ev.Beaten():   # confirmed again after a lapse: what it could not write meanwhile
@@ -165,7 +168,7 @@ class Controller:
                 self.out.append(act.Exit(1, event.reason))
             case _:
                 assert_never(event)
-        if self.held.update(self.switches.values(), touched):
+        if self.held.update(self.switches.values(), list(self.handled.values()) if local else None):
             # For the answers other controllers give (why not: once settled).
             self.out += self.authority.publish(self.held.record, self.keeper.revision)
             if self.keeper.waiting:
@@ -175,6 +178,7 @@ class Controller:
 
     def _to(self, sw: Switch, event: ev.SwitchEvent, now: float) -> None:
         """One switch handles an event; what it asks of the controller is done here, the rest goes out."""
+        self.handled[sw.dp_id] = sw
         for action in sw.handle(event, now, self.view(sw.dp_id, now)):
             match action:
                 case act.NeedGeneration():

@@ -64,10 +64,12 @@ class Poller(SwitchPart):
             self.next_due = None
             return False
         interval = view.interval
-        if now - self.heard > max(SILENT_SECONDS, SILENT_POLLS * interval):
-            # Its polls are sent and nothing comes back: a connection dead without a close (a cut cable, a hung
-            # switch). OpenFlow's echo would say so only after minutes; closing it lets the switch connect
-            # again, or (in a cluster) another member take it.
+        if now - self.heard > max(SILENT_SECONDS, SILENT_POLLS * interval) and not view.reachable:
+            # Its polls are sent and nothing comes back, nor from its host's OVSDB: a path dead without a close
+            # (a cut cable, a host gone). OpenFlow's echo would say so only after minutes; closing it lets the
+            # switch connect again, or (in a cluster) another member take it. A switch whose OVSDB still answers
+            # is its vswitchd busy (it reconfigures every port of the host for each OVSDB change, over 10 s at
+            # 10,000 ports) or hung: closing it would only make every bridge of the host connect again.
             LOG.error("switch %016x has answered no poll for %.0f s; closing its connection", self.link.dp_id,
                       now - self.heard)
             self.heard = now

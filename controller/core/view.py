@@ -58,6 +58,7 @@ class SwitchView:
     ovsdb: OvsdbReplica
     epoch: int = 0               # the condition of our OVSDB writes for it (a cluster's; 0: OVSDB's lock fences)
     fabric: FabricRules | None = None   # under a policy's network: what the fabric says of the switch
+    reachable: bool = True       # its OVSDB answers us: a silence of the switch is its vswitchd's, not the path's
 
     @property
     def interval(self) -> float:

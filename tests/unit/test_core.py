@@ -424,17 +424,31 @@ def test_a_switch_of_the_policy_that_is_not_connected_is_named_and_changed_when_
     assert net.s2.table == {} and mode(net, "s2-eth1") is None
 
 
-def test_a_switch_that_answers_no_poll_for_ten_seconds_has_its_connection_closed(net):
-    """A connection dead without a close (a cut cable, a hung switch) is found by the polls, not after OpenFlow's
-    echo gives up minutes later; a slow switch that still answers is left alone."""
+def test_a_switch_that_answers_no_poll_for_ten_seconds_while_its_ovsdb_is_cut_off_too_has_its_connection_closed(net):
+    """A path dead without a close (a cut cable, a host gone) is found by the polls, not after OpenFlow's echo
+    gives up minutes later; a slow switch that still answers is left alone."""
     up(net)
     conn = net.app.conn_of(net.s1)
     net.app.advance(8.0)
     net.s1.mute = True
+    net.ovsdb.connected = False
     net.app.advance(9.0)
     assert net.app.closed == []
     net.app.advance(3.0)
     assert net.app.closed == [conn]
+
+
+def test_a_silent_switch_whose_ovsdb_answers_is_kept(net):
+    """Its vswitchd busy (at 10,000 ports each OVSDB change reconfigures every port for over 10 s) or hung:
+    closing would only make every bridge of the host connect again, to the same vswitchd."""
+    up(net)
+    net.s1.mute = True
+    net.app.advance(60.0)
+    assert net.app.closed == []
+    net.s1.mute = False
+    net.app.advance(2.0)
+    assert net.app.closed == []
+    assert net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]["in_sync"] is True
 
 
 def test_a_switch_whose_every_poll_is_answered_after_the_next_is_due_is_slow_not_dead(net):
