@@ -36,6 +36,7 @@ class Poller(SwitchPart):
         self.next_fast: float | None = None               # its timer in force
         self.watched: frozenset[int] = frozenset()        # `auto` ports near their capacity: fast polled
         self.sending: set[int] | None = None              # ports whose tx counters moved at the last poll
+        self.receiving: set[int] | None = None            # ... and rx counters
         self.table_polls = 0                              # polls since the whole flow table was read
         self.late_said = False
         self.heard = 0.0                                  # when the switch last said anything (switch.py)
@@ -92,23 +93,30 @@ class Poller(SwitchPart):
         whole = self.table_polls == 0
         ask = self.link.ask
         waiting = set()
+        # The class rates' counters (classified flows, meters) of a switch whose ports received nothing at the
+        # last poll are asked for once this poll's port counters say they did: an idle switch's did not move,
+        # and at 10,000 idle ports reading them was much of the controller's work.
+        rates = []
         if whole:
             waiting.add(ask(act.FLOWS))
         else:
             # A switch without classified flows has no class rates to read; one added is counted.
             if flows is None or any(cookie & CLASSIFIED for cookie in flows):
-                waiting.add(ask(act.CLASSIFIED_FLOWS))
+                rates.append(act.CLASSIFIED_FLOWS)
             ask(act.FLOW_COUNT)
         if meters:
-            waiting.add(ask(act.METER_STATS))
+            rates.append(act.METER_STATS)
             if whole:
                 ask(act.METER_CONFIG)
+        idle = not whole and self.receiving == set()
+        if not idle:
+            waiting |= {ask(kind) for kind in rates}
         # A port that sent nothing since the last poll has queue counters that did not move either: a
         # switch of idle ports has its queues read with the whole table only (its ports are still read).
         if whole or self.sending is None or self.sending:
             waiting.add(ask(act.QUEUES))
         waiting.add(ask(act.PORTS))
-        self.round = PollRound(due.due, now, waiting)
+        self.round = PollRound(due.due, now, waiting, if_received=tuple(rates) if idle else ())
         return True
 
     def _fast_due(self, due: ev.PollDue, view: SwitchView, now: float, meters: bool) -> None:
@@ -164,6 +172,11 @@ class Poller(SwitchPart):
         if round_ is not None and not round_.fast:
             self.sending = {port_no for port_no, counters in reply.ports.items()
                             if _sent(ports.get(port_no), counters)}
+            self.receiving = {port_no for port_no, counters in reply.ports.items()
+                              if _received(ports.get(port_no), counters)}
+            if self.receiving:
+                round_.waiting |= {self.link.ask(kind) for kind in round_.if_received}
+                round_.if_received = ()
         ports.update(reply.ports)
         if round_ is not None:
             round_.ports = {**(round_.ports or {}), **reply.ports}
@@ -237,7 +250,9 @@ class Poller(SwitchPart):
         self.watched = self.watched | {port_no} if busy else self.watched - {port_no}
 
     def _flow_rates(self, round_: PollRound) -> dict[int, float]:
-        """Cookie → bit/s, of the flows the poll read."""
+        """Cookie → bit/s, of the flows the poll read (0 for each, of a switch that received nothing)."""
+        if round_.flows is None and act.CLASSIFIED_FLOWS in round_.if_received:
+            return dict.fromkeys(self.rates.unchanged(0, "flow", round_.at["ports"]), 0.0)
         rates = {}
         for cookie, counters in (round_.flows or {}).items():
             flow = self.rates.flow(0, cookie, counters, round_.at["flows"])
@@ -263,6 +278,12 @@ class Poller(SwitchPart):
                 classes = counted.setdefault(owner[0], {})
                 classes[owner[1]] = classes.get(owner[1], 0.0) + measured.bps
         return class_bps | counted
+
+
+def _received(before: PortCounters | None, after: PortCounters) -> bool:
+    """Whether a port received, or dropped on receipt, anything between two readings (unknown: yes)."""
+    return before is None or (before.rx_packets, before.rx_dropped, before.rx_errors) != \
+        (after.rx_packets, after.rx_dropped, after.rx_errors)
 
 
 def _sent(before: PortCounters | None, after: PortCounters) -> bool:

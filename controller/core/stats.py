@@ -133,6 +133,17 @@ class RateTracker:
                                  _FLOW_SCALES, now)
         return None if measured is None else FlowRates._make([*measured[0], measured[1]])
 
+    def unchanged(self, dp_id: int, kind: str, now: float) -> list[int]:
+        """The counters of every `kind` ("flow") known did not move up to `now` (nothing came in to match them,
+        and they were not read): their baselines are moved to `now`, and their keys returned (each rate was 0).
+        A meter's are left: its first rate after an idle spell is an average over it, which no decision reads
+        (a port busy again is fast polled, and those rates are over 50 ms)."""
+        baselines = self._baselines.get(dp_id, {})
+        unchanged = [key for key in baselines if key[0] == kind]
+        for key in unchanged:
+            baselines[key] = baselines[key]._replace(at=now)
+        return [int(number) for _, number in unchanged if number is not None]
+
     def _measure(self, dp_id: int, key: tuple[int | str, int | None], values: tuple[int, ...],
                  scales: tuple[int, ...], now: float) -> tuple[list[float | None], float] | None:
         """Rates since the baseline and the interval, then `values` becomes the baseline."""

@@ -65,6 +65,7 @@ class PortTraffic:
     tx_bytes: float = 0
     tx_packets: float = 0
     tx_dropped: float = 0
+    rx_packets: float = 0
 
 
 class FakeSwitch:
@@ -101,11 +102,14 @@ class FakeSwitch:
         self.older: list = []
 
     def run(self, seconds: float) -> None:
-        """Time passes: the loads the test set move the counters."""
+        """Time passes: the loads the test set move the counters. What is sent or matched came in on a port:
+        the lowest numbered's rx counters take it all."""
+        arrived = 0.0
         for port, bps in self.load.items():
             traffic = self.traffic[port]
             traffic.tx_bytes += bps * seconds / 8
             traffic.tx_packets += bps * seconds / 8 / 1500
+            arrived += bps * seconds / 8 / 1500
         for (port, queue), pps in self.drop_load.items():
             b, n, d = self.queues.get((port, queue), (0, 0, 0))
             self.queues[(port, queue)] = (b, n, d + pps * seconds)
@@ -115,9 +119,12 @@ class FakeSwitch:
             nbytes = self.class_load[entry.cookie] * seconds / 8
             entry.bytes += nbytes
             entry.packets += nbytes / 1500
+            arrived += nbytes / 1500
             for meter in self.meters_of(entry):
                 n, b, d = self.meter_traffic.get(meter, (0, 0, 0))
                 self.meter_traffic[meter] = (n + nbytes / 1500, b + nbytes, d)
+        if self.traffic:
+            self.traffic[min(self.traffic)].rx_packets += arrived
 
     def send_msg(self, msg) -> None:
         """A change by hand (ovs-ofctl): a connection of its own, whose replies nobody reads."""
@@ -211,8 +218,8 @@ class FakeSwitch:
                 if msg.port_no in (ofp.OFPP_ANY, p)], flags=0)
         if kind == "OFPPortStatsRequest":
             return parser.OFPPortStatsReply(conn, body=[
-                parser.OFPPortStats(p, 0, int(t.tx_packets), 0, int(t.tx_bytes), 0, int(t.tx_dropped), 0, 0, 0, 0, 0, 0,
-                                    0, 0)
+                parser.OFPPortStats(p, int(t.rx_packets), int(t.tx_packets), 0, int(t.tx_bytes), 0, int(t.tx_dropped),
+                                    0, 0, 0, 0, 0, 0, 0, 0)
                 for p, t in self.traffic.items() if msg.port_no in (ofp.OFPP_ANY, p)], flags=0)
         raise AssertionError(f"the fake switch does not know {kind}")
 
