@@ -1,9 +1,10 @@
 """Hostile and faulty peers against the real controller and real OVS: a connection that claims a live
-switch's datapath id, garbage on the OpenFlow port, idle HTTP clients by the thousand, policies that
-nothing downstream can carry, and a state directory that cannot be written. The switches keep being
-served, and every refusal is one line."""
+switch's datapath id, two hundred hung ones closed at once, garbage on the OpenFlow port, idle HTTP clients
+by the thousand, policies that nothing downstream can carry, and a state directory that cannot be written.
+The switches keep being served, and every refusal is one line."""
 import functools
 import json
+import signal
 import socket
 import struct
 import subprocess
@@ -13,6 +14,7 @@ import urllib.request
 
 import pytest
 
+from controller.core.connections import CLAIM_SECONDS
 from tests.integration.conftest import controller_config, requires_ovs, start_controller, stop_controller
 from tests.integration.test_reliability import (  # noqa: F401
     DPIDS,
@@ -56,16 +58,23 @@ class FakePeer:
 
     def claim(self, dp_id: int) -> None:
         """The handshake a switch makes, with `dp_id` for its datapath id and no ports."""
+        self.ports(self.handshake(dp_id))
+
+    def handshake(self, dp_id: int) -> int:
+        """The handshake up to the controller's request for the switch's ports: that request's xid."""
         self.send(HELLO)
         while True:
             msg_type, xid = self.receive()
             if msg_type == FEATURES_REQUEST:
                 self.send(FEATURES_REPLY, struct.pack("!QIBB2xII", dp_id, 0, 254, 0, 0, 0), xid)
             elif msg_type == MULTIPART_REQUEST:
-                self.send(MULTIPART_REPLY, struct.pack("!HH4x", PORT_DESC, 0), xid)
-                return
+                return xid
             elif msg_type == ECHO_REQUEST:
                 self.send(ECHO_REPLY, b"", xid)
+
+    def ports(self, xid: int) -> None:
+        """No ports: the handshake's last answer."""
+        self.send(MULTIPART_REPLY, struct.pack("!HH4x", PORT_DESC, 0), xid)
 
     def close(self) -> None:
         self.sock.close()
@@ -105,6 +114,68 @@ def test_a_connection_claiming_a_live_bridges_datapath_id_does_not_take_the_brid
     if leaves != "at once":
         assert "another connection claimed it while the switch answers on its own" in log
     assert "Traceback" not in log
+
+
+STALLED = 200            # old connections closed at once: more than the 128 events os-ken's event queue holds
+STALLED_DPID = 0xC105E000
+
+
+def ended(peer: FakePeer) -> bool:
+    """Whether the controller has closed its end of `peer`: what waits is read, then an end of file."""
+    peer.sock.setblocking(False)
+    try:
+        while peer.sock.recv(65536):
+            pass
+        return True
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_two_hundred_hung_connections_closed_at_once_after_a_stall_leave_the_controller_answering(
+        controller):   # noqa: F811
+    """200 switches reconnect while their old connections hang (no echo answered): each old one is closed
+    CLAIM_SECONDS later, by the close a switch silent to its polls gets too. The controller stalled past that
+    (SIGSTOP, as a loaded host stalls it), the 200 claims fall due at once into its event queue of 128 (unstalled,
+    each close has a timer's event to itself and the queue never fills). Each close posts that connection's end
+    to the same queue: made by the event loop itself rather than a greenthread of its own, it waits for room
+    only the loop can make, and nothing is answered again."""
+    proc, tmp_path, names = controller
+    assert rest("PUT", "/policy", policy("reserve"))[0] == 200
+    wait(lambda: in_sync("reserve"), 20, "the policy in force")
+    old, new = [], []
+    try:
+        for k in range(STALLED):
+            old.append(FakePeer())
+            old[-1].claim(STALLED_DPID + k)
+        asked = []
+        for k in range(STALLED):
+            new.append(FakePeer())
+            asked.append(new[-1].handshake(STALLED_DPID + k))
+        first = time.monotonic()              # before any claim's timer runs: the new connections claim at once
+        for peer, xid in zip(new, asked):
+            peer.ports(xid)
+        for peer in old:
+            while peer.receive()[0] != ECHO_REQUEST:   # the old connection asked: its claim's timer runs
+                pass
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            stalled = time.monotonic()
+            assert stalled - first < CLAIM_SECONDS, "claims fell due one by one before the stall"
+            assert not any(ended(peer) for peer in old)
+            time.sleep(CLAIM_SECONDS + 0.5)   # every claim due
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        wait(lambda: all(ended(peer) for peer in old), 10, "every old connection closed by the controller")
+        assert in_sync("reserve")
+        sh("ovs-ofctl", "-O", "OpenFlow13", "del-flows", names[0])
+        wait(lambda: len(our_flows(names[0])) == 4, 2.5, "flows deleted by hand repaired")
+        log = (tmp_path / "controller.log").read_text()
+        assert log.count("the new one is the switch now") == STALLED and "Traceback" not in log, log[-3000:]
+    finally:
+        for peer in old + new:
+            peer.close()
 
 
 # What each peer sends, and the lines it may cost: os-ken waits for the rest of what a header announces
