@@ -437,6 +437,31 @@ def test_a_switch_that_answers_no_poll_for_ten_seconds_has_its_connection_closed
     assert net.app.closed == [conn]
 
 
+def test_a_switch_busy_when_it_connects_has_ten_seconds_to_answer_counted_from_then(net):
+    """Its silence is counted from the connection (poller.start), not from the controller's start: a switch
+    whose vswitchd is busy at first is not closed at its first poll."""
+    net.s1.stalled = True                        # it answers nothing yet, not even the role request
+    conn = net.app.connect(net.s1)
+    net.app.advance(9.5)
+    assert net.app.closed == []
+    net.app.advance(3.0)                         # still nothing: dead after all
+    assert net.app.closed == [conn]
+
+
+def test_the_poll_that_closes_a_silent_switchs_connection_does_nothing_more_for_it(net):
+    """Let go once found dead: that poll writes nothing for it, not even the retry of a port OVSDB refused
+    (which each poll before it tried again); it is done anew if the switch connects again."""
+    net.ovsdb.refuse = {"s1-eth1"}
+    up(net)
+    net.s1.mute = True
+    muted = before = net.ovsdb.attempts
+    while not net.app.closed:                    # half a poll interval at a time: at most one poll a step
+        before = net.ovsdb.attempts
+        net.app.advance(0.5)
+        assert net.app.clock < 1030.0
+    assert net.ovsdb.attempts == before > muted
+
+
 def test_a_switch_whose_every_poll_is_answered_after_the_next_is_due_is_slow_not_dead(net):
     up(net)
     net.s1.late = True
