@@ -459,6 +459,18 @@ def test_a_silent_switch_whose_ovsdb_answers_is_kept(net):
     assert net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]["in_sync"] is True
 
 
+def test_a_switch_busy_when_it_connects_has_ten_seconds_to_answer_counted_from_then(net):
+    """Its silence is counted from the connection (poller.start), not from the controller's start: a switch
+    whose vswitchd is busy at first is not closed at its first poll."""
+    net.s1.stalled = True                        # it answers nothing yet, not even the role request
+    conn = net.app.connect(net.s1)
+    net.ovsdb.connected = False                  # nor its host's OVSDB: a path gone, not a busy vswitchd
+    net.app.advance(9.5)
+    assert net.app.closed == []
+    net.app.advance(3.0)                         # still nothing: dead after all
+    assert net.app.closed == [conn]
+
+
 def test_a_switch_whose_every_poll_is_answered_after_the_next_is_due_is_slow_not_dead(net):
     up(net)
     net.s1.late = True

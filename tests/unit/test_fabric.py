@@ -219,6 +219,22 @@ def test_a_flood_beside_a_tcp_flow_to_the_same_host_cannot_be_moved_apart_so_the
     assert (int(program["dp_id"], 16), program["port"]) == link
 
 
+def test_a_link_that_reserved_because_nothing_could_be_moved_rolls_back_once_the_flood_ends(tmp_path):
+    """Only a program is deferred to adaptive paths: a rollback asks nothing of them (asked, it would find nothing
+    to move and reserve the link again, for good)."""
+    net = twin_links(tmp_path)
+    link = net.path("h1", "h4")[0]
+    for _ in range(2):
+        net.offer([("h1", "h4", 2.5 * MBIT, TCP), ("h2", "h4", 8 * MBIT, UDP)], 5 * MBIT)
+        net.app.poll()
+    assert link in link_ports_reserving(net)
+    for _ in range(5):                             # quiet for longer than the hold time
+        net.app.poll()
+    assert link not in link_ports_reserving(net)
+    rollbacks = [d for d in net.app.core.decisions.last if d["action"] == "rollback"]
+    assert [(int(d["dp_id"], 16), d["port"]) for d in rollbacks] == [link]
+
+
 def test_a_flood_beside_a_tcp_flow_to_another_host_is_moved_onto_the_idle_link_and_nothing_reserves(tmp_path):
     net = twin_links(tmp_path)
     tcp_to, flood_to = next((a, b) for a in ("h4", "h5", "h6") for b in ("h4", "h5", "h6")

@@ -245,6 +245,8 @@ MALFORMED = [
     ("unknown port key", lambda d: _set(d["switches"]["s1"]["ports"][1], "colour", "red"), "switches.s1.ports.1.colour",
      "unknown key"),
     ("unknown flow key", lambda d: _set(s1_flow(d, 0), "colour", "red"), "switches.s1.flows[0].colour", "unknown key"),
+    ("flow not a mapping", lambda d: _set(d["switches"]["s1"]["flows"], 0, "output:1"),   # YAML's `- output:1`
+     "switches.s1.flows[0]", "expected a mapping of keys to values, got str"),
     ("eth_dst not a MAC", lambda d: _set(s1_flow(d, 5)["match"], "eth_dst", "00:00:00:00:02"),
      "switches.s1.flows[5].match.eth_dst", "'00:00:00:00:02' is not a MAC address"),
     ("action not a mapping", lambda d: _set(s1_flow(d, 0), "actions", [1]), "switches.s1.flows[0].actions[0]",

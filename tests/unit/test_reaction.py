@@ -3,6 +3,8 @@ carries its reservation's classes from the start, its classified flows pass coun
 fresh where flow counters lag), and while it carries half its capacity or more it is polled every
 fast_poll_interval. A flood onset there is answered within two fast polls, by one flow batch; a lone
 flow's loss (BBR's start-up), a one-poll blip or an idle port program nothing and cost nothing."""
+import pytest
+
 from controller.core import actions as act
 from controller.core import events as ev
 from controller.core.meters import COUNTING_BAND, METER_BASE, counting_meter_id
@@ -54,7 +56,11 @@ def test_a_flood_onset_beside_a_lone_flow_is_answered_within_two_fast_polls(net)
     assert "overload" in decision["reason"] and net.s1.steering() == {TCP, UDP, VOICE}
 
 
-def test_a_lone_flow_losing_packets_at_capacity_programs_nothing(net):
+@pytest.mark.parametrize("max_meter", [1000, 0])   # its classes' rates from counting meters, or from flows
+def test_a_lone_flow_losing_packets_at_capacity_programs_nothing(net, max_meter):
+    """An idle class's rate is 0, not a bit/s more: a class served first (voice) sending anything at a port that
+    loses packets would be answered."""
+    net.s1.max_meter = max_meter
     up(net, "auto")
     lone_tcp(net, drops_ps=200.0)                  # BBR's start-up overshoot, and worse, for 10 s
     net.app.advance(10.0)

@@ -178,14 +178,15 @@ def test_a_cluster_member_raises_the_switchs_epoch_before_its_first_write_and_ca
     out = read_tables(sw, replica, asked(sw), epoch=42)
     (submit,) = [a for a in out if isinstance(a, act.Submit)]
     assert submit.epochs == ((1, 42),) and [j.epoch for j in submit.jobs] == [42]
+    (barrier,) = sent(out, act.Barrier)
+    sw.handle(ev.BarrierReply(7, barrier.xid), 100.0, view(replica, 5, epoch=42))
     for job in submit.jobs:
         replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
     sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5, epoch=42))
-    replica.generation = (2,)                        # OVSDB changed: the poll reconciles, with nothing to change
-    due = sw.poller.next_due
-    assert due is not None
-    out = sw.handle(ev.PollDue(7, due), due, view(replica, 5, epoch=42))
-    assert sent(out, act.StatsRequest) and not [a for a in out if isinstance(a, act.Submit)]    # raised once
+    # Compared again with nothing to change (as when its lease is confirmed after a lapse): raised once, so no
+    # OVSDB write. (A poll after OVSDB moved elsewhere would not reconcile at all: it holds what it held.)
+    out = sw.handle(ev.Reconcile(), 101.0, view(replica, 5, epoch=42))
+    assert sw.in_sync and not [a for a in out if isinstance(a, act.Submit)]
     # Taken over under a newer epoch (the switch was another member's meanwhile): raised, though no port
     # needs a change, so that the member it was taken from can write nothing more.
     out = sw.handle(ev.RoleDue(), 102.0, view(replica, 77, epoch=77))
