@@ -38,7 +38,7 @@ from controller.adapters.tc import ClassCounters, Leaf
 from controller.adapters.worker import SWEEP, Worker
 from controller.core import actions as act
 from controller.core import events as ev
-from controller.core.authority import Pair
+from controller.core.authority import Alone, Pair
 from controller.core.bridges import BridgeInfo
 from controller.core.controller import Controller
 from controller.core.flows import CLASSIFIED, COOKIE
@@ -566,16 +566,18 @@ class Harness:
     _conns = itertools.count(1)     # connection numbers, unique across every harness of a test
 
     def __init__(self, ovsdb: FakeOvsdb, state_file: Path, policy: Path | None = None, tc: FakeTc | None = None,
-                 clock: float = 1000.0):
+                 clock: float = 1000.0, alone: bool = False):
+        """`alone`: a lone controller (no standby, so no lease and no epoch on its jobs), not one of a pair."""
         self.fake_ovsdb, self.state_file, self.policy_file = ovsdb, state_file, policy
-        self.clock = clock
+        self.clock, self.alone = clock, alone
         self.session = ovsdb.session()
-        self.remotes = Remotes(("fake",), lambda name: self.session, standby=True)
+        self.remotes = Remotes(("fake",), lambda name: self.session, standby=not alone)
         self.remotes.connect("fake")
         self.store = PairStore(self.remotes, StateFile(state_file, shared=True))   # a standby pair's (standby=True)
         self.core = Controller(self.remotes, owner="test", saved=self.store.load(),
                                pinned=_checked(load_document(str(policy))) if policy else None,
-                               authority=Pair(self.remotes.locked), wall=lambda: self.clock, rng=random.Random(7))
+                               authority=Alone() if alone else Pair(self.remotes.locked), wall=lambda: self.clock,
+                               rng=random.Random(7))
         self.tc = tc or FakeTc(ovsdb)
         self.worker = Worker(self.remotes.view("fake"), self.tc, lambda results: None,
                              lambda: self.core.authority.confirmed(self.clock))
@@ -607,7 +609,7 @@ class Harness:
     def another(self) -> Harness:
         """A second controller process on the same OVSDB, state file and devices: a restart (once this one
         has gone, `exit()`), or a standby (while this one holds the lock)."""
-        return Harness(self.fake_ovsdb, self.state_file, self.policy_file, self.tc, self.clock)
+        return Harness(self.fake_ovsdb, self.state_file, self.policy_file, self.tc, self.clock, self.alone)
 
     def exit(self) -> None:
         """The process ends: its OVSDB session, and with it the lock, goes."""
@@ -766,10 +768,10 @@ class Net:
     tmp: Path
 
 
-def study_net(tmp_path: Path) -> Net:
+def study_net(tmp_path: Path, alone: bool = False) -> Net:
     s1, s2 = FakeSwitch(1, S1), FakeSwitch(2, S2)
     ovsdb = FakeOvsdb(s1, s2)
-    return Net(Harness(ovsdb, tmp_path / "state.json"), ovsdb, s1, s2, tmp_path)
+    return Net(Harness(ovsdb, tmp_path / "state.json", alone=alone), ovsdb, s1, s2, tmp_path)
 
 
 def shipped(name: str) -> dict:

@@ -10,7 +10,7 @@ from controller.core.errors import PolicyError
 from controller.core.flows import CLASSIFIED, COOKIE
 from controller.core.peers import NOT_CONNECTED
 from controller.core.plan import FOREIGN
-from tests.unit.fakes import S1_FLOWS, S2_FLOWS, TCP, UDP, VOICE, flood, mode, shipped, slow_polls, up
+from tests.unit.fakes import S1_FLOWS, S2_FLOWS, TCP, UDP, VOICE, flood, mode, shipped, slow_polls, study_net, up
 
 MARKS = {(family, dscp, cls) for family in ("ipv4", "ipv6") for dscp, cls in ((1, "1:2"), (2, "1:3"), (3, "1:4"))}
 
@@ -457,6 +457,30 @@ def test_a_silent_switch_whose_ovsdb_answers_is_kept(net):
     net.app.advance(2.0)
     assert net.app.closed == []
     assert net.app.request(ev.GetStatus)[0]["switches"]["0000000000000001"]["in_sync"] is True
+
+
+def test_the_poll_that_closes_a_dead_switchs_connection_writes_nothing_to_its_devices(tmp_path):
+    """Let go once found dead: that poll does nothing more for it, not even the retry of a tc write netlink
+    refused, which each poll before it tried again. A lone controller's jobs carry no epoch for the unreachable
+    OVSDB to refuse, so its worker would write the device; the switch's next connection does it instead."""
+    net = study_net(tmp_path, alone=True)
+    net.app.tc.fail = {"replace_leaf": "Operation not permitted"}
+    up(net)                                      # OVSDB took the queues; their leaves wait, retried at each poll
+    conn = net.app.conn_of(net.s1)
+    net.s1.mute = True
+    net.app.advance(11.0)                        # silent past the limit, but its OVSDB answers: kept
+    assert net.app.closed == []
+    net.ovsdb.connected = False                  # now its host's OVSDB is cut off too, as the app reports
+    net.app.remotes_changed()
+    net.app.tc.fail = {}                         # and netlink would take the write
+    net.app.advance(1.0)                         # the next poll closes it
+    assert net.app.closed == [conn]
+    assert "pfifo_head_drop" not in {leaf.kind for leaf in net.app.tc.leaves("s1-eth1").values()}
+    net.app.disconnect(net.s1, conn)             # its end, once the close is done
+    net.s1.mute, net.ovsdb.connected = False, True
+    net.app.remotes_changed()
+    net.app.connect(net.s1)
+    assert {leaf.kind for leaf in net.app.tc.leaves("s1-eth1").values()} == {"pfifo_head_drop"}
 
 
 def test_a_switch_busy_when_it_connects_has_ten_seconds_to_answer_counted_from_then(net):

@@ -183,6 +183,8 @@ def test_two_elephants_on_one_uplink_beside_an_idle_one_are_moved_apart_and_back
         net.app.poll()
     assert net.app.core.forwarding.fabric.routes.placement.overrides == {}
     assert net.path("h1", a)[0] == net.path("h2", b)[0]        # ECMP's own choice again
+    back = [d for d in net.app.core.decisions.last if d["action"] == "move"][1:]
+    assert back and all(d["reason"] == "quiet" and d["bit_rate"] == 0 for d in back)   # it sends nothing now
 
 
 def test_one_elephant_alone_is_left_where_it_is(tmp_path):
