@@ -209,13 +209,20 @@ def link_ports_reserving(net: FakeNet) -> set[tuple[int, int]]:
     return {(dp, port) for dp in net.switches for port in net.app.core.switches[dp].state.reserving}
 
 
-def test_a_flood_beside_a_tcp_flow_to_the_same_host_cannot_be_moved_apart_so_the_link_reserves(tmp_path):
+def flooded_beside_tcp_to_one_host(tmp_path) -> tuple[FakeNet, tuple[int, int]]:
+    """Twin links, a flood beside a TCP flow to the same host for two polls: nothing can be moved apart, so the
+    link they share reserves. The net and that link."""
     net = twin_links(tmp_path)
     link = net.path("h1", "h4")[0]
     for _ in range(2):
         net.offer([("h1", "h4", 2.5 * MBIT, TCP), ("h2", "h4", 8 * MBIT, UDP)], 5 * MBIT)
         net.app.poll()
     assert link in link_ports_reserving(net)
+    return net, link
+
+
+def test_a_flood_beside_a_tcp_flow_to_the_same_host_cannot_be_moved_apart_so_the_link_reserves(tmp_path):
+    net, link = flooded_beside_tcp_to_one_host(tmp_path)
     assert not [d for d in net.app.core.decisions.last if d["action"] == "move"]
     (program,) = [d for d in net.app.core.decisions.last if d["action"] == "program"]
     assert (int(program["dp_id"], 16), program["port"]) == link
@@ -224,12 +231,7 @@ def test_a_flood_beside_a_tcp_flow_to_the_same_host_cannot_be_moved_apart_so_the
 def test_a_link_that_reserved_because_nothing_could_be_moved_rolls_back_once_the_flood_ends(tmp_path):
     """Only a program is deferred to adaptive paths: a rollback asks nothing of them (asked, it would find nothing
     to move and reserve the link again, for good)."""
-    net = twin_links(tmp_path)
-    link = net.path("h1", "h4")[0]
-    for _ in range(2):
-        net.offer([("h1", "h4", 2.5 * MBIT, TCP), ("h2", "h4", 8 * MBIT, UDP)], 5 * MBIT)
-        net.app.poll()
-    assert link in link_ports_reserving(net)
+    net, link = flooded_beside_tcp_to_one_host(tmp_path)
     for _ in range(5):                             # quiet for longer than the hold time
         net.app.poll()
     assert link not in link_ports_reserving(net)
