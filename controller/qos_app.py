@@ -69,7 +69,7 @@ config.register(CONF)
 
 REQUEST_TIMEOUT = 30.0
 FIRST_REMOTE_WAIT = 5.0     # at start, how long the first remote (the lock's) may take before the API opens
-REPLIES = [ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPAggregateStatsReply,
+REPLIES = [ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPFlowRemoved,
            ofp_event.EventOFPMeterConfigStatsReply, ofp_event.EventOFPMeterStatsReply,
            ofp_event.EventOFPMeterFeaturesStatsReply, ofp_event.EventOFPQueueStatsReply,
            ofp_event.EventOFPPortStatsReply, ofp_event.EventOFPBarrierReply, ofp_event.EventOFPErrorMsg,

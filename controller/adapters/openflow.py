@@ -9,6 +9,7 @@ from typing import Any
 from controller.core import actions as act
 from controller.core import events as ev
 from controller.core.flows import CLASSIFIED, COOKIE, COOKIE_MASK, FlowEntry
+from controller.core.flows import is_ours as our_flow
 from controller.core.meters import is_ours
 from controller.core.plan import ActualFlow
 from controller.core.policy import Police
@@ -48,7 +49,9 @@ def message(dp: Datapath, m: act.Message) -> OFPMessage:
     ofp, parser = dp.ofproto, dp.ofproto_parser
     if isinstance(m, act.AddFlow | act.ModifyFlow):
         e = m.entry
+        # Flagged so that the switch says when it is deleted (by hand, by another tool): repaired without a read.
         msg = parser.OFPFlowMod(dp, cookie=e.cookie, priority=e.priority, table_id=e.table,
+                                flags=ofp.OFPFF_SEND_FLOW_REM,
                                 command=ofp.OFPFC_ADD if isinstance(m, act.AddFlow) else ofp.OFPFC_MODIFY_STRICT,
                                 match=parser.OFPMatch(**dict(e.match)), instructions=_instructions(dp, e))
     elif isinstance(m, act.DeleteFlow):
@@ -88,9 +91,6 @@ def _stats_request(dp: Datapath, m: act.StatsRequest) -> OFPMessage:
         # Our flows only (by the cookie's high bits), from every table; or only the classified ones.
         cookie, mask = (COOKIE, COOKIE_MASK) if m.kind == act.FLOWS else (COOKIE | CLASSIFIED, COOKIE_MASK | CLASSIFIED)
         return parser.OFPFlowStatsRequest(dp, 0, ofp.OFPTT_ALL, port, ofp.OFPG_ANY, cookie, mask, parser.OFPMatch())
-    if m.kind == act.FLOW_COUNT:
-        return parser.OFPAggregateStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, COOKIE, COOKIE_MASK,
-                                               parser.OFPMatch())
     if m.kind == act.METER_CONFIG:
         return parser.OFPMeterConfigStatsRequest(dp, 0, ofp.OFPM_ALL)
     if m.kind == act.METER_STATS:
@@ -231,9 +231,9 @@ def describe_error(ofp: OFProto, err_type: int, code: int) -> str:
     return f"{type_name}/{code_name}"
 
 
-_READERS: dict[str, Callable[[int, OFPMessage], ev.Event]] = {
+_READERS: dict[str, Callable[[int, OFPMessage], ev.Event | None]] = {
     "OFPFlowStatsReply": _flows,
-    "OFPAggregateStatsReply": lambda conn, msg: ev.FlowCountReply(conn, msg.xid, msg.body.flow_count),
+    "OFPFlowRemoved": lambda conn, msg: ev.FlowRemoved(conn, msg.cookie) if our_flow(msg.cookie) else None,
     "OFPMeterConfigStatsReply": _meter_config,
     "OFPMeterStatsReply": _meter_stats,
     "OFPMeterFeaturesStatsReply": _meter_features,

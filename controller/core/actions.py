@@ -54,7 +54,6 @@ class Barrier:
 # Statistics a poll or a check asks for.
 FLOWS = "flows"                  # every flow of ours
 CLASSIFIED_FLOWS = "classified flows"   # the flows of traffic classes only (their counters are the class rates)
-FLOW_COUNT = "flow count"        # how many flows of ours (an aggregate request)
 METER_CONFIG = "meter config"
 METER_STATS = "meter stats"
 METER_FEATURES = "meter features"

@@ -69,9 +69,9 @@ class Controller:
     # --- the one entry point ------------------------------------------------------------------------------
     def handle(self, event: ev.Event, now: float) -> list[act.Action]:
         self.out, self.handled = [], {}
-        # A switch's own event (its replies and timers, most of what a controller handles), a device's news or
-        # the fabric's (its discovery, four rounds a second) can change what the switches it went to hold only;
-        # any other event may change ownership or every switch.
+        # A switch's own event (its replies and timers, most of what a controller handles), a device's news, the
+        # fabric's (its discovery, four rounds a second) or the remotes' report and heartbeat (each second) can
+        # change what the switches it went to hold only; any other event may change ownership or every switch.
         local = False
         match event:
             case ev.SwitchUp():
@@ -105,7 +105,7 @@ class Controller:
                 self.out += self.forwarding.round(event, *self._writable(now), now)
                 self._refresh(now)
             case (ev.BridgeDue() | ev.PollDue() | ev.RoleReply() | ev.ErrorReply()
-                  | ev.BarrierReply() | ev.FlowStatsReply() | ev.FlowCountReply() | ev.MeterFeaturesReply()
+                  | ev.BarrierReply() | ev.FlowStatsReply() | ev.FlowRemoved() | ev.MeterFeaturesReply()
                   | ev.MeterConfigReply() | ev.MeterStatsReply() | ev.QueueStatsReply() | ev.PortStatsReply()):
                 sw, local = self.conns.switches.get(event.conn), True   # None: a connection gone, or on trial
                 if sw is not None:
@@ -147,9 +147,11 @@ class Controller:
                 local = True
                 for dp in news & self.switches.keys():
                     self._to(self.switches[dp], event, now)
-            case ev.RemotesChanged():
+            case ev.RemotesChanged():   # every second: switches change hands only in a take-over or a stand-down,
+                local = True            # which go to every switch (or wait for PolicyLoaded, which does)
                 self._remotes_changed(event, now)
             case ev.Beaten():   # confirmed again after a lapse: what it could not write meanwhile
+                local = True    # (who may write, not who owns)
                 lapsed = not self.authority.confirmed(now)
                 self.authority.beaten(event)
                 if lapsed and self.authority.confirmed(now):
@@ -209,9 +211,10 @@ class Controller:
         self._everywhere(ev.PolicyInstalled(), now)
 
     # --- the fabric: the controller's own forwarding under a policy's network: (controller/core/forwarding.py) --
-    def _writable(self, now: float) -> tuple[dict[int, Switch], set[int]]:
+    def _writable(self, now: float) -> tuple[dict[int, Switch], Callable[[int], bool]]:
+        """The switches the fabric covers, and whether one of them is ours to write now."""
         covered = self.forwarding.covered(self.keeper.policy, self.switches)
-        return covered, {dp for dp, sw in covered.items() if sw.role.writable(self.view(dp, now))}
+        return covered, lambda dp: covered[dp].role.writable(self.view(dp, now))
 
     def _refresh(self, now: float, tell: bool = True) -> None:
         """What the fabric says of each switch anew; those it changed for rebuild their tables (unless `tell` is

@@ -1,8 +1,9 @@
 """The flows and meters of ours one switch holds, and the batches that change them (a part of
 controller/core/switch.py).
 
-What the switch holds is read before anything is changed, taken from the barrier that confirms a batch,
-or read again after an error or when a poll finds the table changed: never a memory of what was sent.
+What the switch holds is read before anything is changed, taken from the barrier that confirms a batch and
+from the switch's word that a flow of ours was deleted (our flows ask for it), or read again after an error or
+when a poll finds the table changed: never a memory of what was sent.
 A batch sends the meters its flows use, the flow changes, the meters no flow uses any more, then a
 barrier; its errors are matched to it by xid.
 """
@@ -41,6 +42,7 @@ class FlowSync(SwitchPart):
         self.cannot_police: str | None = UNKNOWN_METERS   # why its meters cannot police; None: they can
         self.batches: dict[int, Batch] = {}               # barrier xid → batch
         self.failed = False                               # the switch refused a batch: tried again next poll
+        self.reread = False                               # a flow went while a batch was in flight: read at its end
         self._errors: dict[str, str] = {}
 
     def start(self) -> None:
@@ -95,6 +97,9 @@ class FlowSync(SwitchPart):
             if batch.meters_unknown:
                 self.meters = None
                 self.link.ask(act.METER_CONFIG)
+        if self.reread and not self.batches:
+            self.reread, self.flows = False, None
+            self.link.ask(act.FLOWS)
         return True
 
     def flow_table(self, reply: ev.FlowStatsReply, what: str | None, current: bool) -> bool:
@@ -112,9 +117,20 @@ class FlowSync(SwitchPart):
         self.flows = reply.flows
         return True
 
-    def flow_count(self, reply: ev.FlowCountReply, current: bool) -> None:
-        if current and self.flows is not None and reply.count != len(self.flows):
-            self.link.ask(act.FLOWS)   # flows added or removed: read the whole table
+    def removed(self, cookie: int) -> bool:
+        """The switch says a flow of ours went; whether that changed what we know it holds. Our own deletions are
+        said too (before their barrier). Any other, while a batch is in flight, leaves the batch's outcome unknown:
+        the table is read once its barrier is in."""
+        if any(cookie in batch.changes.delete for batch in self.batches.values()):
+            return False
+        if self.batches:
+            self.reread = True
+            return False
+        if self.flows is None or cookie not in self.flows:
+            return False
+        self.link.drift("flows", "the switch says a flow of ours was deleted")
+        del self.flows[cookie]
+        return True
 
     def meter_config(self, reply: ev.MeterConfigReply, current: bool) -> bool:
         if not current or reply.meters == self.meters:

@@ -72,9 +72,10 @@ class Forwarding:
         self.due = now
         return [act.Later(0.0, ev.DiscoveryDue(now))], changed
 
-    def round(self, due: ev.DiscoveryDue, covered: dict[int, Switch], writable: set[int],
+    def round(self, due: ev.DiscoveryDue, covered: dict[int, Switch], writable: Callable[[int], bool],
               now: float) -> list[act.Action]:
-        """Links not heard lately lost, probes out of the writable switches' ports, the next round set."""
+        """Links not heard lately lost, probes out of the writable switches' ports, the next round set. Whether a
+        switch is writable is asked only of those with ports to probe."""
         if due.due != self.due:
             return []
         self.due = None
@@ -82,19 +83,20 @@ class Forwarding:
             return []       # rounds start again with the next switch covered
         wall_ms = int(self.wall() * 1000)
         self.fabric.expire(wall_ms)
-        out = [send for dp in sorted(writable)
+        unprobed = self.fabric.topology.unprobed
+        out = [send for dp in sorted(covered) if dp not in unprobed and writable(dp)
                for send in self._send(covered[dp], self.fabric.probes(dp, now, wall_ms))]
         self.due = max(due.due + PROBE_SECONDS, now)
         return [*out, act.Later(self.due - now, ev.DiscoveryDue(self.due))]
 
-    def packet_in(self, sw: Switch, packet: ev.PacketIn, covered: dict[int, Switch], writable: set[int],
+    def packet_in(self, sw: Switch, packet: ev.PacketIn, covered: dict[int, Switch], writable: Callable[[int], bool],
                   now: float) -> list[act.Action]:
         """From any switch the fabric covers, ours to write or not (a standby's, another member's: it is heard
         as its owner hears it); what it asks to send goes out of ours only."""
         if sw.dp_id not in covered:
             return []
         outs = self.fabric.packet_in(sw.dp_id, packet.in_port, packet.table, packet.data, now,
-                                     int(self.wall() * 1000), writable)
+                                     int(self.wall() * 1000), {dp for dp in covered if writable(dp)})
         return [send for out in outs for send in self._send(covered[out.dp_id], [out])]
 
     def loads(self, loads: act.Loads, policy: Policy | None, now: float) -> list[Move]:

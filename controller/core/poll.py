@@ -28,6 +28,7 @@ class PollRound:
     ports: dict[int, PortCounters] | None = None
     at: dict[str, float] = field(default_factory=dict)             # what → when its reply came
     if_received: tuple[str, ...] = ()   # asked for once the ports' reply says they received anything
+    if_sent: tuple[str, ...] = ()       # ... or sent anything
 
     def answered(self, xid: int) -> bool:
         """Whether `xid` belongs to this poll; it is then no longer awaited."""

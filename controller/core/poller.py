@@ -87,8 +87,8 @@ class Poller(SwitchPart):
             LOG.warning("switch %016x: statistics cannot be polled every %g s (the last poll was %.2f s late and "
                         "took %.2f s); congestion is answered that much later", self.link.dp_id, interval, lag,
                         now - self.round.sent if self.round else 0.0)
-        # The whole flow table now and then (and at once when the count or the classified flows differ
-        # from what we hold): a flow changed in place is found within WHOLE_TABLE_POLLS polls.
+        # The whole flow table now and then (and at once when the classified flows differ from what we hold): a
+        # flow changed in place is found within WHOLE_TABLE_POLLS polls. A flow deleted is said by the switch.
         self.table_polls = (self.table_polls + 1) % WHOLE_TABLE_POLLS
         whole = self.table_polls == 0
         ask = self.link.ask
@@ -99,11 +99,8 @@ class Poller(SwitchPart):
         rates = []
         if whole:
             waiting.add(ask(act.FLOWS))
-        else:
-            # A switch without classified flows has no class rates to read; one added is counted.
-            if flows is None or any(cookie & CLASSIFIED for cookie in flows):
-                rates.append(act.CLASSIFIED_FLOWS)
-            ask(act.FLOW_COUNT)
+        elif flows is None or any(cookie & CLASSIFIED for cookie in flows):
+            rates.append(act.CLASSIFIED_FLOWS)   # a switch without classified flows has no class rates to read
         if meters:
             rates.append(act.METER_STATS)
             if whole:
@@ -111,12 +108,14 @@ class Poller(SwitchPart):
         idle = not whole and self.receiving == set()
         if not idle:
             waiting |= {ask(kind) for kind in rates}
-        # A port that sent nothing since the last poll has queue counters that did not move either: a
-        # switch of idle ports has its queues read with the whole table only (its ports are still read).
-        if whole or self.sending is None or self.sending:
+        # Likewise a queue drops only what its port was given: the queues of a switch whose ports sent nothing at
+        # the last poll are read once this poll's port counters say one did (and not at all while none does).
+        quiet = self.sending == set()
+        if not quiet:
             waiting.add(ask(act.QUEUES))
         waiting.add(ask(act.PORTS))
-        self.round = PollRound(due.due, now, waiting, if_received=tuple(rates) if idle else ())
+        self.round = PollRound(due.due, now, waiting, if_received=tuple(rates) if idle else (),
+                               if_sent=(act.QUEUES,) if quiet else ())
         return True
 
     def _fast_due(self, due: ev.PollDue, view: SwitchView, now: float, meters: bool) -> None:
@@ -177,6 +176,9 @@ class Poller(SwitchPart):
             if self.receiving:
                 round_.waiting |= {self.link.ask(kind) for kind in round_.if_received}
                 round_.if_received = ()
+            if self.sending:
+                round_.waiting |= {self.link.ask(kind) for kind in round_.if_sent}
+                round_.if_sent = ()
         ports.update(reply.ports)
         if round_ is not None:
             round_.ports = {**(round_.ports or {}), **reply.ports}

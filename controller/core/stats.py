@@ -113,6 +113,7 @@ class RateTracker:
         self._max_gap, self._min_gap = max_gap, min_gap
         # dp_id → (port_no, queue_id or None for the port itself) or ("flow", cookie) → last sample
         self._baselines: dict[int, dict[tuple[int | str, int | None], _Baseline]] = {}
+        self._still: dict[tuple[int, str], float] = {}   # (dp_id, kind) → until when none of them moved (unchanged)
 
     def port(self, dp_id: int, port_no: int, counters: PortCounters, now: float) -> PortRates | None:
         measured = self._measure(dp_id, (port_no, None), counters, _PORT_SCALES, now)
@@ -124,7 +125,7 @@ class RateTracker:
         return None if measured is None else QueueRates._make([*measured[0], measured[1]])
 
     def flow(self, dp_id: int, cookie: int, counters: FlowCounters, now: float) -> FlowRates | None:
-        measured = self._measure(dp_id, ("flow", cookie), counters, _FLOW_SCALES, now)
+        measured = self._measure(dp_id, ("flow", cookie), counters, _FLOW_SCALES, now, "flow")
         return None if measured is None else FlowRates._make([*measured[0], measured[1]])
 
     def meter(self, dp_id: int, meter: int, counters: MeterCounters, now: float) -> FlowRates | None:
@@ -135,18 +136,16 @@ class RateTracker:
 
     def unchanged(self, dp_id: int, kind: str, now: float) -> list[int]:
         """The counters of every `kind` ("flow") known did not move up to `now` (nothing came in to match them,
-        and they were not read): their baselines are moved to `now`, and their keys returned (each rate was 0).
-        A meter's are left: its first rate after an idle spell is an average over it, which no decision reads
-        (a port busy again is fast polled, and those rates are over 50 ms)."""
-        baselines = self._baselines.get(dp_id, {})
-        unchanged = [key for key in baselines if key[0] == kind]
-        for key in unchanged:
-            baselines[key] = baselines[key]._replace(at=now)
-        return [int(number) for _, number in unchanged if number is not None]
+        and they were not read): each next rate is over the time since `now`, as if read then; their keys are
+        returned (each rate was 0). A queue's or meter's are left: its first rate after an idle spell is an
+        average over it, which no decision reads alone (a port busy again is fast polled, over 50 ms)."""
+        self._still[(dp_id, kind)] = now
+        return [int(number) for key, number in self._baselines.get(dp_id, {}) if key == kind and number is not None]
 
     def _measure(self, dp_id: int, key: tuple[int | str, int | None], values: tuple[int, ...],
-                 scales: tuple[int, ...], now: float) -> tuple[list[float | None], float] | None:
-        """Rates since the baseline and the interval, then `values` becomes the baseline."""
+                 scales: tuple[int, ...], now: float, kind: str = "") -> tuple[list[float | None], float] | None:
+        """Rates since the baseline (or since its kind was last known unchanged) and the interval, then `values`
+        becomes the baseline."""
         baselines = self._baselines.setdefault(dp_id, {})
         previous = baselines.get(key)
         if previous is not None and now - previous.at < self._min_gap:
@@ -154,7 +153,7 @@ class RateTracker:
         baselines[key] = _Baseline(values, now)
         if previous is None:
             return None
-        interval = now - previous.at
+        interval = now - max(previous.at, self._still.get((dp_id, kind), previous.at)) if kind else now - previous.at
         if interval > self._max_gap:
             return None  # an average over a long gap would hide the bursts in it
         rates = _rates(previous.values, values, scales, interval)

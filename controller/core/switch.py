@@ -37,7 +37,7 @@ from controller.core.view import Mode, SwitchView
 
 BRIDGE_RETRIES, BRIDGE_RETRY_SECONDS = 50, 0.2
 FROM_THE_SWITCH = (ev.PacketIn, ev.PortsChanged, ev.RoleReply, ev.ErrorReply, ev.BarrierReply, ev.FlowStatsReply,
-                   ev.FlowCountReply, ev.MeterFeaturesReply, ev.MeterConfigReply, ev.MeterStatsReply,
+                   ev.FlowRemoved, ev.MeterFeaturesReply, ev.MeterConfigReply, ev.MeterStatsReply,
                    ev.QueueStatsReply, ev.PortStatsReply, ev.EchoReply)
 IS_SLAVE = "OFPET_BAD_REQUEST/OFPBRC_IS_SLAVE"
 
@@ -105,8 +105,9 @@ class Switch:
                 self._decide(self.poller.flows(event, now), view, now)
                 if self.flows.flow_table(event, what, current):
                     self.reconcile(view)
-            case ev.FlowCountReply():
-                self.flows.flow_count(event, self.flows.current(self.link.answered(event.xid)[1]))
+            case ev.FlowRemoved():
+                if self.flows.removed(event.cookie):
+                    self.reconcile(view)
             case ev.MeterFeaturesReply():
                 self.link.answered(event.xid)
                 self.flows.cannot_police = event.cannot_police

@@ -293,6 +293,27 @@ def test_200_concurrent_requests_all_answer_and_leave_ovsdb_flows_and_tc_as_the_
 
 # --- drift -------------------------------------------------------------------------------------------
 
+def test_flows_deleted_by_hand_are_back_long_before_a_poll_could_find_them(controller):
+    """Our flows ask the switch to say when one is deleted: with polls a minute apart, they are back in seconds."""
+    _, _, bridges = controller
+    doc = policy("reserve")
+    doc["congestion"] = {**doc.get("congestion", {}), "poll_interval": 60}
+    assert rest("PUT", "/policy", doc)[0] == 200
+    wait(lambda: in_sync("reserve"), 20, "the policy in force")
+    time.sleep(2)                                  # the poll the last interval had set is behind us
+    bridge = bridges[0]
+
+    def written_since(started: float) -> bool:     # four flows of ours, each added after `started`
+        flows = our_flows(bridge)
+        ages = [float(re.search(r"duration=([0-9.]+)s", line).group(1)) for line in flows]
+        return len(flows) == 4 and max(ages) <= time.monotonic() - started
+
+    started = time.monotonic()
+    assert not written_since(started)              # they are two seconds old
+    sh("ovs-ofctl", "-O", "OpenFlow13", "del-flows", bridge)
+    wait(lambda: written_since(started), 10, "flows restored")
+
+
 def test_flows_queues_and_filters_removed_by_hand_come_back_within_two_polls(controller):
     proc, _, bridges = controller
     rest("PUT", "/policy", policy("reserve"))

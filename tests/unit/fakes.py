@@ -58,6 +58,7 @@ class Entry:
     instructions: list
     packets: float = 0
     bytes: float = 0
+    flags: int = 0
 
 
 @dataclass
@@ -196,9 +197,6 @@ class FakeSwitch:
                 for table_id, table in sorted(self.tables.items()) for (prio, match), e in table.items()
                 if e.cookie & msg.cookie_mask == msg.cookie
                 and (msg.out_port == ofp.OFPP_ANY or msg.out_port in outputs(e))], flags=0)
-        if kind == "OFPAggregateStatsRequest":
-            count = sum(e.cookie & msg.cookie_mask == msg.cookie for e in self.entries())
-            return parser.OFPAggregateStatsReply(conn, body=parser.OFPAggregateStats(0, 0, count), flags=0)
         if kind == "OFPMeterFeaturesStatsRequest":
             features = parser.OFPMeterFeaturesStats(self.max_meter, 1 << ofp.OFPMBT_DROP if self.max_meter else 0,
                                                     ofp.OFPMF_KBPS | ofp.OFPMF_BURST | ofp.OFPMF_STATS, 8, 0)
@@ -250,13 +248,28 @@ class FakeSwitch:
         key = (msg.priority, tuple(sorted(msg.match.items())))
         table = self.tables.setdefault(msg.table_id, {}) if msg.table_id != ofp.OFPTT_ALL else {}
         if msg.command == ofp.OFPFC_ADD:
-            table[key] = Entry(msg.cookie, msg.instructions)
+            table[key] = Entry(msg.cookie, msg.instructions, flags=msg.flags)
         elif msg.command == ofp.OFPFC_MODIFY_STRICT and key in table:
             table[key].instructions = msg.instructions
         elif msg.command == ofp.OFPFC_DELETE:
-            for table in self.tables.values():
+            for table_id, table in self.tables.items():
                 for k in [k for k, e in table.items() if e.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask]:
-                    del table[k]
+                    self._removed(table_id, k, table.pop(k))
+
+    def delete_by_hand(self, *keys: tuple) -> None:
+        """`ovs-ofctl del-flows`: these entries of table 0 (every entry of every table if none named)."""
+        for table_id, table in self.tables.items():
+            for k in [k for k in table if not keys or table_id == 0 and k in keys]:
+                self._removed(table_id, k, table.pop(k))
+
+    def _removed(self, table_id: int, key: tuple, entry: Entry) -> None:
+        """As OVS does: a deleted flow that asked for it is said to every connection but a slave's."""
+        if entry.flags & ofp.OFPFF_SEND_FLOW_REM:
+            removed = parser.OFPFlowRemoved(None, entry.cookie, key[0], ofp.OFPRR_DELETE, table_id, 0, 0, 0, 0,
+                                            int(entry.packets), int(entry.bytes), parser.OFPMatch(**dict(key[1])))
+            for conn in self.connections:
+                if conn.role != "slave":
+                    self.reply(conn, removed, 0)
 
     def entries(self) -> list[Entry]:
         return [e for table in self.tables.values() for e in table.values()]
@@ -682,7 +695,9 @@ class Harness:
                     if number is None:
                         continue        # for another controller's connection
                     del switch.replies[i]
-                    self.handle(openflow.reply(number, msg))
+                    event = openflow.reply(number, msg)
+                    if event is not None:     # as the app: what is not ours is no event
+                        self.handle(event)
                     delivered = True
                     break
             if not delivered:

@@ -13,7 +13,7 @@ from controller.core.congestion import PROGRAM, CongestionConfig, PortCongestion
 from controller.core.meters import COUNTING, METER_BASE, is_ours
 from controller.core.portjobs import TC_SWEEP_SECONDS
 from tests.unit.fakes import S1_FLOWS, TCP, UDP, VOICE, mode, shipped, up
-from tests.unit.test_core import MARKS, steering_sent_while
+from tests.unit.test_core import MARKS, steering_sent_while, whole_table_reads
 from topo.harness import fidelity
 
 # --- flows: a rule whose match changed is replaced (mutant plan-match) --------------------------------
@@ -253,15 +253,40 @@ def test_an_htb_qdisc_deleted_by_hand_is_rebuilt_once_it_is_still_gone_a_poll_la
     assert net.app.snapshot.drift_repairs().get("tc") == 1
 
 
-# --- flows: one unclassified flow deleted by hand is back at the next poll, not the tenth (flow-count) ------
+# --- flows: a flow deleted by hand is back as soon as the switch says so, with no poll and no table read ----------
 
-def test_one_unclassified_flow_deleted_by_hand_is_back_after_the_next_poll(net):
+def test_one_unclassified_flow_deleted_by_hand_is_back_without_a_poll_or_a_read(net):
     up(net)
     (key,) = [k for k, e in net.s1.table.items() if k == (1000, (("in_port", 1),))]
-    del net.s1.table[key]                       # its cookie has no CLASSIFIED bit: only the flow count shows it
-    net.app.poll()
+    reads = whole_table_reads(net.s1)
+    net.s1.delete_by_hand(key)                  # its cookie has no CLASSIFIED bit: no class rate shows it
+    assert key not in net.s1.table
+    net.app.settle()
     assert key in net.s1.table and len(net.s1.table) == S1_FLOWS
+    assert whole_table_reads(net.s1) == reads
     assert net.app.snapshot.drift_repairs() == {"flows": 1}
+
+
+def test_the_flows_a_policy_change_deletes_are_said_back_and_taken_for_no_drift(net):
+    up(net)
+    reads = whole_table_reads(net.s1)
+    net.app.begin(ev.ClearPolicy)
+    assert net.s1.table == {}                                  # every flow of ours deleted, each one said
+    assert sum(type(m).__name__ == "OFPFlowRemoved" for _, m in net.s1.replies) == S1_FLOWS
+    net.app.settle()
+    assert net.app.answers[0].error is None
+    assert net.app.snapshot.drift_repairs() == {} and whole_table_reads(net.s1) == reads
+
+
+def test_a_flow_deleted_by_hand_before_a_batch_in_flight_reached_the_switch_is_back_after_its_barrier(net):
+    up(net, "auto")
+    (key,) = [k for k, e in net.s1.table.items() if k == (1000, (("in_port", 1),))]
+    net.app.jobs_first = True                   # the batch is sent, held on its way to the switch ...
+    net.app.begin(ev.SetPolicy, shipped("reserve"))
+    assert net.app.pending_sends
+    net.s1.delete_by_hand(key)                  # ... which is told to delete the flow first
+    net.app.settle()
+    assert key in net.s1.table and len(net.s1.table) == S1_FLOWS
 
 
 # --- the worker: a controller that is no longer sure of its lock changes nothing (worker-lock) ------------

@@ -272,6 +272,26 @@ def test_a_standby_hears_what_the_active_one_hears_and_forwards_at_once_when_it_
     assert tree4.ping("h16", "h1") and tree4.storms == 0
 
 
+def test_switches_of_edge_ports_only_are_passed_over_until_a_cable_plugged_in_makes_a_port_new(tmp_path):
+    net = FakeNet(tmp_path, [(1, 2)], {1: 1, 2: 1}, AUTO)
+    net.cut = {(1, 1), (2, 1)}                       # the link's cable is not plugged in yet: its ports face nothing
+    net.app.advance(EDGE_SETTLE + 2 * PROBE_SECONDS)
+    topology = fabric(net).topology
+    assert topology.roles(1, net.app.clock) == {1: Role.EDGE, 2: Role.EDGE} and topology.unprobed == {1, 2}
+    sent = net.switches[1].packet_outs[:]
+    net.app.advance(2.0)
+    assert net.switches[1].packet_outs == sent and not net.ping("h1", "h2")
+    net.cut.clear()                                  # plugged in at s2: its port goes down and up, s1's stays up
+    s2 = net.switches[2]
+    for down in ({1}, set()):
+        net.app.handle(ev.PortsChanged(net.app.conn_of(s2), s2.ports, frozenset(down)))
+    net.app.advance(EDGE_SETTLE + PROBE_SECONDS)     # s2 probes its new port; s1 hears it on its edge port
+    assert topology.role((1, 1), net.app.clock) is Role.LINK and net.ping("h1", "h2")
+    sent = len(net.switches[1].packet_outs)
+    net.app.advance(1.0)                             # a link port of s1 now: s1 probes it too
+    assert len(net.switches[1].packet_outs) - sent == 1.0 / PROBE_SECONDS
+
+
 def test_a_switch_joining_a_site_has_its_own_rules_worked_out_not_everyones(tmp_path):
     from tests.unit.fakes import FakeOvsdb, FakeSwitch, Harness
     switches = [FakeSwitch(dp, {p: f"s{dp}-eth{p}" for p in range(1, 5)}) for dp in range(1, 41)]

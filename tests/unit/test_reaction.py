@@ -278,3 +278,4 @@ def test_a_port_busy_without_loss_rolls_back_after_the_hold_time(net):
     net.s1.load, net.s1.class_load, net.s1.drop_load = {1: 0.8 * CAPACITY}, {TCP: 2e6, UDP: 2e6}, {}
     net.app.advance(4.5)
     assert [d["action"] for d in net.app.decisions.last] == ["program", "rollback"] and net.s1.steering() == set()
+

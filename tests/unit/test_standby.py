@@ -59,7 +59,7 @@ def test_a_take_over_reads_the_switch_anew_and_puts_back_what_changed_while_it_w
     standby, net = pair.standby, pair.net
     standby.poll()                                   # the standby has read s1's flow table ...
     removed = max(net.s1.table)                      # ... and then one of the policy's entries goes by hand
-    del net.s1.table[removed]
+    net.s1.delete_by_hand(removed)
     pair.active.exit()
     standby.advance(2.5)
     net.ovsdb.holder = standby.session
@@ -131,7 +131,7 @@ def test_a_fresh_connection_is_an_equal_and_gets_no_write_before_the_switch_says
     net.ovsdb.holder = net.app.another().session     # ... while another one holds it
     deposed.core.authority.role = Role.ACTIVE        # and which has not heard yet, its lease still running
     deposed.core.authority.confirmed_at = deposed.clock
-    net.s1.table.clear()                             # something to repair, if it wrongly could
+    net.s1.delete_by_hand()                             # something to repair, if it wrongly could
     net.s1.sent.clear()
     deposed.connect(net.s1)
     deposed.poll()
@@ -149,7 +149,7 @@ def test_a_role_request_refused_as_stale_is_claimed_again_above_the_switchs_gene
 
 def test_a_stale_refusal_after_the_claim_is_claimed_again_and_written_after(net):
     up(net)
-    net.s1.table.clear()
+    net.s1.delete_by_hand()
     net.s1.generation = 1000                         # another controller mastered it meanwhile, and left
     net.app.disconnect(net.s1)
     net.app.connect(net.s1)                          # our claim (1) is stale: learn 1000, claim 1001
@@ -164,7 +164,7 @@ def test_a_connection_claiming_a_live_switchs_datapath_id_does_not_displace_it(n
     net.app.advance(1.0)                             # s1 answers the echo: the impostor is closed
     assert rival in net.app.closed and net.app.switches[1].conn == net.app.conn_of(net.s1)
     net.app.disconnect(impostor, rival)              # its departure does not forget the switch
-    net.s1.table.clear()
+    net.s1.delete_by_hand()
     net.app.poll()
     assert len(net.s1.table) == S1_FLOWS and "0000000000000001" in net.app.request(ev.GetStatus)[0]["switches"]
     _, error = net.app.request(ev.ClearPolicy)
@@ -192,7 +192,7 @@ def test_an_active_cut_off_from_ovsdb_stops_writing_and_speaking_as_active_withi
     _, error = net.app.request(ev.SetPolicy, shipped("auto"))
     assert isinstance(error, Standby) and "has not confirmed" in str(error)
     assert net.ovsdb.policy_text == saved
-    net.s1.table.clear()                             # something to repair, if it wrongly could
+    net.s1.delete_by_hand()                             # something to repair, if it wrongly could
     net.s1.sent.clear()
     net.app.poll()
     assert writes(net.s1) == [] and net.s1.table == {}
@@ -263,7 +263,7 @@ def test_a_master_refused_as_stale_learns_the_switchs_id_claims_above_it_and_put
     up(net)
     rival = FakeConnection(net.s1)
     rival.send_msg(rival.ofproto_parser.OFPRoleRequest(rival, MASTER, 1000))
-    net.s1.table.clear()
+    net.s1.delete_by_hand()
     net.app.disconnect(net.s2)
     net.s2.generation = 500                          # s2 saw a newer id too: ours becomes 501, claimed everywhere
     net.app.connect(net.s2)

@@ -1,6 +1,15 @@
 import pytest
 
-from controller.core.stats import ALL_ONES, Multipart, PortCounters, PortRates, QueueCounters, QueueRates, RateTracker
+from controller.core.stats import (
+    ALL_ONES,
+    FlowCounters,
+    Multipart,
+    PortCounters,
+    PortRates,
+    QueueCounters,
+    QueueRates,
+    RateTracker,
+)
 
 DP, PORT, QUEUE = 1, 2, 0
 
@@ -110,6 +119,15 @@ def test_queue_reset_rebaselines():
     tracker.queue(DP, PORT, QUEUE, QueueCounters(5000, 50, 5), now=0.0)
     assert tracker.queue(DP, PORT, QUEUE, QueueCounters(100, 1, 0), now=1.0) is None
     assert tracker.queue(DP, PORT, QUEUE, QueueCounters(200, 2, 3), now=2.0).tx_errors_ps == 3.0
+
+
+def test_flows_known_unchanged_give_their_next_rate_over_the_time_since_then_not_since_their_last_read():
+    tracker = RateTracker(max_gap=10.0)
+    tracker.flow(DP, 5, FlowCounters(1000, 10), now=0.0)
+    tracker.queue(DP, PORT, QUEUE, QueueCounters(1000, 10, 0), now=0.0)
+    assert tracker.unchanged(DP, "flow", 29.5) == [5]     # the switch received nothing for 29.5 s: not read
+    assert tracker.flow(DP, 5, FlowCounters(2000, 20), now=30.0).bps == 16_000.0
+    assert tracker.queue(DP, PORT, QUEUE, QueueCounters(1000, 10, 40), now=30.0) is None   # a gap is a gap
 
 
 def test_port_and_each_queue_keep_their_own_baseline():
