@@ -15,6 +15,7 @@ flow naming a meter the switch lacks is refused), and deletions after the flows 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from controller.core.policy import Police, Policy, SwitchPolicy
@@ -79,7 +80,7 @@ class MeterChanges:
         return after
 
 
-def meter_changes(desired: dict[int, Police], actual: dict[int, Police | None]) -> MeterChanges:
+def meter_changes(desired: Mapping[int, Police], actual: dict[int, Police | None]) -> MeterChanges:
     """`actual`: our meters on the switch, None for one whose band is not one we write."""
     return MeterChanges(add=tuple(sorted((m, b) for m, b in desired.items() if m not in actual)),
                         modify=tuple(sorted((m, b) for m, b in desired.items() if m in actual and actual[m] != b)),

@@ -9,6 +9,9 @@ and no qdisc rebuild.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from controller.core.competition import Competition
 from controller.core.congestion import Decision, PortCongestion
 from controller.core.flows import FlowEntry, desired_flows, rule_cookies
@@ -39,6 +42,7 @@ class SwitchState:
         self._detectors = {p.port_no: PortCongestion(policy.congestion) for p in switch.ports}
         self._competition = Competition(policy, switch.ports)
         self.adopted = previous is not None     # a new state looks once at what the ports have (adopt)
+        self._meters: dict[bool, Mapping[int, Police]] = {}   # counting → meters
         if previous is not None:
             self._carry_over(previous)
 
@@ -64,9 +68,13 @@ class SwitchState:
                     self.reserving |= {port.port_no}
 
     @property
-    def meters(self) -> dict[int, Police]:
-        """Meter id → its band."""
-        return desired_meters(self.policy, self.switch, self.counting)
+    def meters(self) -> Mapping[int, Police]:
+        """Meter id → its band (worked out once for each value of `counting`: every poll asks)."""
+        meters = self._meters.get(self.counting)
+        if meters is None:
+            meters = self._meters[self.counting] = MappingProxyType(desired_meters(self.policy, self.switch,
+                                                                                   self.counting))
+        return meters
 
     def flows(self, reserving: frozenset[int] | set[int]) -> tuple[FlowEntry, ...]:
         """The flows while the ports in `reserving` have their class queues in force."""
