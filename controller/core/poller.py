@@ -178,7 +178,6 @@ class Poller(SwitchPart):
                 round_.if_received = ()
             if self.sending:
                 round_.waiting |= {self.link.ask(kind) for kind in round_.if_sent}
-                round_.if_sent = ()
         ports.update(reply.ports)
         if round_ is not None:
             round_.ports = {**(round_.ports or {}), **reply.ports}

@@ -10,6 +10,7 @@ from controller.adapters.tc import ClassCounters, Leaf
 from controller.core import events as ev
 from controller.core.authority import LEASE_SECONDS, TAKEOVER_SECONDS
 from controller.core.congestion import PROGRAM, CongestionConfig, PortCongestion, PortSample
+from controller.core.flows import COOKIE
 from controller.core.meters import COUNTING, METER_BASE, is_ours
 from controller.core.portjobs import TC_SWEEP_SECONDS
 from tests.unit.fakes import S1_FLOWS, TCP, UDP, VOICE, mode, shipped, up
@@ -287,6 +288,20 @@ def test_a_flow_deleted_by_hand_before_a_batch_in_flight_reached_the_switch_is_b
     net.s1.delete_by_hand(key)                  # ... which is told to delete the flow first
     net.app.settle()
     assert key in net.s1.table and len(net.s1.table) == S1_FLOWS
+    reads = whole_table_reads(net.s1)
+    assert net.app.request(ev.ClearPolicy)[1] is None and net.s1.table == {}
+    assert whole_table_reads(net.s1) == reads   # that read was for that batch only
+
+
+def test_a_flow_of_ours_we_never_held_said_deleted_changes_nothing(net):
+    """Added by hand with our cookie and the flag after the last read, then deleted: not one we knew of."""
+    up(net)
+    stray = net.s1.ofproto_parser.OFPFlowMod(net.s1, cookie=COOKIE | 0x7777, priority=5, flags=1,
+                                             match=net.s1.ofproto_parser.OFPMatch(in_port=3), instructions=[])
+    net.s1.send_msg(stray)
+    net.s1.delete_by_hand((5, (("in_port", 3),)))
+    net.app.settle()
+    assert len(net.s1.table) == S1_FLOWS and net.app.snapshot.drift_repairs() == {}
 
 
 # --- the worker: a controller that is no longer sure of its lock changes nothing (worker-lock) ------------
