@@ -147,6 +147,12 @@ class BridgeDue:
 
 
 @dataclass(frozen=True)
+class TableDue:
+    """Read the switch's flow table: it said a flow of ours was deleted a moment ago, and is still there."""
+    conn: int
+
+
+@dataclass(frozen=True)
 class ClaimDue:
     """Whether a connection that claims a live switch's datapath id is the switch: its time is up."""
     conn: int
@@ -334,12 +340,12 @@ class FabricChanged:
     """What the fabric says of the switch changed (links, hosts, paths): its table anew, then reconcile."""
 
 
-SwitchEvent = (PortsChanged | PacketIn | BridgeDue | PollDue | RoleReply | ErrorReply | BarrierReply | FlowStatsReply
-               | FlowRemoved | MeterFeaturesReply | MeterConfigReply | MeterStatsReply | QueueStatsReply
-               | PortStatsReply | EchoReply | JobsDone | TcChanged | PolicyInstalled | RoleDue | TakingOver
-               | StandingDown | Reconcile | FabricChanged | Relieved)
-Event = (SwitchUp | SwitchDown | PortsChanged | PacketIn | BridgeDue | PollDue | RoleReply | ErrorReply | BarrierReply
-         | FlowStatsReply | FlowRemoved | MeterFeaturesReply | MeterConfigReply | MeterStatsReply
+SwitchEvent = (PortsChanged | PacketIn | BridgeDue | TableDue | PollDue | RoleReply | ErrorReply | BarrierReply
+               | FlowStatsReply | FlowRemoved | MeterFeaturesReply | MeterConfigReply | MeterStatsReply
+               | QueueStatsReply | PortStatsReply | EchoReply | JobsDone | TcChanged | PolicyInstalled | RoleDue
+               | TakingOver | StandingDown | Reconcile | FabricChanged | Relieved)
+Event = (SwitchUp | SwitchDown | PortsChanged | PacketIn | BridgeDue | TableDue | PollDue | RoleReply | ErrorReply
+         | BarrierReply | FlowStatsReply | FlowRemoved | MeterFeaturesReply | MeterConfigReply | MeterStatsReply
          | QueueStatsReply | PortStatsReply | EchoReply | ClaimDue | DiscoveryDue | ConfirmDue | GetPolicy | SetPolicy
          | ClearPolicy | GetStatus | Reload | JobsDone | TcChanged | RemotesChanged | Beaten | ClusterChanged
          | SwitchClaimed | LockHeld | GenerationClaimed | PolicySaved | PolicyLoaded)

@@ -1,9 +1,9 @@
 """The flows and meters of ours one switch holds, and the batches that change them (a part of
 controller/core/switch.py).
 
-What the switch holds is read before anything is changed, taken from the barrier that confirms a batch and
-from the switch's word that a flow of ours was deleted (our flows ask for it), or read again after an error or
-when a poll finds the table changed: never a memory of what was sent.
+What the switch holds is read before anything is changed, taken from the barrier that confirms a batch,
+or read again after an error, when a poll finds the table changed, or a moment after the switch says a flow
+of ours was deleted (our flows ask it to): never a memory of what was sent.
 A batch sends the meters its flows use, the flow changes, the meters no flow uses any more, then a
 barrier; its errors are matched to it by xid.
 """
@@ -21,6 +21,7 @@ from controller.core.plan import ActualFlow, FlowChanges
 from controller.core.policy import Police
 
 UNKNOWN_METERS = "the switch has not said yet which meters it has"
+REREAD_SECONDS = 0.5    # a flow said deleted: how long the switch must stay connected before its table is read
 METER_EXISTS = "OFPET_METER_MOD_FAILED/OFPMMFC_METER_EXISTS"
 
 
@@ -42,7 +43,7 @@ class FlowSync(SwitchPart):
         self.cannot_police: str | None = UNKNOWN_METERS   # why its meters cannot police; None: they can
         self.batches: dict[int, Batch] = {}               # barrier xid → batch
         self.failed = False                               # the switch refused a batch: tried again next poll
-        self.reread = False                               # a flow went while a batch was in flight: read at its end
+        self.reread = False                               # a flow of ours was said deleted: the table is to be read
         self._errors: dict[str, str] = {}
 
     def start(self) -> None:
@@ -97,9 +98,6 @@ class FlowSync(SwitchPart):
             if batch.meters_unknown:
                 self.meters = None
                 self.link.ask(act.METER_CONFIG)
-        if self.reread and not self.batches:
-            self.reread, self.flows = False, None
-            self.link.ask(act.FLOWS)
         return True
 
     def flow_table(self, reply: ev.FlowStatsReply, what: str | None, current: bool) -> bool:
@@ -117,20 +115,21 @@ class FlowSync(SwitchPart):
         self.flows = reply.flows
         return True
 
-    def removed(self, cookie: int) -> bool:
-        """The switch says a flow of ours went; whether that changed what we know it holds. Our own deletions are
-        said too (before their barrier). Any other, while a batch is in flight, leaves the batch's outcome unknown:
-        the table is read once its barrier is in."""
-        if any(cookie in batch.changes.delete for batch in self.batches.values()):
-            return False
-        if self.batches:
-            self.reread = True
-            return False
-        if self.flows is None or cookie not in self.flows:
-            return False
-        self.link.drift("flows", "the switch says a flow of ours was deleted")
-        del self.flows[cookie]
-        return True
+    def removed(self, cookie: int) -> None:
+        """The switch says a flow of ours went. Our own deletions are said too (before their barrier). Any other has
+        the table read REREAD_SECONDS later, if the switch is still connected (a bridge being deleted says each of
+        its flows went just before its connection closes: nothing to repair there); the read finds what differs,
+        and the switch is put right. One read for a deletion of many flows."""
+        if self.reread or any(cookie in batch.changes.delete for batch in self.batches.values()):
+            return
+        self.reread = True
+        self.link.later(REREAD_SECONDS, ev.TableDue(self.link.conn))
+
+    def table_due(self) -> None:
+        """A read asked while a batch is in flight is answered after its barrier (OpenFlow answers in order):
+        as current as one asked then."""
+        self.reread = False
+        self.link.ask(act.FLOWS)
 
     def meter_config(self, reply: ev.MeterConfigReply, current: bool) -> bool:
         if not current or reply.meters == self.meters:

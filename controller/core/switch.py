@@ -106,8 +106,9 @@ class Switch:
                 if self.flows.flow_table(event, what, current):
                     self.reconcile(view)
             case ev.FlowRemoved():
-                if self.flows.removed(event.cookie):
-                    self.reconcile(view)
+                self.flows.removed(event.cookie)
+            case ev.TableDue():
+                self.flows.table_due()
             case ev.MeterFeaturesReply():
                 self.link.answered(event.xid)
                 self.flows.cannot_police = event.cannot_police

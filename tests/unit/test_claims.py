@@ -11,6 +11,7 @@ from controller.core import events as ev
 from controller.core.authority import LEASE_SECONDS, TAKEOVER_SECONDS
 from controller.core.congestion import PROGRAM, CongestionConfig, PortCongestion, PortSample
 from controller.core.flows import COOKIE
+from controller.core.flowsync import REREAD_SECONDS
 from controller.core.meters import COUNTING, METER_BASE, is_ours
 from controller.core.portjobs import TC_SWEEP_SECONDS
 from tests.unit.fakes import S1_FLOWS, TCP, UDP, VOICE, mode, shipped, up
@@ -254,18 +255,31 @@ def test_an_htb_qdisc_deleted_by_hand_is_rebuilt_once_it_is_still_gone_a_poll_la
     assert net.app.snapshot.drift_repairs().get("tc") == 1
 
 
-# --- flows: a flow deleted by hand is back as soon as the switch says so, with no poll and no table read ----------
+# --- flows: a flow deleted by hand is back a moment after the switch says so, with no poll ----------------------
 
-def test_one_unclassified_flow_deleted_by_hand_is_back_without_a_poll_or_a_read(net):
+def test_one_unclassified_flow_deleted_by_hand_is_back_a_moment_after_the_switch_says_so(net):
     up(net)
     (key,) = [k for k, e in net.s1.table.items() if k == (1000, (("in_port", 1),))]
-    reads = whole_table_reads(net.s1)
+    polls = net.app.snapshot.switches[1].polls
     net.s1.delete_by_hand(key)                  # its cookie has no CLASSIFIED bit: no class rate shows it
-    assert key not in net.s1.table
     net.app.settle()
+    assert key not in net.s1.table              # a moment, in case the bridge is being deleted
+    net.app.advance(REREAD_SECONDS)
     assert key in net.s1.table and len(net.s1.table) == S1_FLOWS
-    assert whole_table_reads(net.s1) == reads
-    assert net.app.snapshot.drift_repairs() == {"flows": 1}
+    assert net.app.snapshot.switches[1].polls - polls <= 1 and net.app.snapshot.drift_repairs() == {"flows": 1}
+    net.s1.delete_by_hand(key)                  # and again
+    net.app.advance(REREAD_SECONDS)
+    assert key in net.s1.table and net.app.snapshot.drift_repairs() == {"flows": 2}
+
+
+def test_a_bridge_deleted_says_its_flows_went_before_its_connection_closes_and_nothing_is_repaired(net):
+    up(net)
+    net.s1.delete_by_hand()                     # ovs-vsctl del-br: every flow said deleted, then the close
+    net.app.settle()
+    net.app.disconnect(net.s1)
+    net.s1.sent.clear()
+    net.app.advance(2.0)
+    assert net.s1.flow_mods() == [] and net.app.snapshot.drift_repairs() == {}
 
 
 def test_the_flows_a_policy_change_deletes_are_said_back_and_taken_for_no_drift(net):
@@ -276,17 +290,18 @@ def test_the_flows_a_policy_change_deletes_are_said_back_and_taken_for_no_drift(
     assert sum(type(m).__name__ == "OFPFlowRemoved" for _, m in net.s1.replies) == S1_FLOWS
     net.app.settle()
     assert net.app.answers[0].error is None
+    net.app.advance(REREAD_SECONDS)
     assert net.app.snapshot.drift_repairs() == {} and whole_table_reads(net.s1) == reads
 
 
-def test_a_flow_deleted_by_hand_before_a_batch_in_flight_reached_the_switch_is_back_after_its_barrier(net):
+def test_a_flow_deleted_by_hand_before_a_batch_in_flight_reached_the_switch_is_back_after_all(net):
     up(net, "auto")
     (key,) = [k for k, e in net.s1.table.items() if k == (1000, (("in_port", 1),))]
     net.app.jobs_first = True                   # the batch is sent, held on its way to the switch ...
     net.app.begin(ev.SetPolicy, shipped("reserve"))
     assert net.app.pending_sends
     net.s1.delete_by_hand(key)                  # ... which is told to delete the flow first
-    net.app.settle()
+    net.app.advance(REREAD_SECONDS)
     assert key in net.s1.table and len(net.s1.table) == S1_FLOWS
     reads = whole_table_reads(net.s1)
     assert net.app.request(ev.ClearPolicy)[1] is None and net.s1.table == {}
@@ -300,7 +315,7 @@ def test_a_flow_of_ours_we_never_held_said_deleted_changes_nothing(net):
                                              match=net.s1.ofproto_parser.OFPMatch(in_port=3), instructions=[])
     net.s1.send_msg(stray)
     net.s1.delete_by_hand((5, (("in_port", 3),)))
-    net.app.settle()
+    net.app.advance(REREAD_SECONDS)
     assert len(net.s1.table) == S1_FLOWS and net.app.snapshot.drift_repairs() == {}
 
 
