@@ -272,6 +272,14 @@ def test_one_unclassified_flow_deleted_by_hand_is_back_a_moment_after_the_switch
     assert key in net.s1.table and net.app.snapshot.drift_repairs() == {"flows": 2}
 
 
+def test_every_flow_deleted_at_once_costs_one_read(net):
+    up(net)
+    reads = whole_table_reads(net.s1)
+    net.s1.delete_by_hand()                     # seven flows, each said
+    net.app.advance(REREAD_SECONDS)
+    assert len(net.s1.table) == S1_FLOWS and whole_table_reads(net.s1) - reads == 1
+
+
 def test_a_bridge_deleted_says_its_flows_went_before_its_connection_closes_and_nothing_is_repaired(net):
     up(net)
     net.s1.delete_by_hand()                     # ovs-vsctl del-br: every flow said deleted, then the close
