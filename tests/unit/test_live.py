@@ -2,7 +2,7 @@
 import threading
 import time
 
-from topo.harness.live import StudyGauges, follow
+from topo.harness.live import StudyGauges, follow, parse_delivered
 from topo.net.probe import live_rtt
 
 
@@ -60,3 +60,14 @@ def test_a_new_step_keeps_the_last_rates_until_its_own_are_measured():
     assert throughput(gauges) == {("tcp", "2000000"): 500_000}   # UDP's first count is no rate yet
     gauges.delivered(None, 13.0)                          # s2 gone: the network is down
     assert throughput(gauges) == {}
+
+
+def test_the_accounting_flows_are_read_with_or_without_flags_between_counters_and_match():
+    """ovs-ofctl prints a flow's flags after its counters: the controller's flows carry send_flow_rem."""
+    dump = (" cookie=0x5153000100000003, duration=4.0s, table=0, n_packets=9, n_bytes=1500, send_flow_rem "
+            "priority=40000,udp,in_port=1 actions=output:2\n"
+            " cookie=0x5153000100000004, duration=4.0s, table=0, n_packets=9, n_bytes=3000, "
+            "priority=40000,tcp,in_port=1 actions=output:2\n"
+            " cookie=0x5153000100000005, duration=4.0s, table=0, n_packets=9, n_bytes=7, send_flow_rem "
+            "priority=1000,in_port=1 actions=output:2\n")
+    assert parse_delivered(dump) == {"udp": 1500, "tcp": 3000}

@@ -23,7 +23,8 @@ from topo.net import probe as irtt
 # From the path's own RTT (under a millisecond here) to a full 25-packet FIFO at 5 Mbit/s and beyond.
 RTT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 
-_FLOW = re.compile(r"n_bytes=(\d+), priority=40000,(tcp|udp),in_port=1\b")
+# ovs-ofctl prints a flow's flags (the controller's flows carry send_flow_rem) between its counters and its match.
+_FLOW = re.compile(r"n_bytes=(\d+), (?:\w+ )*priority=40000,(tcp|udp),in_port=1\b")
 
 
 def parse_delivered(dump: str) -> dict[str, int]:
