@@ -29,6 +29,7 @@ class PollRound:
     at: dict[str, float] = field(default_factory=dict)             # what → when its reply came
     if_received: tuple[str, ...] = ()   # asked for once the ports' reply says they received anything
     if_sent: tuple[str, ...] = ()       # ... or sent anything
+    moved: set[int] | None = None       # the ports whose counters moved since they were last read (a slow poll's)
 
     def answered(self, xid: int) -> bool:
         """Whether `xid` belongs to this poll; it is then no longer awaited."""

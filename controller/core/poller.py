@@ -16,7 +16,7 @@ from controller.core.flows import CLASSIFIED
 from controller.core.part import LOG, Link, SwitchPart
 from controller.core.plan import ActualFlow
 from controller.core.poll import PollRound
-from controller.core.stats import PortCounters, RateTracker
+from controller.core.stats import PortCounters, PortRates, RateTracker
 from controller.core.switch_state import SwitchState
 from controller.core.view import SwitchView
 
@@ -169,10 +169,10 @@ class Poller(SwitchPart):
         round_ = self._round(reply.xid)
         ports = self.link.telemetry.ports
         if round_ is not None and not round_.fast:
-            self.sending = {port_no for port_no, counters in reply.ports.items()
-                            if _sent(ports.get(port_no), counters)}
-            self.receiving = {port_no for port_no, counters in reply.ports.items()
-                              if _received(ports.get(port_no), counters)}
+            moved = {port_no for port_no, counters in reply.ports.items() if ports.get(port_no) != counters}
+            self.sending = {port_no for port_no in moved if _sent(ports.get(port_no), reply.ports[port_no])}
+            self.receiving = {port_no for port_no in moved if _received(ports.get(port_no), reply.ports[port_no])}
+            round_.moved = moved
             if self.receiving:
                 round_.waiting |= {self.link.ask(kind) for kind in round_.if_received}
                 round_.if_received = ()
@@ -202,8 +202,7 @@ class Poller(SwitchPart):
         # first, and a program of a link's queues deferred to it, which may move traffic instead.
         links = view.fabric.links if view.fabric is not None and view.fabric.counted and state is not None \
             else frozenset()
-        ports = {port_no: self.rates.port(0, port_no, counters, round_.at["ports"])
-                 for port_no, counters in (round_.ports or {}).items()}
+        ports = self._port_rates(round_, state)
         if links:
             assert state is not None
             self.link.do(act.Loads(self.link.dp_id, {p: r.tx_bps for p, r in ports.items()
@@ -239,6 +238,22 @@ class Poller(SwitchPart):
             self.next_fast = max(round_.due + fast, now) if round_.fast else now + fast
             self.link.later(self.next_fast - now, ev.PollDue(self.link.conn, self.next_fast, fast=True))
         return decisions
+
+    def _port_rates(self, round_: PollRound, state: SwitchState | None) -> dict[int, PortRates | None]:
+        """Port → rates, of the ports the poll read. Of a slow poll, a port whose counters did not move and whose
+        detector is at rest is left out (at 10,000 idle ports, their rates were much of the controller's work):
+        its rates would all be 0, which would change nothing, and its next rate is over the time since this poll.
+        A fast polled port is measured whatever its counters: a fast poll may have read them a moment before."""
+        read, at = round_.ports or {}, round_.at["ports"]
+        if round_.moved is None or state is None:
+            return {port_no: self.rates.port(0, port_no, counters, at) for port_no, counters in read.items()}
+        rates = {port_no: self.rates.port(0, port_no, counters, at) for port_no, counters in read.items()
+                 if port_no in round_.moved or port_no in self.watched or not state.resting(port_no)}
+        self.rates.still(0, "port", at)    # after the others' rates: theirs are over the time since their last
+        idle = read.keys() - rates.keys()
+        if idle:
+            self.link.telemetry.congested.update(dict.fromkeys(idle, False))
+        return rates
 
     def _watch(self, state: SwitchState, port_no: int, tx_bps: float | None) -> None:
         """An `auto` port at half its capacity or more is fast polled (a flood onset there is answered in

@@ -116,7 +116,7 @@ class RateTracker:
         self._still: dict[tuple[int, str], float] = {}   # (dp_id, kind) → until when none of them moved (unchanged)
 
     def port(self, dp_id: int, port_no: int, counters: PortCounters, now: float) -> PortRates | None:
-        measured = self._measure(dp_id, (port_no, None), counters, _PORT_SCALES, now)
+        measured = self._measure(dp_id, (port_no, None), counters, _PORT_SCALES, now, "port")
         return None if measured is None else PortRates._make([*measured[0], measured[1]])
 
     def queue(self, dp_id: int, port_no: int, queue_id: int, counters: QueueCounters,
@@ -134,12 +134,16 @@ class RateTracker:
                                  _FLOW_SCALES, now)
         return None if measured is None else FlowRates._make([*measured[0], measured[1]])
 
-    def unchanged(self, dp_id: int, kind: str, now: float) -> list[int]:
-        """The counters of every `kind` ("flow") known did not move up to `now` (nothing came in to match them,
-        and they were not read): each next rate is over the time since `now`, as if read then; their keys are
-        returned (each rate was 0). A queue's or meter's are left: its first rate after an idle spell is an
-        average over it, which no decision reads alone (a port busy again is fast polled, over 50 ms)."""
+    def still(self, dp_id: int, kind: str, now: float) -> None:
+        """The counters of every `kind` ("flow", "port") known and not measured at `now` did not move up to it
+        (they were read unchanged, or nothing came in to match them): each next rate is over the time since
+        `now`, as if read then. A queue's or meter's are left: its first rate after an idle spell is an average
+        over it, which no decision reads alone (a port busy again is fast polled, over 50 ms)."""
         self._still[(dp_id, kind)] = now
+
+    def unchanged(self, dp_id: int, kind: str, now: float) -> list[int]:
+        """As `still`, for counters that were not read: their keys are returned (each rate was 0)."""
+        self.still(dp_id, kind, now)
         return [int(number) for key, number in self._baselines.get(dp_id, {}) if key == kind and number is not None]
 
     def _measure(self, dp_id: int, key: tuple[int | str, int | None], values: tuple[int, ...],

@@ -279,3 +279,17 @@ def test_a_port_busy_without_loss_rolls_back_after_the_hold_time(net):
     net.app.advance(4.5)
     assert [d["action"] for d in net.app.decisions.last] == ["program", "rollback"] and net.s1.steering() == set()
 
+
+
+def test_a_port_busy_again_after_an_idle_spell_is_fast_polled_from_the_first_poll_that_sees_it(net):
+    """An idle port's rates are not worked out at each poll; the first rate after the spell is still over the
+    last poll's interval, not averaged over the spell (which would leave a flood unwatched another poll)."""
+    up(net, "auto")
+    net.app.advance(6.0)                           # every port idle for several polls
+    poller = net.app.switches[1].poller
+    assert poller.watched == frozenset() and fast_requests(net) == 0
+    assert poller.next_due is not None
+    net.app.advance(poller.next_due - net.app.clock + 0.05)    # just after a poll
+    net.s1.load = {1: 0.9 * CAPACITY}
+    net.app.advance(1.0)                           # the next poll: the port busy for 0.95 of its interval
+    assert poller.watched == {1}
