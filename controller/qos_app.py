@@ -73,7 +73,8 @@ REPLIES = [ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPFlowRemoved,
            ofp_event.EventOFPMeterConfigStatsReply, ofp_event.EventOFPMeterStatsReply,
            ofp_event.EventOFPMeterFeaturesStatsReply, ofp_event.EventOFPQueueStatsReply,
            ofp_event.EventOFPPortStatsReply, ofp_event.EventOFPBarrierReply, ofp_event.EventOFPErrorMsg,
-           ofp_event.EventOFPRoleReply, ofp_event.EventOFPEchoReply, ofp_event.EventOFPPacketIn]
+           ofp_event.EventOFPRoleReply, ofp_event.EventOFPEchoReply, ofp_event.EventOFPPacketIn,
+           ofp_event.EventOFPExperimenterStatsReply, ofp_event.EventOFPExperimenter]
 
 
 class QosController(App):

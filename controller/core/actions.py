@@ -59,6 +59,7 @@ METER_STATS = "meter stats"
 METER_FEATURES = "meter features"
 QUEUES = "queues"
 PORTS = "ports"
+FLOW_MONITOR = "flow monitor"     # not statistics: from its reply on, the switch says each change others make
 
 
 @dataclass(frozen=True)

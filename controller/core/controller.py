@@ -105,8 +105,9 @@ class Controller:
                 self.out += self.forwarding.round(event, *self._writable(now), now)
                 self._refresh(now)
             case (ev.BridgeDue() | ev.TableDue() | ev.PollDue() | ev.RoleReply() | ev.ErrorReply()
-                  | ev.BarrierReply() | ev.FlowStatsReply() | ev.FlowRemoved() | ev.MeterFeaturesReply()
-                  | ev.MeterConfigReply() | ev.MeterStatsReply() | ev.QueueStatsReply() | ev.PortStatsReply()):
+                  | ev.BarrierReply() | ev.FlowStatsReply() | ev.FlowsChanged() | ev.FlowRemoved()
+                  | ev.MeterFeaturesReply() | ev.MeterConfigReply() | ev.MeterStatsReply() | ev.QueueStatsReply()
+                  | ev.PortStatsReply()):
                 sw, local = self.conns.switches.get(event.conn), True   # None: a connection gone, or on trial
                 if sw is not None:
                     self._to(sw, event, now)

@@ -61,6 +61,16 @@ class FlowStatsReply:
 
 
 @dataclass(frozen=True)
+class FlowsChanged:
+    """What the switch's flow monitor says: the flows of ours that another connection added, changed or deleted
+    (with their meter too); None: it paused and lost count. `xid`: our monitor request's when it answers it (the
+    monitor is in force), 0 in the updates it sends unasked."""
+    conn: int
+    xid: int
+    cookies: frozenset[int] | None
+
+
+@dataclass(frozen=True)
 class FlowRemoved:
     """A flow of ours gone from the switch, deleted by anyone (ourselves too): the switch says so unasked. One that
     goes with its meter is not said (OpenFlow 1.3 has no reason for it): the classified flows' read shows that."""
@@ -341,11 +351,11 @@ class FabricChanged:
 
 
 SwitchEvent = (PortsChanged | PacketIn | BridgeDue | TableDue | PollDue | RoleReply | ErrorReply | BarrierReply
-               | FlowStatsReply | FlowRemoved | MeterFeaturesReply | MeterConfigReply | MeterStatsReply
+               | FlowStatsReply | FlowsChanged | FlowRemoved | MeterFeaturesReply | MeterConfigReply | MeterStatsReply
                | QueueStatsReply | PortStatsReply | EchoReply | JobsDone | TcChanged | PolicyInstalled | RoleDue
                | TakingOver | StandingDown | Reconcile | FabricChanged | Relieved)
 Event = (SwitchUp | SwitchDown | PortsChanged | PacketIn | BridgeDue | TableDue | PollDue | RoleReply | ErrorReply
-         | BarrierReply | FlowStatsReply | FlowRemoved | MeterFeaturesReply | MeterConfigReply | MeterStatsReply
-         | QueueStatsReply | PortStatsReply | EchoReply | ClaimDue | DiscoveryDue | ConfirmDue | GetPolicy | SetPolicy
-         | ClearPolicy | GetStatus | Reload | JobsDone | TcChanged | RemotesChanged | Beaten | ClusterChanged
-         | SwitchClaimed | LockHeld | GenerationClaimed | PolicySaved | PolicyLoaded)
+         | BarrierReply | FlowStatsReply | FlowsChanged | FlowRemoved | MeterFeaturesReply | MeterConfigReply
+         | MeterStatsReply | QueueStatsReply | PortStatsReply | EchoReply | ClaimDue | DiscoveryDue | ConfirmDue
+         | GetPolicy | SetPolicy | ClearPolicy | GetStatus | Reload | JobsDone | TcChanged | RemotesChanged | Beaten
+         | ClusterChanged | SwitchClaimed | LockHeld | GenerationClaimed | PolicySaved | PolicyLoaded)

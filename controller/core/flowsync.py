@@ -3,7 +3,8 @@ controller/core/switch.py).
 
 What the switch holds is read before anything is changed, taken from the barrier that confirms a batch,
 or read again after an error, when a poll finds the table changed, or a moment after the switch says a flow
-of ours was deleted (our flows ask it to): never a memory of what was sent.
+of ours was deleted (our flows ask it to) or its flow monitor says another changed one: never a memory of
+what was sent.
 A batch sends the meters its flows use, the flow changes, the meters no flow uses any more, then a
 barrier; its errors are matched to it by xid.
 """
@@ -44,11 +45,12 @@ class FlowSync(SwitchPart):
         self.batches: dict[int, Batch] = {}               # barrier xid → batch
         self.failed = False                               # the switch refused a batch: tried again next poll
         self.reread = False                               # a flow of ours was said deleted: the table is to be read
+        self.monitored = False                            # the switch says each change others make to its flows
         self._errors: dict[str, str] = {}
 
     def start(self) -> None:
         """What the switch can do and what it holds, before anything is changed."""
-        for kind in (act.METER_FEATURES, act.METER_CONFIG, act.FLOWS):
+        for kind in (act.METER_FEATURES, act.FLOW_MONITOR, act.METER_CONFIG, act.FLOWS):   # monitored, then read
             self.link.ask(kind)
 
     def read_anew(self) -> None:
@@ -66,7 +68,12 @@ class FlowSync(SwitchPart):
 
     # --- replies -------------------------------------------------------------------------------------
     def error(self, reply: ev.ErrorReply) -> bool:
-        """Whether the error is a meter of ours found there already (adopted, read again): no error."""
+        """Whether the error is no error: the flow monitor refused (a switch without it has its whole table read
+        more often, poller.py), or a meter of ours found there already (adopted, read again)."""
+        if self.link.answered(reply.xid)[0] == act.FLOW_MONITOR:   # a request refused is answered
+            LOG.info("switch %016x has no flow monitor (%s); a flow changed by hand is found by reading its whole "
+                     "table", self.link.dp_id, reply.what)
+            return True
         batch = next((b for b in self.batches.values() if reply.xid in b.xids), None)
         if batch is None:
             return False
@@ -120,7 +127,13 @@ class FlowSync(SwitchPart):
         the table read REREAD_SECONDS later, if the switch is still connected (a bridge being deleted says each of
         its flows went just before its connection closes: nothing to repair there); the read finds what differs,
         and the switch is put right. One read for a deletion of many flows."""
-        if self.reread or any(cookie in batch.changes.delete for batch in self.batches.values()):
+        if not any(cookie in batch.changes.delete for batch in self.batches.values()):
+            self.changed()
+
+    def changed(self) -> None:
+        """Another connection changed flows of ours (the flow monitor says so; never of our own changes): the table
+        is read REREAD_SECONDS later, as after a deletion."""
+        if self.reread:
             return
         self.reread = True
         self.link.later(REREAD_SECONDS, ev.TableDue(self.link.conn))

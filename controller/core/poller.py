@@ -21,6 +21,7 @@ from controller.core.switch_state import SwitchState
 from controller.core.view import SwitchView
 
 WHOLE_TABLE_POLLS = 10        # the whole flow table is read every this many polls
+MONITORED_TABLE_POLLS = 60    # ... of a switch whose flow monitor says what others change (a meter's band, not)
 SILENT_SECONDS, SILENT_POLLS = 10.0, 3   # a switch that answers no poll for this long (and as many polls) is dead
 
 
@@ -37,7 +38,7 @@ class Poller(SwitchPart):
         self.watched: frozenset[int] = frozenset()        # `auto` ports near their capacity: fast polled
         self.sending: set[int] | None = None              # ports whose tx counters moved at the last poll
         self.receiving: set[int] | None = None            # ... and rx counters
-        self.table_polls = 0                              # polls since the whole flow table was read
+        self.table_polls = 0                              # slow polls sent (every so many reads the whole table)
         self.late_said = False
         self.heard = 0.0                                  # when the switch last said anything (switch.py)
     def start(self, view: SwitchView, now: float) -> None:
@@ -53,9 +54,10 @@ class Poller(SwitchPart):
         self.watched = self.watched & state.auto if state else frozenset()
 
     def due(self, due: ev.PollDue, view: SwitchView, now: float, flows: dict[int, ActualFlow] | None,
-            meters: bool) -> bool:
+            meters: bool, monitored: bool) -> bool:
         """Ask for a poll's statistics; whether this was a slow poll's turn (the switch's other parts
-        have theirs). `flows`: the switch's flows as known; `meters`: whether it has meters of ours."""
+        have theirs). `flows`: the switch's flows as known; `meters`: whether it has meters of ours;
+        `monitored`: whether its flow monitor says each change other connections make to its flows."""
         if due.fast:
             self._fast_due(due, view, now, meters)
             return False
@@ -88,9 +90,11 @@ class Poller(SwitchPart):
                         "took %.2f s); congestion is answered that much later", self.link.dp_id, interval, lag,
                         now - self.round.sent if self.round else 0.0)
         # The whole flow table now and then (and at once when the classified flows differ from what we hold): a
-        # flow changed in place is found within WHOLE_TABLE_POLLS polls. A flow deleted is said by the switch.
-        self.table_polls = (self.table_polls + 1) % WHOLE_TABLE_POLLS
-        whole = self.table_polls == 0
+        # flow changed in place is found within WHOLE_TABLE_POLLS polls, or said at once by the flow monitor, whose
+        # switch's table is read only as a net for what it does not say (a meter's band changed by hand). A flow
+        # deleted is said by the switch.
+        self.table_polls += 1
+        whole = self.table_polls % (MONITORED_TABLE_POLLS if monitored else WHOLE_TABLE_POLLS) == 0
         ask = self.link.ask
         waiting = set()
         # The class rates' counters (classified flows, meters) of a switch whose ports received nothing at the

@@ -37,7 +37,7 @@ from controller.core.view import Mode, SwitchView
 
 BRIDGE_RETRIES, BRIDGE_RETRY_SECONDS = 50, 0.2
 FROM_THE_SWITCH = (ev.PacketIn, ev.PortsChanged, ev.RoleReply, ev.ErrorReply, ev.BarrierReply, ev.FlowStatsReply,
-                   ev.FlowRemoved, ev.MeterFeaturesReply, ev.MeterConfigReply, ev.MeterStatsReply,
+                   ev.FlowsChanged, ev.FlowRemoved, ev.MeterFeaturesReply, ev.MeterConfigReply, ev.MeterStatsReply,
                    ev.QueueStatsReply, ev.PortStatsReply, ev.EchoReply)
 IS_SLAVE = "OFPET_BAD_REQUEST/OFPBRC_IS_SLAVE"
 
@@ -105,6 +105,12 @@ class Switch:
                 self._decide(self.poller.flows(event, now), view, now)
                 if self.flows.flow_table(event, what, current):
                     self.reconcile(view)
+            case ev.FlowsChanged():
+                if event.xid:
+                    self.link.answered(event.xid)
+                    self.flows.monitored = True
+                if (event.cookies is None or event.cookies) and self.role.writable(view):
+                    self.flows.changed()   # a slave's monitor hears its master's writes: nothing to put right
             case ev.FlowRemoved():
                 self.flows.removed(event.cookie)
             case ev.TableDue():
@@ -223,7 +229,7 @@ class Switch:
 
     def _poll_due(self, due: ev.PollDue, view: SwitchView, now: float) -> None:
         if not self.poller.due(due, view, now, self.flows.flows,
-                               bool(self.flows.meters or self.state and self.state.meters)):
+                               bool(self.flows.meters or self.state and self.state.meters), self.flows.monitored):
             return
         retry = self.jobs.poll(now) or self.flows.failed
         self.flows.failed = False

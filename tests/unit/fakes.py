@@ -21,6 +21,7 @@ import collections
 import heapq
 import itertools
 import random
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
+from os_ken.ofproto.ofproto_common import ONF_EXPERIMENTER_ID
 
 from controller.adapters import openflow
 from controller.adapters.ovsdb import OvsdbError, Unconfirmed
@@ -98,6 +100,8 @@ class FakeSwitch:
         self.connections: list[FakeConnection] = []
         self.packet_outs: list[tuple[list[int], bytes]] = []   # every packet a controller sent out of it
         self.mute = False                            # it answers nothing, its connection still open (a cut cable)
+        self.monitors = True                         # it has a flow monitor (OVS's for OpenFlow 1.3)
+        self.monitoring: list[FakeConnection] = []   # the connections whose monitor is in force
         self.late = False                            # its replies wait for release() (a busy switch)
         self.held: list = []
         self.older: list = []
@@ -149,6 +153,12 @@ class FakeSwitch:
         elif kind == "OFPEchoRequest":
             if conn.answers_echo:
                 self.reply(conn, parser.OFPEchoReply(conn), msg.xid)
+        elif kind == "ONFFlowMonitorStatsRequest":
+            if not self.monitors:
+                self.error(conn, msg.xid, ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_EXPERIMENTER)
+                return
+            self.monitoring.append(conn)
+            self.reply(conn, self._updates([]), msg.xid)
         elif kind == "OFPPacketOut":
             ports = [a.port for a in msg.actions if type(a).__name__ == "OFPActionOutput"]
             self.packet_outs.append((ports, msg.data))
@@ -230,7 +240,8 @@ class FakeSwitch:
             self.meters.pop(msg.meter_id, None)
             for table in self.tables.values():
                 for key in [k for k, e in table.items() if msg.meter_id in self.meters_of(e)]:
-                    del table[key]   # as OpenFlow says: a meter's flows go with it
+                    # As OpenFlow says: a meter's flows go with it, unsaid but to a monitor
+                    self._monitored(conn, ofp.ONFFME_DELETED, table.pop(key))
         else:
             self.meters[msg.meter_id] = msg
 
@@ -249,27 +260,44 @@ class FakeSwitch:
         table = self.tables.setdefault(msg.table_id, {}) if msg.table_id != ofp.OFPTT_ALL else {}
         if msg.command == ofp.OFPFC_ADD:
             table[key] = Entry(msg.cookie, msg.instructions, flags=msg.flags)
+            self._monitored(conn, ofp.ONFFME_ADDED, table[key])
         elif msg.command == ofp.OFPFC_MODIFY_STRICT and key in table:
             table[key].instructions = msg.instructions
+            self._monitored(conn, ofp.ONFFME_MODIFIED, table[key])
         elif msg.command == ofp.OFPFC_DELETE:
             for table_id, table in self.tables.items():
                 for k in [k for k, e in table.items() if e.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask]:
-                    self._removed(table_id, k, table.pop(k))
+                    self._removed(table_id, k, table.pop(k), conn)
 
     def delete_by_hand(self, *keys: tuple) -> None:
         """`ovs-ofctl del-flows`: these entries of table 0 (every entry of every table if none named)."""
         for table_id, table in self.tables.items():
             for k in [k for k in table if not keys or table_id == 0 and k in keys]:
-                self._removed(table_id, k, table.pop(k))
+                self._removed(table_id, k, table.pop(k), None)
 
-    def _removed(self, table_id: int, key: tuple, entry: Entry) -> None:
-        """As OVS does: a deleted flow that asked for it is said to every connection but a slave's."""
+    def _removed(self, table_id: int, key: tuple, entry: Entry, by: FakeConnection | None) -> None:
+        """As OVS does: a deleted flow that asked for it is said to every connection but a slave's (and to every
+        monitor but the deleter's)."""
+        self._monitored(by, ofp.ONFFME_DELETED, entry)
         if entry.flags & ofp.OFPFF_SEND_FLOW_REM:
             removed = parser.OFPFlowRemoved(None, entry.cookie, key[0], ofp.OFPRR_DELETE, table_id, 0, 0, 0, 0,
                                             int(entry.packets), int(entry.bytes), parser.OFPMatch(**dict(key[1])))
             for conn in self.connections:
                 if conn.role != "slave":
                     self.reply(conn, removed, 0)
+
+    def _monitored(self, by: FakeConnection | None, event: int, entry: Entry) -> None:
+        """A flow monitor's update to every monitoring connection but the one that made the change, unasked."""
+        for conn in self.monitoring:
+            if conn is not by and conn in self.connections:
+                self.reply(conn, self._updates([(event, entry.cookie)]), 0)
+
+    @staticmethod
+    def _updates(updates: list[tuple[int, int]]):
+        """As OVS encodes them: each a full update (24 bytes, no match, no actions: not asked for)."""
+        data = b"".join(struct.pack("!HHHHHHHBxQ", 24, event, 0, 0, 0, 0, 0, 0, cookie) for event, cookie in updates)
+        body = parser.OFPExperimenterMultipart(ONF_EXPERIMENTER_ID, ofp.ONFMP_FLOW_MONITOR, data)
+        return parser.OFPExperimenterStatsReply(None, body=body, flags=0)
 
     def entries(self) -> list[Entry]:
         return [e for table in self.tables.values() for e in table.values()]

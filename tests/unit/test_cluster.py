@@ -240,7 +240,8 @@ def test_a_switch_that_comes_in_sync_on_its_own_reply_is_published_with_it(membe
     member.handle(ev.RoleReply(7, claim.xid, "master", 42), HOLD_DOWN_SECONDS)
     replies = {act.METER_FEATURES: lambda xid: ev.MeterFeaturesReply(7, xid, None),
                act.METER_CONFIG: lambda xid: ev.MeterConfigReply(7, xid, {}),
-               act.FLOWS: lambda xid: ev.FlowStatsReply(7, xid, {}, {})}
+               act.FLOWS: lambda xid: ev.FlowStatsReply(7, xid, {}, {}),
+               act.FLOW_MONITOR: lambda xid: ev.FlowsChanged(7, xid, frozenset())}
     out = []
     for xid, (_, kind) in list(member.switches[1].link.requests.items()):   # its tables: nothing of ours
         out += member.handle(replies[kind](xid), HOLD_DOWN_SECONDS)

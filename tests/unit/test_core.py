@@ -5,9 +5,12 @@ a client is told."""
 from collections import deque
 from dataclasses import replace
 
+import pytest
+
 from controller.core import events as ev
 from controller.core.errors import PolicyError
 from controller.core.flows import CLASSIFIED, COOKIE
+from controller.core.flowsync import REREAD_SECONDS
 from controller.core.peers import NOT_CONNECTED
 from controller.core.plan import FOREIGN
 from tests.unit.fakes import S1_FLOWS, S2_FLOWS, TCP, UDP, VOICE, flood, mode, shipped, slow_polls, study_net, up
@@ -26,7 +29,7 @@ def test_a_policy_is_answered_once_switches_flows_queues_and_filters_hold_it(net
     assert net.app.tc.filters("s1-eth1") == MARKS
     assert {leaf.kind for leaf in net.app.tc.leaves("s1-eth1").values()} == {"pfifo_head_drop"}
     assert all(type(m).__name__ in ("OFPFlowMod", "OFPBarrierRequest", "OFPFlowStatsRequest",
-                                    "OFPMeterFeaturesStatsRequest",
+                                    "OFPMeterFeaturesStatsRequest", "ONFFlowMonitorStatsRequest",
                                     "OFPMeterConfigStatsRequest", "OFPRoleRequest", "OFPSetAsync") for m in net.s1.sent)
     assert net.s1.role == net.s1.ofproto.OFPCR_ROLE_MASTER
 
@@ -154,12 +157,15 @@ def whole_table_reads(dp) -> int:
     return sum(type(m).__name__ == "OFPFlowStatsRequest" and not m.cookie_mask & CLASSIFIED for m in dp.sent)
 
 
-def test_a_steady_switch_sends_its_whole_flow_table_once_every_ten_polls(net):
+@pytest.mark.parametrize("monitors, polls, reads", [(False, 20, 2), (True, 60, 1)])
+def test_a_steady_switch_reads_its_whole_flow_table_every_ten_polls_or_sixty_if_it_says_each_change(
+        net, monitors, polls, reads):
+    net.s1.monitors = monitors
     up(net)
     before = whole_table_reads(net.s1)
-    for _ in range(20):
+    for _ in range(polls):
         net.app.poll()
-    assert whole_table_reads(net.s1) - before == 2
+    assert whole_table_reads(net.s1) - before == reads
     assert net.app.snapshot.drift_repairs() == {}
 
 
@@ -202,13 +208,44 @@ def test_classified_flows_are_read_each_poll_from_a_switch_that_has_some_and_rec
     assert classified_reads(net.s1) - s1 == 9 and classified_reads(net.s2) == s2
 
 
-def test_a_flow_changed_in_place_is_put_back_within_ten_polls(net):
+def test_a_flow_changed_in_place_on_a_switch_without_a_flow_monitor_is_put_back_within_ten_polls(net, caplog):
+    net.s1.monitors = False
+    caplog.set_level("INFO")
     up(net)
+    assert "switch 0000000000000001 has no flow monitor (OFPET_BAD_REQUEST/OFPBRC_BAD_EXPERIMENTER); a flow changed " \
+        "by hand is found by reading its whole table" in caplog.messages
+    assert net.app.snapshot.switches[1].openflow_errors == {}      # a switch without it is no error
     (entry,) = [e for (prio, _), e in net.s1.table.items() if prio == 1000 and e.cookie == COOKIE | 1]
     entry.instructions = []                      # someone's mod-flows: same count, no class flow touched
     for _ in range(10):
         net.app.poll()
     assert entry.instructions and net.app.snapshot.drift_repairs() == {"flows": 1}
+
+
+def held(dp) -> dict:
+    return {key: str(e.instructions) for key, e in dp.table.items()}
+
+
+@pytest.mark.parametrize("change", ["modify", "add", "delete meter"])
+def test_a_change_by_hand_that_the_flow_monitor_says_is_put_back_within_a_second_without_a_poll(net, change):
+    up(net, "police")
+    parser, ofp = net.s1.ofproto_parser, net.s1.ofproto
+    (prio, match), entry = next((k, e) for k, e in net.s1.table.items() if net.s1.meters_of(e))
+    before = held(net.s1)
+    if change == "modify":       # ovs-ofctl mod-flows: same flow, no actions
+        net.s1.send_msg(parser.OFPFlowMod(net.s1, cookie=entry.cookie, priority=prio, command=ofp.OFPFC_MODIFY_STRICT,
+                                          match=parser.OFPMatch(**dict(match)), instructions=[]))
+    elif change == "add":        # a flow of ours that the policy does not hold
+        net.s1.send_msg(parser.OFPFlowMod(net.s1, cookie=entry.cookie, priority=prio + 1, command=ofp.OFPFC_ADD,
+                                          match=parser.OFPMatch(**dict(match)), instructions=[]))
+    else:                        # ovs-ofctl del-meter: its flows go with it, which OpenFlow 1.3 does not say
+        (meter,) = net.s1.meters_of(entry)
+        net.s1.send_msg(parser.OFPMeterMod(net.s1, ofp.OFPMC_DELETE, 0, meter, []))
+    assert held(net.s1) != before
+    polls = net.app.snapshot.switches[1].polls
+    net.app.advance(REREAD_SECONDS + 0.1)
+    assert held(net.s1) == before
+    assert net.app.snapshot.switches[1].polls - polls <= 1 and net.app.snapshot.drift_repairs() == {"flows": 1}
 
 
 def test_a_classified_flow_changed_in_place_is_put_back_at_the_next_poll(net):
@@ -306,7 +343,8 @@ def test_a_restarted_controller_adopts_what_is_there_and_sends_no_change(net, tm
         restarted.connect(dp)
     assert restarted.keeper.policy.name == "reserve"
     assert {type(m).__name__ for m in net.s1.sent} == {   # reads only
-        "OFPRoleRequest", "OFPMeterFeaturesStatsRequest", "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest", "OFPSetAsync"}
+        "OFPRoleRequest", "OFPMeterFeaturesStatsRequest", "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest", "OFPSetAsync",
+        "ONFFlowMonitorStatsRequest"}
     assert restarted.request(ev.GetStatus)[0]["switches"]["0000000000000001"]["in_sync"] is True
 
 

@@ -3,9 +3,12 @@ meters.py), sent in the flows' batch in the order the switch needs, read back, r
 restart, refused where the switch has no meters, and its counters exported. The app runs against the fake
 switch of tests/unit/fakes.py, whose meter table behaves as OVS's does (a flow naming a missing meter is
 refused; deleting a meter deletes its flows)."""
+import pytest
+
 from controller.core import events as ev
 from controller.core.meters import METER_BASE, MeterChanges, desired_meters, meter_changes, meter_id
 from controller.core.policy import Police, load_document, parse_policy
+from controller.core.poller import MONITORED_TABLE_POLLS, WHOLE_TABLE_POLLS
 from controller.core.switch_state import SwitchState
 from tests.unit.fakes import S1_FLOWS, shipped, up
 
@@ -142,13 +145,16 @@ def test_meter_counters_reach_the_metrics_with_their_class(net):
     assert 1 not in net.app.snapshot.switches
 
 
-def test_a_meter_changed_in_place_by_hand_is_put_back_within_ten_polls(net):
-    """Its id stays, so the meter statistics show nothing: the meters' configuration is read with the whole table."""
+@pytest.mark.parametrize("monitors, polls", [(False, WHOLE_TABLE_POLLS), (True, MONITORED_TABLE_POLLS)])
+def test_a_meter_changed_in_place_by_hand_is_put_back_at_the_whole_tables_read(net, monitors, polls):
+    """Its id stays, so the meter statistics show nothing, nor does a flow monitor: the meters' configuration is
+    read with the whole table, every ten polls (or sixty, of a switch whose flow monitor says the rest)."""
+    net.s1.monitors = monitors
     up(net, "police")
     parser, ofp = net.s1.ofproto_parser, net.s1.ofproto
     net.s1.meters[UDP_METER] = parser.OFPMeterMod(net.s1, ofp.OFPMC_ADD, ofp.OFPMF_KBPS | ofp.OFPMF_BURST | ofp.OFPMF_STATS,
                                                   UDP_METER, [parser.OFPMeterBandDrop(rate=9, burst_size=9)])
-    for _ in range(10):
+    for _ in range(polls):
         net.app.poll()
     assert band(net.s1) == (500, 50) and net.app.snapshot.drift_repairs().get("meters") == 1
 

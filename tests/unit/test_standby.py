@@ -14,6 +14,7 @@ from controller.core.authority import LEASE_SECONDS, Alone, Pair
 from controller.core.cluster import Cluster
 from controller.core.controller import Standby
 from controller.core.errors import Indeterminate, StorageError
+from controller.core.flowsync import REREAD_SECONDS
 from controller.core.jobs import Job
 from controller.core.member import Member
 from controller.core.view import Role
@@ -48,7 +49,8 @@ def test_the_standby_is_a_slave_that_changes_nothing_and_refuses_changes(pair):
     assert s1.generation_id == 1                     # the active one's: a slave's must not be stale either
     standby.poll()
     assert {type(m).__name__ for m in s1.sent} == {"OFPRoleRequest", "OFPMeterFeaturesStatsRequest",
-                                                   "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest", "OFPSetAsync"}
+                                                   "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest", "OFPSetAsync",
+                                                   "ONFFlowMonitorStatsRequest"}   # it hears others' changes too
     _, error = standby.request(ev.ClearPolicy)
     assert isinstance(error, Standby) and "standby" in str(error)
     status, _ = standby.request(ev.GetStatus)
@@ -391,3 +393,14 @@ def test_a_standby_whose_active_keeps_beating_never_steals(pair):
         pair.active.advance(1.0)
         pair.standby.advance(1.0)
     assert pair.net.ovsdb.holder is pair.active.session and pair.standby.authority.role == "standby"
+
+
+def test_a_standby_hears_the_active_ones_changes_through_its_flow_monitor_and_reads_nothing_for_them(pair):
+    standby, s1 = pair.standby, pair.net.s1
+    _, error = pair.active.request(ev.SetPolicy, shipped("reserve"))     # the active one changes s1's flows
+    assert error is None
+    heard = [msg for conn, msg in s1.replies if conn.role == "slave"]
+    assert any(type(msg).__name__ == "OFPExperimenterStatsReply" for msg in heard)   # its monitor's updates
+    s1.sent.clear()
+    standby.advance(2 * REREAD_SECONDS)
+    assert [type(m).__name__ for m in s1.sent if type(m).__name__ == "OFPFlowStatsRequest"] == []

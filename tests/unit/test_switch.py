@@ -103,7 +103,8 @@ def read_tables(sw: Switch, replica: Replica, out: list[act.SwitchAction], epoch
 def test_a_switch_that_connects_is_asked_its_role_and_tables_before_anything_is_written(replica):
     sw, out = connected(replica)
     assert [m.role for m in sent(out, act.RoleRequest)] == ["nochange"]
-    assert {m.kind for m in sent(out, act.StatsRequest)} == {act.METER_FEATURES, act.METER_CONFIG, act.FLOWS}
+    assert {m.kind for m in sent(out, act.StatsRequest)} == {act.METER_FEATURES, act.METER_CONFIG, act.FLOWS,
+                                                             act.FLOW_MONITOR}
     assert not sent(out, act.AddFlow) and not [a for a in out if isinstance(a, act.Submit)]
     (timer,) = [a for a in out if isinstance(a, act.Later)]
     assert timer.event == ev.PollDue(7, 100.5) and timer.seconds == pytest.approx(0.5)   # its phase of the interval
