@@ -140,9 +140,13 @@ class FlowSync(SwitchPart):
 
     def table_due(self) -> None:
         """A read asked while a batch is in flight is answered after its barrier (OpenFlow answers in order):
-        as current as one asked then."""
+        as current as one asked then. Flows may have gone with their meter (a del-meter): the meters are read
+        after them, and nothing is planned until both are in (a flow put back without its meter is refused)."""
         self.reread = False
         self.link.ask(act.FLOWS)
+        if self.meters:
+            self.meters = None
+            self.link.ask(act.METER_CONFIG)
 
     def meter_config(self, reply: ev.MeterConfigReply, current: bool) -> bool:
         if not current or reply.meters == self.meters:

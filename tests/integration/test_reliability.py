@@ -315,7 +315,7 @@ def test_flows_deleted_by_hand_are_back_long_before_a_poll_could_find_them(contr
 
 
 @pytest.mark.parametrize("change", ["mod-flows", "add-flow", "del-meter"])
-def test_a_change_by_hand_that_deletes_nothing_is_put_back_long_before_a_poll_could_find_it(controller, change):
+def test_a_change_by_hand_that_the_flow_monitor_says_is_put_back_long_before_a_poll_could_find_it(controller, change):
     """The switch's flow monitor says what another connection changes (OpenFlow 1.3 itself says nothing of a flow
     changed in place, nor of one that goes with its meter): with polls a minute apart, it is put back in seconds."""
     _, _, bridges = controller
