@@ -179,7 +179,6 @@ class Poller(SwitchPart):
             round_.moved = moved
             if self.receiving:
                 round_.waiting |= {self.link.ask(kind) for kind in round_.if_received}
-                round_.if_received = ()
             if self.sending:
                 round_.waiting |= {self.link.ask(kind) for kind in round_.if_sent}
         ports.update(reply.ports)
@@ -247,12 +246,12 @@ class Poller(SwitchPart):
         """Port → rates, of the ports the poll read. Of a slow poll, a port whose counters did not move and whose
         detector is at rest is left out (at 10,000 idle ports, their rates were much of the controller's work):
         its rates would all be 0, which would change nothing, and its next rate is over the time since this poll.
-        A fast polled port is measured whatever its counters: a fast poll may have read them a moment before."""
+        (A fast polled port left out is one a fast poll read a moment before: those decide it.)"""
         read, at = round_.ports or {}, round_.at["ports"]
         if round_.moved is None or state is None:
             return {port_no: self.rates.port(0, port_no, counters, at) for port_no, counters in read.items()}
         rates = {port_no: self.rates.port(0, port_no, counters, at) for port_no, counters in read.items()
-                 if port_no in round_.moved or port_no in self.watched or not state.resting(port_no)}
+                 if port_no in round_.moved or not state.resting(port_no)}
         self.rates.still(0, "port", at)    # after the others' rates: theirs are over the time since their last
         idle = read.keys() - rates.keys()
         if idle:

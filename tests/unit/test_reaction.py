@@ -293,3 +293,11 @@ def test_a_port_busy_again_after_an_idle_spell_is_fast_polled_from_the_first_pol
     net.s1.load = {1: 0.9 * CAPACITY}
     net.app.advance(1.0)                           # the next poll: the port busy for 0.95 of its interval
     assert poller.watched == {1}
+
+
+def test_a_port_that_only_receives_is_shown_not_congested(net):
+    """A port whose counters move (it receives) but that sends nothing is measured each poll, and at rest."""
+    up(net, "auto")
+    net.s1.load = {2: 1e6}                         # port 2 sends: port 1, the lowest numbered, receives it all
+    net.app.advance(3.0)
+    assert net.app.switches[1].poller.receiving == {1} and net.app.snapshot.switches[1].congested[1] is False
