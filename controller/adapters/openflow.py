@@ -7,9 +7,6 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from os_ken.ofproto import ofproto_v1_3
-from os_ken.ofproto.ofproto_common import ONF_EXPERIMENTER_ID
-
 from controller.core import actions as act
 from controller.core import events as ev
 from controller.core.flows import CLASSIFIED, COOKIE, COOKIE_MASK, FlowEntry
@@ -31,8 +28,12 @@ NO_GENERATION = 0xFFFF_FFFF_FFFF_FFFF   # a role reply's generation id when the 
 # The flow monitor (ONF's extension 187, which OVS has for OpenFlow 1.3): flows added, deleted (by hand, or with
 # their meter) and changed, by any connection but this one; and each update's cookie, 16 bytes in. The request is
 # packed here: OVS reads a whole ofp_match after it (os-ken sends its fields alone, which OVS refuses as BAD_LEN).
-MONITOR_FLAGS = ofproto_v1_3.ONFFMF_ADD | ofproto_v1_3.ONFFMF_DELETE | ofproto_v1_3.ONFFMF_MODIFY
-_MONITOR_REQUEST = struct.Struct("!IHHIB3xHH4x")   # id, flags, match length, out port, table; an empty ofp_match
+# The extension's numbers are written out: the adapter runs under os-ken and Ryu alike (controller/compat.py).
+ONF_EXPERIMENTER, ONF_FLOW_MONITOR, ONF_MONITOR_RESUMED = 0x4F4E4600, 1870, 1872
+MONITOR_FLAGS = 1 << 1 | 1 << 2 | 1 << 3            # added, deleted, modified; not the initial flows, nor our own
+_ABBREVIATED = 3                                    # an update of one's own change: no cookie
+_MONITOR_REQUEST = struct.Struct("!IHHIB3xHH4x")    # id, flags, match length, out port, table; an empty ofp_match
+_EMPTY_MATCH = (1, 4)                               # OXM, of no field
 _UPDATE_HEADER, _UPDATE_COOKIE = struct.Struct("!HH"), struct.Struct("!Q")
 _UPDATE_FULL_LENGTH, _UPDATE_COOKIE_AT = 24, 16
 _CODE_PREFIX = {"OFPET_BAD_REQUEST": "OFPBRC_", "OFPET_BAD_ACTION": "OFPBAC_", "OFPET_BAD_INSTRUCTION": "OFPBIC_",
@@ -230,8 +231,7 @@ class _MonitorRequest:
     """Every flow of every table (the id: the request's xid, unique on the connection)."""
 
     def __init__(self, monitor_id: int, out_port: int, table_id: int):
-        self.args = (monitor_id, MONITOR_FLAGS, ofproto_v1_3.OFP_MATCH_SIZE - 4, out_port, table_id,
-                     ofproto_v1_3.OFPMT_OXM, ofproto_v1_3.OFP_MATCH_SIZE - 4)
+        self.args = (monitor_id, MONITOR_FLAGS, _EMPTY_MATCH[1], out_port, table_id, *_EMPTY_MATCH)
 
     def serialize(self) -> bytes:
         return _MONITOR_REQUEST.pack(*self.args)
@@ -239,7 +239,7 @@ class _MonitorRequest:
 
 def _monitored(conn: int, msg: OFPMessage) -> ev.FlowsChanged | None:
     body = msg.body
-    if (body.experimenter, body.exp_type) != (ONF_EXPERIMENTER_ID, ofproto_v1_3.ONFMP_FLOW_MONITOR):
+    if (body.experimenter, body.exp_type) != (ONF_EXPERIMENTER, ONF_FLOW_MONITOR):
         return None
     try:
         cookies: frozenset[int] | None = frozenset(c for c in _updated(bytes(body.data)) if our_flow(c))
@@ -257,7 +257,7 @@ def _updated(data: bytes) -> Iterator[int]:
         length, event = _UPDATE_HEADER.unpack_from(data, offset)
         if length < _UPDATE_HEADER.size or offset + length > len(data):
             raise ValueError(f"a flow update of length {length}")
-        if event != ofproto_v1_3.ONFFME_ABBREV:
+        if event != _ABBREVIATED:
             if length < _UPDATE_FULL_LENGTH:
                 raise ValueError(f"a full flow update of length {length}")
             yield _UPDATE_COOKIE.unpack_from(data, offset + _UPDATE_COOKIE_AT)[0]
@@ -266,7 +266,7 @@ def _updated(data: bytes) -> Iterator[int]:
 
 def _resumed(conn: int, msg: OFPMessage) -> ev.FlowsChanged | None:
     """A monitor that fell behind pauses, then resumes: what changed meanwhile is read whole."""
-    if (msg.experimenter, msg.exp_type) != (ONF_EXPERIMENTER_ID, ofproto_v1_3.ONFT_FLOW_MONITOR_RESUMED):
+    if (msg.experimenter, msg.exp_type) != (ONF_EXPERIMENTER, ONF_MONITOR_RESUMED):
         return None
     return ev.FlowsChanged(conn, 0, None)
 

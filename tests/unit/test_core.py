@@ -210,7 +210,7 @@ def test_classified_flows_are_read_each_poll_from_a_switch_that_has_some_and_rec
 
 def test_a_flow_changed_in_place_on_a_switch_without_a_flow_monitor_is_put_back_within_ten_polls(net, caplog):
     net.s1.monitors = False
-    caplog.set_level("INFO")
+    caplog.set_level("INFO", logger="qos")
     up(net)
     assert "switch 0000000000000001 has no flow monitor (OFPET_BAD_REQUEST/OFPBRC_BAD_EXPERIMENTER); a flow changed " \
         "by hand is found by reading its whole table" in caplog.messages

@@ -8,6 +8,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 from os_ken.ofproto.ofproto_common import ONF_EXPERIMENTER_ID
 
 from controller.adapters import openflow
+from controller.core import actions as act
 from controller.core import events as ev
 from controller.core.flows import COOKIE
 
@@ -53,3 +54,19 @@ def test_a_monitor_that_resumes_after_a_pause_asks_for_the_whole_table_and_its_p
     paused = parser.OFPExperimenter(None, ONF_EXPERIMENTER_ID, ofp.ONFT_FLOW_MONITOR_PAUSED, b"")
     assert openflow.reply(3, resumed) == ev.FlowsChanged(3, 0, None)
     assert openflow.reply(3, paused) is None
+
+
+def test_the_extensions_numbers_written_out_are_os_kens_and_the_request_is_what_ovs_reads():
+    """Written out so that the adapter runs under Ryu too; the bytes are those `ovs-ofctl ofp-print` reads as
+    `ONFST_FLOW_MONITOR request (OF1.3) (xid=0x9): id=9 flags=add,delete,modify` (os-ken's own: OFPBMC_BAD_LEN)."""
+    assert (openflow.ONF_EXPERIMENTER, openflow.ONF_FLOW_MONITOR, openflow.ONF_MONITOR_RESUMED) == (
+        ONF_EXPERIMENTER_ID, ofp.ONFMP_FLOW_MONITOR, ofp.ONFT_FLOW_MONITOR_RESUMED)
+    assert openflow.MONITOR_FLAGS == ofp.ONFFMF_ADD | ofp.ONFFMF_DELETE | ofp.ONFFMF_MODIFY
+
+    class Datapath:
+        ofproto, ofproto_parser, id = ofp, parser, 1
+
+    msg = openflow.message(Datapath(), act.StatsRequest(9, act.FLOW_MONITOR))
+    msg.serialize()
+    assert bytes(msg.buf).hex() == ("0412003000000009ffff0000000000004f4e46000000074e"
+                                    "00000009000e0004ffffffffff0000000001000400000000")
