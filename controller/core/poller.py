@@ -3,7 +3,8 @@ controller/core/switch.py).
 
 Every interval, from the switch's own phase so that many switches' polls spread over it (as Faucet's
 Gauge does), a poll asks for the classified flows' and counting meters' counters (the class rates), the
-queues' (their drops) and the ports'; the whole flow table every WHOLE_TABLE_POLLS polls. `auto` ports
+queues' (their drops) and the ports'; the whole flow table every WHOLE_TABLE_POLLS polls (every
+MONITORED_TABLE_POLLS on a switch whose flow monitor says what others change). `auto` ports
 near their capacity are fast polled besides. Once every reply of a poll is in (controller/core/poll.py),
 the ports' rates go to the detector (controller/core/switch_state.py), whose decisions are returned.
 """
