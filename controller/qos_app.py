@@ -44,6 +44,7 @@ from controller.adapters.process import EXIT_FAILED, fail, stop, throw, wake_on_
 from controller.adapters.remotes import on_this_host
 from controller.adapters.rest import MakeRequest, make_app
 from controller.adapters.tc import Tc, TcEvents
+from controller.adapters.timers import Timers
 from controller.adapters.worker import Worker
 from controller.compat import (
     CONF,
@@ -119,6 +120,7 @@ class QosController(App):
         self.datapaths: dict[int, Any] = {}    # connection → os-ken Datapath
         self._conns = itertools.count(1)
         self.parts = Multipart()
+        self.timers = Timers(self._post)
         self.tc: Tc | None = None
         self.workers: dict[str, Worker] = {}
 
@@ -141,7 +143,7 @@ class QosController(App):
                         for name in self.ovsdb.names}
         self._threads += [*(hub.spawn(w.run) for w in self.workers.values()), hub.spawn(self._watch_tc),
                           hub.spawn(self._save_policies), hub.spawn(wake_on_signals),
-                          hub.spawn(self._watch_remotes), hub.spawn(Heap().run, hub.sleep),
+                          hub.spawn(self._watch_remotes), hub.spawn(Heap().run, hub.sleep), hub.spawn(self.timers.run),
                           *(hub.spawn(service, self._post) for service in self.mode.services),
                           hub.spawn(serve, self._api_sock, make_app(self, self.settings.api_token)),
                           hub.spawn(serve, self._metrics_sock, CachedExposition(self.registry))]
@@ -316,7 +318,7 @@ class QosController(App):
                 case act.Answer():
                     self.reply_to_request(action.token, EventReply(action.token.src, action.result, action.error))
                 case act.Later():
-                    hub.spawn_after(action.seconds, self._post, action.event)
+                    self.timers.add(action.seconds, action.event)
                 case act.Close():   # off the loop: os-ken's close posts the switch's end to our own queue, which
                     dp = self.datapaths.get(action.conn)   # when full (128) held the loop waiting for itself
                     if dp is not None:

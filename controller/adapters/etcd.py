@@ -79,8 +79,12 @@ class Gateway:
         def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
             try:
                 answer = session.post(self._client.get_url(path), json=body, timeout=timeout)
+                if answer.status_code == 404:      # said as the loop's client says it (etcd3gw's text)
+                    raise CoordinationError(LEASE_GONE)
                 answer.raise_for_status()
                 result: dict[str, Any] = answer.json()
+            except CoordinationError:
+                raise
             except Exception as err:   # noqa: BLE001
                 raise CoordinationError(why(err)) from None
             return result

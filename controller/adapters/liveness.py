@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from controller.adapters.etcd import CoordinationError, Post, b64, kvs, text
+from controller.adapters.etcd import LEASE_GONE, CoordinationError, Post, b64, kvs, text
 
 LOG = logging.getLogger(__name__)
 WORD_SECONDS = 0.5         # how long a peer whose session closed has to say, in etcd, that it lives
@@ -89,7 +89,13 @@ class Liveness:
             LOG.debug("etcd: cannot say whether our OVSDB session is up: %s", err)
 
     def suspect(self, peer: str, now: float) -> None:
-        """The peer's session closed while we waited in line for its lock."""
+        """The peer's session closed while we waited in line for its lock. A file of its here that no process
+        holds is a dead process's, whose lease (in it) is revoked without asking etcd first: a round trip less
+        before the switches move. A lease etcd no longer has (the file of a process that left, or that ran here
+        before the member moved) says nothing of the peer now: etcd is asked then."""
+        lease = self._abandoned(peer)
+        if lease and self._revoke(peer, lease, "its OVSDB session closed, its process gone", quiet=True):
+            return
         dead, lease = self._verdict(peer, final=False)
         if dead is None:
             self._pending[peer] = now + WORD_SECONDS
@@ -137,6 +143,24 @@ class Liveness:
             return False, lease
         return True, lease
 
+    def _abandoned(self, peer: str) -> int:
+        """The lease in the peer's file here if no process holds that file (0: it has none, or it is held)."""
+        if self._directory is None:
+            return 0
+        try:
+            fd = os.open(self._path(peer), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return 0
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return 0
+            said = os.pread(fd, 32, 0)
+            return int(said) if said.isdigit() else 0
+        finally:
+            os.close(fd)      # drops our shared lock at once
+
     def _locked(self, peer: str, lease: int) -> bool | None:
         """Whether the peer's process holds its file (None: it has none here naming `lease`)."""
         if self._directory is None:
@@ -156,11 +180,14 @@ class Liveness:
         finally:
             os.close(fd)      # drops our shared lock at once
 
-    def _revoke(self, peer: str, lease: int, why: str) -> None:
+    def _revoke(self, peer: str, lease: int, why: str, quiet: bool = False) -> bool:
+        """Whether etcd revoked it; `quiet`: a lease etcd no longer has is not worth a warning."""
         try:
             self._post("/kv/lease/revoke", {"ID": lease})
         except CoordinationError as err:    # gone already (it left, or ran out), or etcd did not answer
-            LOG.warning("etcd: member %s is dead, but its lease was not revoked (%s); its switches move when its "
-                        "lease runs out", peer, err)
-            return
+            if not (quiet and str(err) == LEASE_GONE):
+                LOG.warning("etcd: member %s is dead, but its lease was not revoked (%s); its switches move when "
+                            "its lease runs out", peer, err)
+            return False
         LOG.warning("member %s is dead (%s): its lease revoked, its switches move now", peer, why)
+        return True
