@@ -12,6 +12,7 @@ poll for --seconds, deletes the policy, and removes everything, Ctrl-C included.
   poll_hz                 statistics polls answered per switch per second (target 1)
   poll_lag_max_seconds    how late the latest polls were sent, the worst switch
   cpu_share_of_one_core   the controller and its children, over the steady window
+  cpu_share_each_10s      the same, each 10 s of the window (whether the window's start still settles)
   peak_rss_mib            the controller's peak resident memory
 
 With --join, one more bridge of --ports ports is then created beside the others, and its cost measured:
@@ -92,7 +93,7 @@ def run(args, tmp: Path, record) -> int:
         print(f"in sync after {in_sync_seconds:.2f} s; steady window of {args.seconds:g} s begins", flush=True)
         polls0, counted0 = polls_counted(METRICS)
         cpu0, at0 = cpu_ticks(pid), time.monotonic()   # the CPU window holds no scrape
-        time.sleep(args.seconds)
+        slices = _slices(pid, at0 + args.seconds)
         cpu1, at1 = cpu_ticks(pid), time.monotonic()
         polls1, counted1 = polls_counted(METRICS)
         lag = max(_gauges("ovsqos_poll_lag_seconds"), default=0.0)
@@ -109,6 +110,7 @@ def run(args, tmp: Path, record) -> int:
         print(f"poll_hz                {(polls1 - polls0) / (counted1 - counted0) / len(bridges):.3f}")
         print(f"poll_lag_max_seconds   {lag:.3f}")
         print(f"cpu_share_of_one_core  {share:.3f}")
+        print(f"cpu_share_each_10s     {' '.join(f'{x:.3f}' for x in slices)}")
         print(f"peak_rss_mib           {rss / 1024:.1f}", flush=True)
         if joined:
             print(f"join_in_sync_seconds   {joined[0]:.2f}  (bridge of {args.ports} ports, beside {len(bridges)})")
@@ -131,6 +133,16 @@ def _join(args, pid: int, log: Path, share: float, record) -> tuple[float, float
         time.sleep(max(at0 + args.join_seconds - time.monotonic(), 0))
         cpu1, at1 = cpu_ticks(pid), time.monotonic()
     return (said["in sync"] - said["connected"]).total_seconds(), (cpu1 - cpu0) / TICKS - share * (at1 - at0)
+
+
+def _slices(pid: int, until: float, seconds: float = 10.0) -> list[float]:
+    """The process's CPU share over each `seconds` from now until `until` (the last slice may be shorter)."""
+    shares = []
+    while (left := until - time.monotonic()) > 0:
+        cpu0, at0 = cpu_ticks(pid), time.monotonic()
+        time.sleep(min(seconds, left))
+        shares.append((cpu_ticks(pid) - cpu0) / TICKS / (time.monotonic() - at0))
+    return shares
 
 
 def _said(log: Path, start: int, dp_id: int) -> dict[str, datetime]:

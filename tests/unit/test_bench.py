@@ -1,5 +1,6 @@
 """The benchmarks' own arithmetic: the pure decision path's synthetic mix, when a poll count is read, and how
 bench/reaction.py times an onset."""
+import os
 import subprocess
 import sys
 import threading
@@ -8,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from bench.process import polls_counted
-from bench.scale import _said
+from bench.scale import _said, _slices
 from topo.net.iperf import Interval
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,3 +104,10 @@ def test_a_joining_switch_is_timed_from_its_connection_to_its_sync_in_the_log_wr
                 "2026-11-28 21:00:02.750 INFO qos: switch 0000000000100000 in sync\n")
     said = _said(log, start, 0x100000)
     assert (said["in sync"] - said["connected"]).total_seconds() == 1.5
+
+
+def test_the_steady_windows_slices_cover_it_and_read_this_process():
+    start = time.monotonic()
+    shares = _slices(os.getpid(), start + 0.25, seconds=0.1)
+    assert len(shares) == 3 and time.monotonic() - start >= 0.25
+    assert all(0 <= share < 1 for share in shares)   # asleep: far from a core
