@@ -93,8 +93,9 @@ class Liveness:
         holds is a dead process's, whose lease (in it) is revoked without asking etcd first: a round trip less
         before the switches move. A lease etcd no longer has (the file of a process that left, or that ran here
         before the member moved) says nothing of the peer now: etcd is asked then."""
-        lease = self._abandoned(peer)
-        if lease and self._revoke(peer, lease, "its OVSDB session closed, its process gone", quiet=True):
+        found = self._file(peer)
+        if found and found[0] and not found[1] and \
+                self._revoke(peer, found[0], "its OVSDB session closed, its process gone", quiet=True):
             return
         dead, lease = self._verdict(peer, final=False)
         if dead is None:
@@ -132,7 +133,8 @@ class Liveness:
         if not published:
             return False, 0                       # it left, or its lease ran out: nothing to revoke
         lease = int(json.loads(text(published[0]["value"])))
-        locked = self._locked(peer, lease)
+        found = self._file(peer)
+        locked = found[1] if found and found[0] == lease else None   # None: no file here naming that lease
         if locked is False:
             return True, lease
         if not final:
@@ -143,40 +145,23 @@ class Liveness:
             return False, lease
         return True, lease
 
-    def _abandoned(self, peer: str) -> int:
-        """The lease in the peer's file here if no process holds that file (0: it has none, or it is held)."""
+    def _file(self, peer: str) -> tuple[int, bool] | None:
+        """The peer's file here: the lease it names (0: none readable), and whether a process holds it (None: no
+        file here)."""
         if self._directory is None:
-            return 0
+            return None
         try:
             fd = os.open(self._path(peer), os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
-            return 0
+            return None
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return 0
             said = os.pread(fd, 32, 0)
-            return int(said) if said.isdigit() else 0
-        finally:
-            os.close(fd)      # drops our shared lock at once
-
-    def _locked(self, peer: str, lease: int) -> bool | None:
-        """Whether the peer's process holds its file (None: it has none here naming `lease`)."""
-        if self._directory is None:
-            return None
-        try:
-            fd = os.open(self._path(peer), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            if os.pread(fd, 32, 0) != str(lease).encode():
-                return None
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                held = False
             except BlockingIOError:
-                return True
-            return False
+                held = True
+            return int(said) if said.isdigit() else 0, held
         finally:
             os.close(fd)      # drops our shared lock at once
 
