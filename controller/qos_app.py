@@ -120,7 +120,7 @@ class QosController(App):
         self.datapaths: dict[int, Any] = {}    # connection → os-ken Datapath
         self._conns = itertools.count(1)
         self.parts = Multipart()
-        self.timers = Timers(self._post)
+        self.timers = Timers(self._post_all)
         self.tc: Tc | None = None
         self.workers: dict[str, Worker] = {}
 
@@ -223,11 +223,16 @@ class QosController(App):
     # --- into the core ----------------------------------------------------------------------------------
     def _post(self, event: ev.Event) -> None:
         """From any greenthread: hand `event` to the core in the event loop."""
-        self.send_event(self.name, EventCore(event))
+        self.send_event(self.name, EventCore((event,)))
+
+    def _post_all(self, events: list[ev.Event]) -> None:
+        """... several, in one hop to the event loop."""
+        self.send_event(self.name, EventCore(tuple(events)))
 
     @set_ev_cls(EventCore)
     def _core_event(self, wrapped: EventCore) -> None:
-        self._handle(wrapped.event)
+        for event in wrapped.events:
+            self._handle(event)
 
     def _fail(self, what: str) -> None:
         LOG.exception("%s failed; exiting (flows and queues stay in place)", what)
@@ -318,7 +323,7 @@ class QosController(App):
                 case act.Answer():
                     self.reply_to_request(action.token, EventReply(action.token.src, action.result, action.error))
                 case act.Later():
-                    self.timers.add(action.seconds, action.event)
+                    self.timers.add(action.seconds, action.event, action.slack)
                 case act.Close():   # off the loop: os-ken's close posts the switch's end to our own queue, which
                     dp = self.datapaths.get(action.conn)   # when full (128) held the loop waiting for itself
                     if dp is not None:

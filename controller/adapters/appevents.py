@@ -22,8 +22,8 @@ class EventReply(EventReplyBase):
 
 
 class EventCore(EventBase):
-    """One of the core's events, from a timer, a worker, netlink or the OVSDB connectors."""
+    """The core's events, from a timer, a worker, netlink or the OVSDB connectors: handled in their order."""
 
-    def __init__(self, event: ev.Event):
+    def __init__(self, events: tuple[ev.Event, ...]):
         super().__init__()
-        self.event = event
+        self.events = events

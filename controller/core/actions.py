@@ -135,9 +135,11 @@ class Answer:
 
 @dataclass(frozen=True)
 class Later:
-    """Hand `event` back to the core after `seconds`."""
+    """Hand `event` back to the core after `seconds`, or up to `slack` seconds after that: timers that may wait
+    are handed back together with others (controller/adapters/timers.py)."""
     seconds: float
     event: ev.Event
+    slack: float = 0.0
 
 
 # I/O the core asks for; the app does it off the event loop and reports with the event named.

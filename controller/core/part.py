@@ -48,8 +48,8 @@ class Link:
         epoch, what = self.requests.pop(xid, (None, None))
         return what, epoch
 
-    def later(self, seconds: float, event: ev.Event) -> None:
-        self.actions.append(act.Later(seconds, event))
+    def later(self, seconds: float, event: ev.Event, slack: float = 0.0) -> None:
+        self.actions.append(act.Later(seconds, event, slack))
 
     def do(self, action: act.SwitchAction) -> None:
         self.actions.append(action)

@@ -24,6 +24,10 @@ from controller.core.view import SwitchView
 WHOLE_TABLE_POLLS = 10        # the whole flow table is read every this many polls
 MONITORED_TABLE_POLLS = 60    # ... of a switch whose flow monitor says what others change (a meter's band, not)
 SILENT_SECONDS, SILENT_POLLS = 10.0, 3   # a switch that answers no poll for this long (and as many polls) is dead
+# A slow poll may be sent up to this share of the interval late, with others that fell due meanwhile: at 500
+# switches a second, a wake-up of the event loop for each cost more than the poll (docs/benchmarks.md). A fast
+# poll (a port near its capacity) is sent on time.
+POLL_SLACK = 0.05
 
 
 class Poller(SwitchPart):
@@ -46,7 +50,7 @@ class Poller(SwitchPart):
         self.heard = now
         if view.active:
             self.next_due = now + self.phase * view.interval
-            self.link.later(self.next_due - now, ev.PollDue(self.link.conn, self.next_due))
+            self.link.later(self.next_due - now, ev.PollDue(self.link.conn, self.next_due), POLL_SLACK * view.interval)
 
     def stand_down(self) -> None:
         self.next_due = self.next_fast = None
@@ -83,7 +87,7 @@ class Poller(SwitchPart):
         # The polls a stall of the loop made it miss are skipped, not sent back to back, and the switch keeps its
         # phase: polls of many switches that were late together would otherwise fall together from then on.
         self.next_due = due.due + interval * (1 + max(lag, 0.0) // interval)
-        self.link.later(self.next_due - now, ev.PollDue(self.link.conn, self.next_due))
+        self.link.later(self.next_due - now, ev.PollDue(self.link.conn, self.next_due), POLL_SLACK * interval)
         self.link.telemetry.poll_lag = lag
         if (self.round is not None or lag > interval) and not self.late_said:
             self.late_said = True

@@ -679,7 +679,7 @@ class Harness:
             elif isinstance(action, act.Answer):
                 self.answers.append(action)
             elif isinstance(action, act.Later):
-                heapq.heappush(self.timers, (self.clock + action.seconds, next(self._seq), action.event))
+                heapq.heappush(self.timers, (self.clock + action.seconds + action.slack, next(self._seq), action.event))
             elif isinstance(action, act.Close):
                 self.closed.append(action.conn)
                 self.conns.pop(action.conn, None)

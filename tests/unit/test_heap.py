@@ -35,6 +35,18 @@ def test_a_slow_full_collection_freezes_what_it_found_alive_and_a_young_one_does
     assert gc.get_freeze_count() >= before + len(more)
 
 
+def test_a_burst_of_objects_that_die_young_sets_off_no_collection_and_uninstall_restores_the_default(heap):
+    before = gc.get_stats()[0]["collections"]
+    burst = [Node() for _ in range(5_000)]   # alive together a moment, as a large reply's handling makes them
+    del burst
+    assert gc.get_stats()[0]["collections"] == before
+    heap.uninstall()
+    try:
+        assert len([Node() for _ in range(5_000)]) and gc.get_stats()[0]["collections"] > before
+    finally:
+        heap.install()
+
+
 def test_a_fast_full_collection_freezes_nothing():
     gc.collect()
     gc.unfreeze()
