@@ -223,7 +223,7 @@ class QosController(App):
     # --- into the core ----------------------------------------------------------------------------------
     def _post(self, event: ev.Event) -> None:
         """From any greenthread: hand `event` to the core in the event loop."""
-        self.send_event(self.name, EventCore((event,)))
+        self._post_all([event])
 
     def _post_all(self, events: list[ev.Event]) -> None:
         """... several, in one hop to the event loop."""

@@ -49,8 +49,12 @@ class Poller(SwitchPart):
     def start(self, view: SwitchView, now: float) -> None:
         self.heard = now
         if view.active:
-            self.next_due = now + self.phase * view.interval
-            self.link.later(self.next_due - now, ev.PollDue(self.link.conn, self.next_due), POLL_SLACK * view.interval)
+            self._schedule(now + self.phase * view.interval, now, view.interval)
+
+    def _schedule(self, at: float, now: float, interval: float) -> None:
+        """The next slow poll, due `at`: its timer, with its slack."""
+        self.next_due = at
+        self.link.later(at - now, ev.PollDue(self.link.conn, at), POLL_SLACK * interval)
 
     def stand_down(self) -> None:
         self.next_due = self.next_fast = None
@@ -86,8 +90,7 @@ class Poller(SwitchPart):
         lag = now - due.due
         # The polls a stall of the loop made it miss are skipped, not sent back to back, and the switch keeps its
         # phase: polls of many switches that were late together would otherwise fall together from then on.
-        self.next_due = due.due + interval * (1 + max(lag, 0.0) // interval)
-        self.link.later(self.next_due - now, ev.PollDue(self.link.conn, self.next_due), POLL_SLACK * interval)
+        self._schedule(due.due + interval * (1 + max(lag, 0.0) // interval), now, interval)
         self.link.telemetry.poll_lag = lag
         if (self.round is not None or lag > interval) and not self.late_said:
             self.late_said = True
