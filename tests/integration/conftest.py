@@ -3,7 +3,6 @@
 A test marked `needs(missing, reason)` whose component is missing is skipped on a developer's machine
 and fails on CI (where scripts/setup.sh has installed and started everything): a missing component on
 CI is a broken set-up, not a pass."""
-import fcntl
 import json
 import os
 import subprocess
@@ -16,7 +15,8 @@ import pytest
 from controller.core.policy import LOCAL_OVSDB
 from tests.ci import ON_CI
 from topo.harness import host
-from topo.harness.host import STATE_DIR
+from topo.harness.host import Busy
+from topo.harness.launch import remove_what_killed_runs_left
 
 
 def _ovs_running() -> bool:
@@ -100,24 +100,26 @@ def leftovers() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def host_to_ourselves():
-    """Wait for a study or benchmark that holds the host (their traffic and bridges would spoil ours),
-    then note what is already there."""
+def host_to_ourselves(request):
+    """Wait for a study or benchmark that holds the host (their traffic and bridges would spoil ours), remove
+    what a killed one left as `topo/run.py clean` does (its s1-eth1 made every Mininet network of the study's
+    names fail with "File exists"), then note what is already there."""
     if os.geteuid() != 0:
         yield
         return
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
-    fd = os.open(STATE_DIR / "lock", os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + 30 * 60
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            removed = remove_what_killed_runs_left()   # the launchers under test take the lock themselves
             break
-        except BlockingIOError:
+        except Busy:
             if time.monotonic() > deadline:
                 pytest.exit("another study or benchmark has held this host for 30 minutes", returncode=3)
             time.sleep(1)
-    os.close(fd)   # the launchers under test take the lock themselves
+    if removed:   # said on the terminal, past the capture of the first test's set-up
+        with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
+            request.config.pluginmanager.get_plugin("terminalreporter").write_line(
+                f"removed what a killed run left behind: {', '.join(removed)}")
     if _ovs_running():   # else the tests that need it are skipped (failed on CI); leftovers() would raise
         _BEFORE.update(_present())
     yield

@@ -89,16 +89,23 @@ def clean() -> int:
     if os.geteuid() != 0:
         print("error: run as root", file=sys.stderr)
         return USAGE_ERROR
-    lock = HostLock()
     try:
-        record, removed = lock.acquire(Path("(clean)"))
+        removed = remove_what_killed_runs_left()
     except Busy as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    removed += record.close() + ovs_instance.stop_all()
-    lock.release()
     print(f"removed: {', '.join(removed)}" if removed else "nothing was left behind")
     return 0
+
+
+def remove_what_killed_runs_left() -> list[str]:
+    """What a killed run recorded and the OVS instances it left, removed; raises Busy while a run is alive."""
+    lock = HostLock()
+    record, removed = lock.acquire(Path("(clean)"))
+    try:
+        return removed + record.close() + ovs_instance.stop_all()
+    finally:
+        lock.release()
 
 
 def _bridges() -> list[str]:
