@@ -37,9 +37,13 @@ def policy(name: str, capacity: str) -> dict:
 
 
 def rate(vsctl, iface: str) -> str | None:
-    """The max-rate of the port's QoS, None without one."""
-    qos = vsctl("get", "port", iface, "qos").strip()
-    return None if qos == "[]" else vsctl("get", "qos", qos, "other_config:max-rate").strip().strip('"')
+    """The max-rate of the port's QoS, None without one. Read in one transaction (ovs-vsctl runs its commands
+    as one): the controller, putting a policy right, may replace the row between two reads ("no row")."""
+    rows, qos = vsctl("--format=json", "--columns=_uuid,other_config", "list", "qos", "--",
+                      "get", "port", iface, "qos").strip().rsplit("\n", 1)
+    if qos == "[]":
+        return None
+    return next(dict(config[1])["max-rate"] for (_, uuid), config in json.loads(rows)["data"] if uuid == qos)
 
 
 def system_vsctl(*args: str) -> str:
