@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from controller.core.policy import LOCAL_OVSDB
 from tests.ci import ON_CI
 from topo.harness import host
-from topo.harness.host import Busy
+from topo.harness.host import Busy, HostLock, RunRecord
 from topo.harness.launch import remove_what_killed_runs_left
 
 
@@ -123,6 +124,18 @@ def host_to_ourselves(request):
     if _ovs_running():   # else the tests that need it are skipped (failed on CI); leftovers() would raise
         _BEFORE.update(_present())
     yield
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Iterator[RunRecord]:
+    """A run record for tests that build their own networks, held as a launcher holds its own: a suite killed
+    inside them leaves what the next suite (or `topo/run.py clean`) removes. Closed after each test's own
+    leftovers() check, so it never hides what a test failed to remove."""
+    lock = HostLock()
+    record, _ = lock.acquire(Path("(tests)"))   # the session began by removing what a killed run left
+    yield record
+    record.close()
+    lock.release()
 
 
 def remove_rows(owner: str) -> int:

@@ -66,14 +66,14 @@ def udp_bytes_by_class(net, tmp_path, dst: str, family: str) -> dict[str, int]:
         tc.close()
 
 
-def test_ipv6_udp_is_steered_into_its_class_as_ipv4_is(tmp_path):
+def test_ipv6_udp_is_steered_into_its_class_as_ipv4_is(tmp_path, recorded):
     doc = policy_document("reserve", 5_000_000, 25)
     for flow in doc["switches"]["s1"]["flows"]:
         if "class" in flow:   # each classified match also for IPv6
             flow["match"] = [flow["match"], {**flow["match"], "eth_type": "ipv6"}]
-    with controller(tmp_path / "controller.log") as client:
+    with controller(tmp_path / "controller.log", recorded) as client:
         client.clear_policy()
-        with network(StudyTopo(), datapath()) as net:
+        with network(StudyTopo(), datapath(), recorded) as net:
             client.wait(lambda s: {"0000000000000001", "0000000000000002"} <= set(s["switches"]), 30, "switches")
             client.put_policy(doc)
             client.wait(lambda s: queues_in_force(s, parse_policy(doc)), 20, "the reserve queues")
@@ -89,12 +89,12 @@ def test_ipv6_udp_is_steered_into_its_class_as_ipv4_is(tmp_path):
     assert leftovers() == NOTHING_LEFT
 
 
-def test_a_linux_hfsc_port_queues_by_class_where_the_kernel_has_hfsc_and_says_so_where_not(tmp_path):
+def test_a_linux_hfsc_port_queues_by_class_where_the_kernel_has_hfsc_and_says_so_where_not(tmp_path, recorded):
     doc = policy_document("reserve", 5_000_000, 25)
     doc["switches"]["s1"]["ports"][1]["qos_type"] = "linux-hfsc"
-    with controller(tmp_path / "controller.log") as client:
+    with controller(tmp_path / "controller.log", recorded) as client:
         client.clear_policy()
-        with network(StudyTopo(), datapath()) as net:
+        with network(StudyTopo(), datapath(), recorded) as net:
             client.wait(lambda s: {"0000000000000001", "0000000000000002"} <= set(s["switches"]), 30, "switches")
             answer = client.put_policy(doc)
             qos_type = subprocess.run(["ovs-vsctl", "get", "qos", subprocess.run(

@@ -75,11 +75,11 @@ def lost_pings(host, target, seconds: float, during) -> int:
 
 
 @pytest.fixture(scope="module")
-def fabric(tmp_path_factory):
+def fabric(tmp_path_factory, recorded):
     tmp = tmp_path_factory.mktemp("fabric")
-    with controller(tmp / "controller.log") as client:
+    with controller(tmp / "controller.log", recorded) as client:
         client.clear_policy()
-        with network(LeafSpine(), "user") as net:
+        with network(LeafSpine(), "user", recorded) as net:
             declare_links(net)
             connected = time.monotonic()
             put(client, "adaptive")

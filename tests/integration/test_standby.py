@@ -70,7 +70,7 @@ def udp(pool: ThreadPoolExecutor, net, tmp_path, name: str, seconds: int) -> Fut
     return pool.submit(traffic.run, net, [[flood]], tmp_path / name, traffic.connect_seconds(5_000_000, 25))
 
 
-def test_the_standby_takes_over_a_flood_within_5_s_keeping_every_row_and_answers_the_next_episode(tmp_path):
+def test_the_standby_takes_over_a_flood_within_5_s_keeping_every_row_and_answers_the_next_episode(tmp_path, recorded):
     shared = {"state_file": tmp_path / "state.json", "standby": "true"}
     first = start_controller(controller_config(tmp_path / "a.conf", **shared), tmp_path / "a.log")
     second = start_controller(controller_config(tmp_path / "b.conf", ofp_port=6654, api_port=8081, metrics_port=9111,
@@ -86,7 +86,7 @@ def test_the_standby_takes_over_a_flood_within_5_s_keeping_every_row_and_answers
                 assert second.poll() is None and time.monotonic() < deadline, (tmp_path / "b.log").read_text()[-2000:]
                 time.sleep(0.2)
         assert active.status()["role"] == "active"
-        with network(StudyTopo(), "user") as net, ThreadPoolExecutor(2) as pool:
+        with network(StudyTopo(), "user", recorded) as net, ThreadPoolExecutor(2) as pool:
             for switch in ("s1", "s2"):
                 subprocess.run(["ovs-vsctl", "set-controller", switch, "tcp:127.0.0.1:6653", "tcp:127.0.0.1:6654"],
                                check=True)

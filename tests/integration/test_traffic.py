@@ -58,11 +58,11 @@ def drop(pid: int, dev: str, match: str) -> None:
        "flowid", "1:2")
 
 
-def test_a_udp_test_that_never_connects_is_given_up_with_its_reason_and_the_rest_runs_as_planned(tmp_path):
+def test_a_udp_test_that_never_connects_is_given_up_with_its_reason_and_the_rest_runs_as_planned(tmp_path, recorded):
     doc = policy_document("shared", 5_000_000, 25)
-    with controller(tmp_path / "controller.log") as client:
+    with controller(tmp_path / "controller.log", recorded) as client:
         client.clear_policy()
-        with network(StudyTopo(), "user") as net:
+        with network(StudyTopo(), "user", recorded) as net:
             client.wait(lambda s: {"0000000000000001", "0000000000000002"} <= set(s["switches"]), 30, "switches")
             client.put_policy(doc)
             client.wait(lambda s: queues_in_force(s, parse_policy(doc)), 20, "the shared queue")
@@ -87,12 +87,12 @@ def test_a_udp_test_that_never_connects_is_given_up_with_its_reason_and_the_rest
     assert leftovers() == NOTHING_LEFT
 
 
-def test_a_udp_test_whose_connect_datagram_is_lost_starts_again_and_a_tcp_test_whose_syn_is_lost_is_dated(tmp_path):
+def test_a_udp_test_whose_connect_datagram_is_lost_starts_again_and_a_tcp_test_whose_syn_is_lost_is_dated(tmp_path, recorded):
     doc = policy_document("shared", 5_000_000, 25)
     stop = threading.Event()
-    with controller(tmp_path / "controller.log") as client:
+    with controller(tmp_path / "controller.log", recorded) as client:
         client.clear_policy()
-        with network(StudyTopo(), "user") as net:
+        with network(StudyTopo(), "user", recorded) as net:
             client.wait(lambda s: {"0000000000000001", "0000000000000002"} <= set(s["switches"]), 30, "switches")
             client.put_policy(doc)
             client.wait(lambda s: queues_in_force(s, parse_policy(doc)), 20, "the shared queue")
