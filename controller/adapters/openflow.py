@@ -278,7 +278,10 @@ def _role(conn: int, msg: OFPMessage) -> ev.RoleReply:
 
 
 def _error(conn: int, msg: OFPMessage) -> ev.ErrorReply:
-    return ev.ErrorReply(conn, msg.xid, describe_error(msg.datapath.ofproto, msg.type, msg.code))
+    ofp = msg.datapath.ofproto
+    if msg.type == ofp.OFPET_EXPERIMENTER:   # an extension's error (OVS's own): no code, its vendor's type
+        return ev.ErrorReply(conn, msg.xid, f"OFPET_EXPERIMENTER/{msg.experimenter:#x}:{msg.exp_type}")
+    return ev.ErrorReply(conn, msg.xid, describe_error(ofp, msg.type, msg.code))
 
 
 def describe_error(ofp: OFProto, err_type: int, code: int) -> str:

@@ -1,11 +1,14 @@
-"""The OpenFlow adapter's reading of a flow monitor's messages (controller/adapters/openflow.py): the cookies of
-ours in its updates, or None (read the whole table) for what it cannot read or for a monitor that resumes."""
+"""The OpenFlow adapter's reading (controller/adapters/openflow.py) of a switch's errors, by name, and of a flow
+monitor's messages: the cookies of ours in its updates, or None (read the whole table) for what it cannot read or for
+a monitor that resumes."""
 import struct
 
 import pytest
+from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 from os_ken.ofproto.ofproto_common import ONF_EXPERIMENTER_ID
+from os_ken.ofproto.ofproto_protocol import ProtocolDesc
 
 from controller.adapters import openflow
 from controller.core import actions as act
@@ -70,3 +73,18 @@ def test_the_extensions_numbers_written_out_are_os_kens_and_the_request_is_what_
     msg.serialize()
     assert bytes(msg.buf).hex() == ("0412003000000009ffff0000000000004f4e46000000074e"
                                     "00000009000e0004ffffffffff0000000001000400000000")
+
+
+def error(body: bytes, xid: int = 7):
+    """An error message as os-ken reads it off the wire."""
+    return ofproto_parser.msg(ProtocolDesc(ofp.OFP_VERSION), ofp.OFP_VERSION, ofp.OFPT_ERROR, 8 + len(body), xid,
+                              struct.pack("!BBHI", ofp.OFP_VERSION, ofp.OFPT_ERROR, 8 + len(body), xid) + body)
+
+
+def test_an_error_is_named_by_its_type_and_code_and_an_extensions_by_its_vendor_and_type():
+    offending = bytes(8)
+    assert openflow.reply(3, error(struct.pack("!HH", ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_PORT) + offending)) == \
+        ev.ErrorReply(3, 7, "OFPET_BAD_ACTION/OFPBAC_BAD_OUT_PORT")
+    # OVS says its own errors (Nicira's, 0x2320) as an experimenter's type, with no code to name
+    assert openflow.reply(3, error(struct.pack("!HHI", ofp.OFPET_EXPERIMENTER, 270, 0x2320) + offending)) == \
+        ev.ErrorReply(3, 7, "OFPET_EXPERIMENTER/0x2320:270")
