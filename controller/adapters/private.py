@@ -40,3 +40,12 @@ def table_name(row: Any) -> str:
 def changed_columns(updates: Any) -> set[str]:
     """The columns an update changed: python-ovs passes their old values as a Row, whose values are `_data`."""
     return set(updates._data)
+
+
+def referenced(row: Any, column: str) -> set[Any]:
+    """The uuids a reference column names in a row, or in an update's old values, read from its raw datum:
+    python-ovs's conversion to rows leaves out a row that is gone, and an orphan's is what we look for."""
+    datum = row._data.get(column)
+    if datum is None:
+        return set()
+    return {atom.value for atom in (datum.values.values() if datum.type.is_map() else datum.values)}

@@ -52,7 +52,7 @@ class Database(Protocol):
     def steal_lock(self) -> None: ...
     def saved_policy(self, verified: bool) -> str | None: ...
     def save_policy(self, text: str) -> None: ...
-    def remove_orphans(self) -> int: ...
+    def remove_orphans(self, everywhere: bool = True) -> int: ...
     def close(self) -> None: ...
 
 
@@ -216,8 +216,8 @@ class RemoteView:
     def apply(self, *args: Any, **kwargs: Any) -> None:
         self._db().apply(*args, **kwargs)
 
-    def remove_orphans(self) -> int:
-        return self._db().remove_orphans()
+    def remove_orphans(self, everywhere: bool = True) -> int:
+        return self._db().remove_orphans(everywhere)
 
     def fence(self, epochs: dict[int, int]) -> dict[int, str]:
         return self._db().fence(epochs)

@@ -55,7 +55,7 @@ class OvsdbWriter(Protocol):
 
     def fence(self, epochs: dict[int, int]) -> dict[int, str]: ...
 
-    def remove_orphans(self) -> int: ...
+    def remove_orphans(self, everywhere: bool = True) -> int: ...
 
 
 class Worker:
@@ -132,7 +132,7 @@ class Worker:
         if sweep or changes:
             # Rows a port no longer uses: a bridge that went away, or a QoS cleared off its port by hand.
             try:
-                removed = self._ovsdb.remove_orphans()
+                removed = self._ovsdb.remove_orphans(everywhere=sweep)
                 if removed:
                     LOG.info("removed %d QoS/Queue rows no port uses any more", removed)
             except (OvsdbError, RuntimeError) as err:

@@ -325,10 +325,28 @@ def test_many_ports_change_in_bounded_transactions_that_ask_vswitchd_once_and_or
     assert int(sh("ovs-vsctl", "get", "open_vswitch", ".", "next_cfg")) == asked + 1
     assert all(db.port_qos(iface) == spec.ovsdb for iface in ifaces)
     assert len(rows("QoS", db.owner)) == 50 and len(rows("Queue", db.owner)) == 50 * QUEUES
-    # A port that goes away (as a Mininet bridge does) leaves its QoS rows behind: they are swept.
-    sh("ovs-vsctl", "del-port", ifaces[0])
-    assert db.remove_orphans() == 1 + QUEUES
-    assert len(rows("QoS", db.owner)) == 49 and len(rows("Queue", db.owner)) == 49 * QUEUES
+    # Our own change replaces the rows in its transaction: the sweep after it finds nothing, and reads no row.
+    db.apply(dict.fromkeys(ifaces, spec), {"policy": "reserve"})
+    assert db.remove_orphans(everywhere=False) == 0
+    assert len(rows("QoS", db.owner)) == 50 and len(rows("Queue", db.owner)) == 50 * QUEUES
+    # A QoS cleared off its port by hand, and a port that goes away (as a Mininet bridge does), leave rows of
+    # ours that nothing names: the sweep after a change finds them, as the IDL hears of each.
+    for by_hand in (["clear", "port", ifaces[1], "qos"], ["del-port", ifaces[0]]):
+        sh("ovs-vsctl", *by_hand)
+        removed, deadline = 0, time.monotonic() + 5
+        while removed < 1 + QUEUES and time.monotonic() < deadline:
+            removed += db.remove_orphans(everywhere=False)
+            time.sleep(0.05)
+        assert removed == 1 + QUEUES, by_hand
+    assert len(rows("QoS", db.owner)) == 48 and len(rows("Queue", db.owner)) == 48 * QUEUES
+    # A dead run's rows, named by nothing since before we connected: only a sweep of every row finds them.
+    sh("ovs-vsctl", "clear", "port", ifaces[2], "qos")
+    again = ovsdb.Ovsdb(owner=db.owner, lock=False)
+    try:
+        assert again.remove_orphans(everywhere=False) == 0
+        assert again.remove_orphans() == 1 + QUEUES
+    finally:
+        again.close()
 
 
 def test_a_bridge_is_read_again_when_its_ports_change_and_only_then(port):
