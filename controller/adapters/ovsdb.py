@@ -155,6 +155,7 @@ class Ovsdb:
         self._cache_session = -1                      # the connection the cache was read over
         self._bridges = BridgeCache()                 # datapath id → its bridge, kept until one of its rows changes
         self._bridges_session = -1                    # the connection they were read over
+        self._swept_session = -1                      # the connection whose rows were all swept once
         self._by_datapath: dict[str, Any] | None = None   # datapath_id → its Bridge row, until bridges come or go
         if lock:
             self._wait_for_lock(lock_wait)
@@ -428,8 +429,13 @@ class Ovsdb:
         only if a port or QoS stopped naming a row of ours that is still there (a QoS cleared by hand, a bridge
         removed) since the last time; our own changes remove what they replace, and reading every Port, QoS and
         Queue row after each of them cost a join 0.8 s of CPU beside 5000 ports (docs/benchmarks.md)."""
+        # The first sweep over a connection reads every row: what went while we were away, no update told us of.
+        session: int = private.session(self._idl).get_seqno()
+        everywhere = everywhere or session != self._swept_session
         with self._api.transaction(check_error=True, log_errors=False) as txn:
             found = txn.add(_RemoveOrphans(self._api, self._owned, None if everywhere else self._idl.dropped))
+        if everywhere:
+            self._swept_session = session
         return found.result or 0
 
     def close(self) -> None:
