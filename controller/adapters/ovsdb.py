@@ -432,8 +432,12 @@ class Ovsdb:
         # The first sweep over a connection reads every row: what went while we were away, no update told us of.
         session: int = private.session(self._idl).get_seqno()
         everywhere = everywhere or session != self._swept_session
-        with self._api.transaction(check_error=True, log_errors=False) as txn:
-            found = txn.add(_RemoveOrphans(self._api, self._owned, None if everywhere else self._idl.dropped))
+        try:
+            with self._api.transaction(check_error=True, log_errors=False) as txn:
+                found = txn.add(_RemoveOrphans(self._api, self._owned, None if everywhere else self._idl.dropped))
+        except Exception:
+            self._swept_session = -1      # what it took from `dropped` is lost with it: the next sweep reads all
+            raise
         if everywhere:
             self._swept_session = session
         return found.result or 0
@@ -704,12 +708,15 @@ class _RemoveOrphans(command.BaseCommand):
     def __init__(self, api: Any, owned: Callable[[Any], bool], dropped: set[Any] | None) -> None:
         super().__init__(api)
         self.owned, self.dropped = owned, dropped
+        self.candidates: set[Any] | None = None
 
     def run_idl(self, txn: Any) -> None:
         if self.dropped is not None:   # run in the connection's greenthread, as the IDL's notify() that fills it
+            if self.candidates is None:   # taken once: a rerun after TRY_AGAIN looks at the same rows
+                self.candidates = set(self.dropped)
+                self.dropped.clear()
             tables = (self.api.tables["QoS"].rows, self.api.tables["Queue"].rows)
-            left = [row for uuid in self.dropped for rows in tables if (row := rows.get(uuid)) is not None]
-            self.dropped.clear()
+            left = [row for uuid in self.candidates for rows in tables if (row := rows.get(uuid)) is not None]
             if not any(self.owned(row) for row in left):
                 self.result = 0
                 return

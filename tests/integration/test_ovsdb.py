@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from ovs.db import idl
 
 from controller.adapters import ovsdb
 from controller.adapters.ovsdb import Fenced, LockHeld, Ovsdb, OvsdbError, Unconfirmed
@@ -348,6 +349,40 @@ def test_many_ports_change_in_bounded_transactions_that_ask_vswitchd_once_and_or
         assert len(rows("QoS", db.owner)) == 47 and len(rows("Queue", db.owner)) == 47 * QUEUES
     finally:
         again.close()
+
+
+def test_a_sweep_run_again_after_try_again_or_after_a_failed_one_still_finds_what_was_dropped(port, monkeypatch):
+    """python-ovs answers TRY_AGAIN when the database moved under a transaction, and ovsdbapp then runs its
+    commands again: the rerun of a sweep looks at the rows the first run took, not at an emptied set. A sweep
+    whose transaction fails loses what it took: the next reads every row."""
+    db, iface = port
+    commit = idl.Transaction.commit_block
+
+    def orphan():
+        db.apply({iface: reserve_qos(POLICY, PORT, userspace=True)}, {"policy": "reserve"})
+        assert db.remove_orphans(everywhere=False) == 0
+        sh("ovs-vsctl", "clear", "port", iface, "qos")
+        wait_for(lambda: db.port_qos(iface) is None, "the IDL to hear the QoS go")
+
+    def answer_once(status, answered):
+        def commit_block(txn):
+            if answered:
+                return commit(txn)
+            answered.append(txn.abort())
+            sh("ovs-vsctl", "--no-wait", "set", "interface", iface, f"external_ids:moved={uuid.uuid4()}")   # what ovsdbapp waits for
+            return getattr(txn, status)
+        monkeypatch.setattr(idl.Transaction, "commit_block", commit_block)
+
+    orphan()
+    answer_once("ERROR", failed := [])
+    with pytest.raises(RuntimeError, match="OVSDB Error"):
+        db.remove_orphans(everywhere=False)
+    assert failed and len(rows("QoS", db.owner)) == 1
+    assert db.remove_orphans(everywhere=False) == 1 + QUEUES
+    orphan()
+    answer_once("TRY_AGAIN", answered := [])
+    assert db.remove_orphans(everywhere=False) == 1 + QUEUES
+    assert answered and not rows("QoS", db.owner) and not rows("Queue", db.owner)
 
 
 def test_a_bridge_is_read_again_when_its_ports_change_and_only_then(port):
