@@ -4,7 +4,7 @@ OVSDB fences a cluster member's writes itself (the epoch is a condition of each 
 such token: a member that was paused after its last check would, on waking, write an old policy's
 leaves and filters over the new owner's. So a member writes a switch's tc only while it holds the
 switch's lock, having had its epoch verified by ovsdb-server (not its own copy of OVSDB, which may be
-far behind: controller/adapters/ovsdb.py, _Fence) under that lock, and a new owner raises the epoch
+far behind: controller/adapters/ovsdb_commands.py, Fence) under that lock, and a new owner raises the epoch
 under the same lock. A deposed member's writes then all come before the new epoch exists: the new
 owner's raise waits for them, and the deposed member's next check finds the newer epoch.
 

@@ -31,49 +31,42 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ovs.db.idl import ROW_CREATE, ROW_DELETE, ROW_UPDATE
 from ovs.stream import Stream
 from ovsdbapp import exceptions
-from ovsdbapp.backend.ovs_idl import command, connection, idlutils, transaction
+from ovsdbapp.backend.ovs_idl import connection, idlutils, transaction
 from ovsdbapp.schema.open_vswitch import impl_idl
 
 from controller.adapters import private
+from controller.adapters.ovsdb_commands import (
+    OWNER_KEY,
+    Beat,
+    Fence,
+    Fenced,
+    NextGeneration,
+    OvsdbError,
+    ReadKey,
+    RemoveOrphans,
+    ReplacePortQos,
+    SetKey,
+    Steal,
+    int_key,
+)
+from controller.adapters.ovsdb_replica import COLUMNS, BridgeCache, Replica
 from controller.core.bridges import CAPACITY_KEY, DELAY_KEY, BridgeInfo
 from controller.core.plan import ABSENT, FOREIGN
 from controller.core.policy import LOCAL_OVSDB, PolicyError, delay_us, parse_rate
 from controller.core.queues import OvsdbQos, QosSpec, QueueSpec
-from controller.core.role import not_older
 
+__all__ = ["DEFAULT_DB", "Fenced", "LockHeld", "Ovsdb", "OvsdbError", "Unconfirmed"]   # what the others use
 LOG = logging.getLogger(__name__)
 # Its one error, "Post-commit checks failed" (ovs-vswitchd slower than the timeout), logs every command of
 # the transaction, megabytes for a policy on thousands of ports; we say what failed ourselves, in a line.
 logging.getLogger("ovsdbapp.schema.open_vswitch.impl_idl").setLevel(logging.CRITICAL)
 DEFAULT_DB = LOCAL_OVSDB
-OWNER_KEY = "ovs-qos-controller"
 EPOCH_KEY = "ovs-qos-epoch"
-# Only the columns we read: vswitchd rewrites every Interface's statistics every few seconds, and any
-# replicated change bumps the IDL's change number, which is what our read cache is keyed by.
-COLUMNS = {"Open_vSwitch": ["bridges", "next_cfg", "cur_cfg",       # next/cur_cfg: waiting for vswitchd
-                            "external_ids"],                          # the owner's OpenFlow generation id
-           "Bridge": ["name", "datapath_id", "datapath_type", "ports",
-                      "external_ids"],                               # a cluster's epochs (fencing)
-           "Port": ["name", "interfaces", "qos"],
-           "Interface": ["name", "ofport", "external_ids"],   # external_ids: a declared capacity and delay
-           "QoS": None, "Queue": None}
-
-
-# Columns whose changes are no change to what we plan from: the generation id and the heartbeat, the
-# epochs, and next_cfg and cur_cfg, which every transaction of anyone's moves.
-QUIET = {"Open_vSwitch": {"external_ids", "next_cfg", "cur_cfg"}, "Bridge": {"external_ids"}}
-# The column by which a row names the rows that become unused when it stops naming them (when it changes or goes).
-DROPPED = {"Port": "qos", "QoS": "queues"}
-# What a bridge's reading (Ovsdb.bridge) is made of: a change to another column (a port's QoS, statistics) keeps it.
-TOPOLOGY = {"Bridge": {"name", "datapath_id", "datapath_type", "ports"}, "Port": {"name", "interfaces"},
-            "Interface": {"name", "ofport", "external_ids"}}
 
 
 def declared_capacity(value: str | None) -> int | None:
@@ -96,10 +89,6 @@ def declared_delay(value: str | None) -> int | None:
         return None
 
 
-class OvsdbError(RuntimeError):
-    """OVSDB refused a change, or holds something we must not overwrite."""
-
-
 class LockHeld(OvsdbError):
     """Another controller of the same owner holds the OVSDB lock."""
 
@@ -113,10 +102,6 @@ TRANSACTION_PORTS = 1000
 
 class Unconfirmed(OvsdbError):
     """A transaction not answered in time: it may commit yet, or not; only a later read tells."""
-
-
-class Fenced(OvsdbError):
-    """Another member of the cluster owns the switch under a newer epoch."""
 
 
 class Ovsdb:
@@ -140,7 +125,7 @@ class Ovsdb:
                 helper.register_table(table)
             else:
                 helper.register_columns(table, columns)
-        self._idl = _Idl(remote, helper)
+        self._idl = Replica(remote, helper)
         if lock:
             self._idl.set_lock(lock_name(owner))    # before the connection starts (python-ovs asks that)
         # A server back is used within 2 s (python-ovs backs off to 8 s); its session is private, no other way.
@@ -274,10 +259,10 @@ class Ovsdb:
         if not self._owned(qos):
             return FOREIGN, [port.uuid, qos.uuid]
         rows = sorted(qos.queues.items())
-        queues = tuple(QueueSpec(queue_id, _int(q.other_config, "min-rate"), _int(q.other_config, "max-rate"),
-                                 q.external_ids.get("class", ""), _int(q.other_config, "priority"))
+        queues = tuple(QueueSpec(queue_id, int_key(q.other_config, "min-rate"), int_key(q.other_config, "max-rate"),
+                                 q.external_ids.get("class", ""), int_key(q.other_config, "priority"))
                        for queue_id, q in rows)
-        return (OvsdbQos(qos.external_ids.get("mode", ""), _int(qos.other_config, "max-rate"), queues, qos.type),
+        return (OvsdbQos(qos.external_ids.get("mode", ""), int_key(qos.other_config, "max-rate"), queues, qos.type),
                 [port.uuid, qos.uuid, *(q.uuid for _, q in rows)])
 
     def apply(self, changes: dict[str, QosSpec | None], tags: dict[str, str] | None = None,
@@ -303,10 +288,10 @@ class Ovsdb:
         try:
             with opened as txn:
                 if epochs:
-                    txn.add(_Fence(self._api, self._epoch_key, epochs, strict=True))
+                    txn.add(Fence(self._api, self._epoch_key, epochs, strict=True))
                 for iface, spec in changes.items():
                     ids = {OWNER_KEY: self.owner, "iface": iface, **(tags or {}), **(port_tags or {}).get(iface, {})}
-                    txn.add(_ReplacePortQos(self._api, iface, spec, ids))
+                    txn.add(ReplacePortQos(self._api, iface, spec, ids))
         except exceptions.TimeoutException:   # its text lists every command: thousands of lines for a policy
             # The transaction is still queued behind others (an ovs-vswitchd busy with thousands of ports): wait
             # for its end rather than send it again, or each retry would queue one more behind it.
@@ -341,7 +326,7 @@ class Ovsdb:
         """Raise each switch's epoch to ours where it is lower, in one transaction that asks nothing of
         vswitchd; the switches refused (a newer epoch, or no such bridge), each with why."""
         with self._quiet_transaction() as txn:
-            found = txn.add(_Fence(self._api, self._epoch_key, epochs, strict=False))
+            found = txn.add(Fence(self._api, self._epoch_key, epochs, strict=False))
         refused: dict[int, str] = found.result
         return refused
 
@@ -352,7 +337,7 @@ class Ovsdb:
     def generation_id(self) -> int:
         """The OpenFlow generation id the owner's active controller last claimed (0: none yet)."""
         row = next(iter(self._api.tables["Open_vSwitch"].rows.values()), None)
-        return _int(row.external_ids, self._generation_key) if row else 0
+        return int_key(row.external_ids, self._generation_key) if row else 0
 
     def next_generation_id(self, above: int | None = None) -> int:
         """One more than the last this owner claimed, and than `above` (a switch's, which another owner may
@@ -360,7 +345,7 @@ class Ovsdb:
         any before it, whatever the hosts' clocks. The transaction carries our lock, so only the lock's
         holder can make it (OvsdbError otherwise)."""
         with self._api.transaction(check_error=True, log_errors=False) as txn:
-            found = txn.add(_NextGeneration(self._api, self._generation_key, self._epoch_key, above or 0))
+            found = txn.add(NextGeneration(self._api, self._generation_key, self._epoch_key, above or 0))
         claimed: int = found.result
         return claimed
 
@@ -374,7 +359,7 @@ class Ovsdb:
             row = next(iter(self._api.tables["Open_vSwitch"].rows.values()), None)
             return row.external_ids.get(self._policy_key) if row else None
         with self._quiet_transaction() as txn:
-            found = txn.add(_ReadKey(self._api, self._heartbeat_key, self._policy_key))
+            found = txn.add(ReadKey(self._api, self._heartbeat_key, self._policy_key))
         text: str | None = found.result
         return text
 
@@ -385,7 +370,7 @@ class Ovsdb:
         time: the transaction stays queued, and commits if OVSDB answers later."""
         try:
             with self._quiet_transaction() as txn:
-                txn.add(_SetKey(self._api, self._policy_key, text))
+                txn.add(SetKey(self._api, self._policy_key, text))
         except exceptions.TimeoutException:   # its text lists the policy whole
             raise Unconfirmed(f"OVSDB did not confirm the save within {self._api.ovsdb_connection.timeout:g} s; "
                               "it may commit yet") from None
@@ -401,13 +386,13 @@ class Ovsdb:
     def heartbeat(self) -> int:
         """The active controller's heartbeat as this replica holds it (0: none)."""
         row = next(iter(self._api.tables["Open_vSwitch"].rows.values()), None)
-        return _int(row.external_ids, self._heartbeat_key) if row else 0
+        return int_key(row.external_ids, self._heartbeat_key) if row else 0
 
     def beat(self) -> None:
         """One heartbeat. Unlike our other transactions it does not ask vswitchd to reconfigure (no next_cfg),
         so it costs vswitchd nothing; like them, it carries our lock."""
         with self._quiet_transaction() as txn:
-            txn.add(_Beat(self._api, self._heartbeat_key))
+            txn.add(Beat(self._api, self._heartbeat_key))
 
     def silent_for(self) -> float:
         """Seconds since ovsdb-server last said anything on this session (0 over a unix socket, which cannot
@@ -418,7 +403,7 @@ class Ovsdb:
         """Take the owner's lock from the session holding it (RFC 7047 "steal"), which is told it was
         stolen. Sent from ovsdbapp's connection thread, which alone may touch the session (and flushes
         what is sent): queued there as a transaction would be."""
-        self._api.ovsdb_connection.queue_txn(_Steal(self._idl))
+        self._api.ovsdb_connection.queue_txn(Steal(self._idl))
 
     @property
     def _heartbeat_key(self) -> str:
@@ -434,7 +419,7 @@ class Ovsdb:
         everywhere = everywhere or session != self._swept_session
         try:
             with self._api.transaction(check_error=True, log_errors=False) as txn:
-                found = txn.add(_RemoveOrphans(self._api, self._owned, None if everywhere else self._idl.dropped))
+                found = txn.add(RemoveOrphans(self._api, self._owned, None if everywhere else self._idl.dropped))
         except Exception:
             self._swept_session = -1      # what it took from `dropped` is lost with it: the next sweep reads all
             raise
@@ -450,286 +435,8 @@ class Ovsdb:
         return owner == self.owner
 
 
-class BridgeCache:
-    """Each datapath's bridge as last read, kept until a row it was read from changes (forget). Pure: the rows
-    are their uuids, and the reading is the caller's."""
-
-    def __init__(self) -> None:
-        self.readings: dict[int, BridgeInfo | None] = {}
-        self.reads: dict[int, int] = {}               # datapath id → readings made (what a cache miss costs)
-        self._rows: dict[int, tuple[Any, ...]] = {}   # datapath id → the rows its reading was made from
-        self._readers: dict[Any, set[int]] = {}       # row → the datapath ids read from it
-
-    def get(self, dp_id: int, read: Callable[[int], tuple[BridgeInfo | None, list[Any]]]) -> BridgeInfo | None:
-        if dp_id not in self.readings:
-            self.readings[dp_id], rows = read(dp_id)
-            self.reads[dp_id] = self.reads.get(dp_id, 0) + 1
-            self._rows[dp_id] = tuple(rows)
-            for row in rows:
-                self._readers.setdefault(row, set()).add(dp_id)
-        return self.readings[dp_id]
-
-    def forget(self, rows: set[Any], renumbered: bool) -> None:
-        """What was read from these rows; with `renumbered` (a bridge made, removed or given another datapath id)
-        also every datapath found to have no bridge."""
-        gone = {dp_id for row in rows for dp_id in self._readers.get(row, ())}
-        if renumbered:
-            gone |= {dp_id for dp_id, reading in self.readings.items() if reading is None}
-        for dp_id in gone:
-            self._drop(dp_id)
-
-    def clear(self) -> None:
-        self.readings, self._rows, self._readers = {}, {}, {}
-
-    def _drop(self, dp_id: int) -> None:
-        del self.readings[dp_id]
-        for row in self._rows.pop(dp_id, ()):
-            readers = self._readers.get(row)
-            if readers is not None:
-                readers.discard(dp_id)
-                if not readers:
-                    del self._readers[row]
-
-
-class _Idl(connection.OvsdbIdl):
-    """ovsdbapp's IDL, noting which rows changed (python-ovs calls notify() for each, in the connection's
-    greenthread), for the read cache, and counting the changes we plan from."""
-
-    def __init__(self, remote: str, helper: Any) -> None:
-        super().__init__(remote, helper)
-        self.touched: set[Any] = set()      # rows changed since the cache last looked
-        self.made: set[str] = set()         # ports made since, by name (a port read as absent may be one)
-        self.changes = 0                    # changes we plan from
-        self.reshaped: set[Any] = set()     # rows whose columns a bridge's reading is made of (TOPOLOGY) changed since
-        self.renumbered = False             # a bridge made, removed or its datapath id changed since
-        self.dropped: set[Any] = set()      # QoS and Queue rows a port or a QoS stopped naming since the last sweep
-        self._indexes: dict[str, dict[str, Any]] = {}   # table → the indexes ovsdbapp made at start, by name
-
-    def run(self) -> Any:
-        """python-ovs makes every table's rows anew when a reconnection dumps the database again, without the
-        indexes ovsdbapp made at start: every lookup by name (a port's, in each read and transaction) then reads
-        the whole table, a million row reads for a member of 1000 ports in an OVSDB of 3000, 15-20 s of the event
-        loop. They are made again, over the rows just read, before anything looks."""
-        changed = super().run()
-        for table in self.tables.values():
-            if table.name not in self._indexes:          # first seen: what ovsdbapp made at start
-                self._indexes[table.name] = dict(table.rows.indexes)
-            for name, made in self._indexes[table.name].items():
-                if name not in table.rows.indexes:
-                    index = table.rows.index_create(name)
-                    index.columns = list(made.columns)
-                    for row in table.rows.values():
-                        index.add(row)
-        return changed
-
-    def notify(self, event: str, row: Any, updates: Any = None) -> None:
-        self.touched.add(row.uuid)
-        table = private.table_name(row)
-        if table == "Port" and event == ROW_CREATE:
-            self.made.add(row.name)
-        # python-ovs counts every change (change_seqno); `updates` holds the old values of the changed columns.
-        changed = private.changed_columns(updates) if event == ROW_UPDATE and updates is not None else None
-        if changed is None or changed - QUIET.get(table, set()):
-            self.changes += 1
-        holder = DROPPED.get(table)
-        if holder and (event == ROW_DELETE or (changed is not None and holder in changed)):
-            self.dropped |= private.referenced(row if event == ROW_DELETE else updates, holder)
-        if table in TOPOLOGY and (changed is None or changed & TOPOLOGY[table]):
-            self.reshaped.add(row.uuid)
-            if table == "Bridge" and (changed is None or "datapath_id" in changed):
-                self.renumbered = True
-
-
 def lock_name(owner: str) -> str:
     """OVSDB lock names are ids (RFC 7047: letters, digits, '_'); the owner's bytes in hex keep them apart."""
     return f"ovs_qos_controller_{owner.encode().hex()}"
 
 
-def _int(column: dict[str, str], key: str) -> int:
-    try:
-        return int(column.get(key, 0))
-    except ValueError:
-        return -1   # not a number: never equal to what we want, so it gets rewritten
-
-
-class _ReplacePortQos(command.BaseCommand):
-    """Put `spec`'s rows on a port (None: take ours off), over our own QoS or none only.
-
-    Everything is read in run_idl, which ovsdbapp runs again on fresh data when the commit fails a
-    verify(): the port's QoS is verified, so another tool's QoS set a moment ago is never overwritten.
-    """
-
-    def __init__(self, api: Any, iface: str, spec: QosSpec | None, ids: dict[str, str]) -> None:
-        super().__init__(api)
-        self.iface, self.spec, self.ids = iface, spec, ids
-
-    def run_idl(self, txn: Any) -> None:
-        port = idlutils.row_by_value(self.api.idl, "Port", "name", self.iface, None)
-        if port is None:
-            if self.spec is None:
-                return
-            raise OvsdbError(f"port {self.iface!r} is not in OVSDB")
-        port.verify("qos")
-        current = port.qos[0] if port.qos else None
-        if current is not None and current.external_ids.get(OWNER_KEY) != self.ids[OWNER_KEY]:
-            if self.spec is None:
-                return
-            raise OvsdbError(f"port {self.iface!r} has a QoS this controller did not create; remove it "
-                             f"(ovs-vsctl clear port {self.iface} qos) or leave the port out of the policy")
-        if current is not None:
-            for queue in current.queues.values():
-                if queue.external_ids.get(OWNER_KEY) == self.ids[OWNER_KEY]:
-                    queue.delete()
-            current.delete()
-        if self.spec is None:
-            port.qos = []
-            return
-        queues = {}
-        for q in self.spec.queues:
-            row = txn.insert(self.api.tables["Queue"])
-            row.other_config = {"min-rate": str(q.min_bps), "max-rate": str(q.max_bps), "priority": str(q.priority)}
-            row.external_ids = {**self.ids, "class": q.traffic_class}
-            queues[q.queue_id] = row
-        qos = txn.insert(self.api.tables["QoS"])
-        qos.type = self.spec.qos_type
-        qos.other_config = {"max-rate": str(self.spec.max_bps)}
-        qos.queues = queues
-        qos.external_ids = {**self.ids, "mode": self.spec.mode}
-        port.qos = [qos]
-
-
-class _NextGeneration(command.BaseCommand):
-    """Above the owner's last id, `above`, and every epoch of the owner's on a bridge: a standby pair's
-    generation id is also its epoch (tc's fence), and a bridge may hold a higher one from an earlier run."""
-
-    def __init__(self, api: Any, key: str, epoch_key: str, above: int) -> None:
-        super().__init__(api)
-        self.key, self.epoch_key, self.above = key, epoch_key, above
-
-    def run_idl(self, txn: Any) -> None:
-        row = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
-        row.verify("external_ids")
-        epochs = [_int(bridge.external_ids, self.epoch_key) for bridge in self.api.tables["Bridge"].rows.values()]
-        # 64 bits wrap, and 0 is no id at all to the core: past 2^64 - 1 comes 1, newer to a switch as OpenFlow
-        # compares ids (the signed distance).
-        self.result = (max(_int(row.external_ids, self.key), self.above, 0, *epochs) + 1) % 2**64 or 1
-        row.setkey("external_ids", self.key, str(self.result))
-
-
-class _SetKey(command.BaseCommand):
-    def __init__(self, api: Any, key: str, value: str) -> None:
-        super().__init__(api)
-        self.key, self.value = key, value
-
-    def run_idl(self, txn: Any) -> None:
-        next(iter(self.api.tables["Open_vSwitch"].rows.values())).setkey("external_ids", self.key, self.value)
-
-
-class _Fence(command.BaseCommand):
-    """Each switch's epoch raised to ours, or the switch refused: `strict` fails the transaction (the
-    writes beside it must not land), else the refused are the result. The bridge's external_ids are
-    verified: if another member changed them since our replica read them, OVSDB refuses the commit and
-    ovsdbapp runs this again on the fresh rows.
-
-    The epoch is written even where our replica shows it ours already, a write the server finds changes
-    nothing: python-ovs sends no transaction that writes nothing, and leaves out the verify of a row the
-    transaction does not write, so our epoch would be judged by our replica alone, however far behind the
-    server it is (a paused process's). Judged by the server, that is enough for tc: a member writes a
-    switch's tc only after this transaction, under the switch's host lock, and a new owner raises the epoch
-    under the same lock; so a newer epoch was committed before we took the lock, and the server refuses
-    us, or it waits for our lock and comes after all our writes."""
-
-    def __init__(self, api: Any, key: str, epochs: dict[int, int], strict: bool) -> None:
-        super().__init__(api)
-        self.key, self.epochs, self.strict = key, epochs, strict
-
-    def run_idl(self, txn: Any) -> None:
-        bridges = {row.datapath_id[0]: row for row in self.api.tables["Bridge"].rows.values() if row.datapath_id}
-        refused: dict[int, str] = {}
-        for dp_id, epoch in self.epochs.items():
-            row = bridges.get(f"{dp_id:016x}")
-            if row is None:
-                refused[dp_id] = "its bridge is not in OVSDB"
-                continue
-            row.verify("external_ids")
-            current = _int(row.external_ids, self.key)
-            if current and not not_older(epoch, current):     # compared as OpenFlow compares generation ids
-                refused[dp_id] = (f"another controller of this owner holds it now (epoch {current} in OVSDB, ours "
-                                  f"{epoch}); this one writes nothing to it")
-            else:
-                row.setkey("external_ids", self.key, str(epoch))
-        if refused and self.strict:
-            raise Fenced("; ".join(f"switch {dp:016x}: {why}" for dp, why in refused.items()))
-        self.result = refused
-
-
-class _Steal:
-    """A "steal" request, in ovsdbapp's transaction queue. A session may not ask for a lock it already
-    waits for (ovsdb-server answers with an error), so the wait is withdrawn ("unlock") first. python-ovs
-    asks only "lock"; its own request path, given the other methods, does the rest (the steal's reply
-    sets has_lock as a lock reply would)."""
-
-    results: queue.Queue[Any]
-    commands: list[Any]
-
-    def __init__(self, idl: Any) -> None:
-        self.idl, self.results, self.commands = idl, queue.Queue(1), []
-
-    def do_commit(self) -> None:
-        private.steal_lock(self.idl)
-
-
-class _Beat(command.BaseCommand):
-    def __init__(self, api: Any, key: str) -> None:
-        super().__init__(api)
-        self.key = key
-
-    def run_idl(self, txn: Any) -> None:
-        row = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
-        row.setkey("external_ids", self.key, str((_int(row.external_ids, self.key) + 1) % 2**31))
-
-
-class _ReadKey(_Beat):
-    """A key of Open_vSwitch external_ids as the server holds it: the column verified, and a heartbeat beside
-    it so that the transaction is sent at all (one that only verifies commits without asking)."""
-
-    def __init__(self, api: Any, beat: str, key: str) -> None:
-        super().__init__(api, beat)
-        self.read = key
-
-    def run_idl(self, txn: Any) -> None:
-        row = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
-        row.verify("external_ids")
-        super().run_idl(txn)
-        self.result = row.external_ids.get(self.read)
-
-
-class _RemoveOrphans(command.BaseCommand):
-    def __init__(self, api: Any, owned: Callable[[Any], bool], dropped: set[Any] | None) -> None:
-        super().__init__(api)
-        self.owned, self.dropped = owned, dropped
-        self.candidates: set[Any] | None = None
-
-    def run_idl(self, txn: Any) -> None:
-        if self.dropped is not None:   # run in the connection's greenthread, as the IDL's notify() that fills it
-            if self.candidates is None:   # taken once: a rerun after TRY_AGAIN looks at the same rows
-                self.candidates = set(self.dropped)
-                self.dropped.clear()
-            tables = (self.api.tables["QoS"].rows, self.api.tables["Queue"].rows)
-            left = [row for uuid in self.candidates for rows in tables if (row := rows.get(uuid)) is not None]
-            if not any(self.owned(row) for row in left):
-                self.result = 0
-                return
-        used_qos = {p.qos[0].uuid for p in self.api.tables["Port"].rows.values() if p.qos}
-        removed = 0
-        for qos in list(self.api.tables["QoS"].rows.values()):
-            if self.owned(qos) and qos.uuid not in used_qos:
-                qos.delete()
-                removed += 1
-        used_queues = {q.uuid for qos in self.api.tables["QoS"].rows.values()
-                       if self.owned(qos) and qos.uuid in used_qos for q in qos.queues.values()}
-        for row in list(self.api.tables["Queue"].rows.values()):
-            if self.owned(row) and row.uuid not in used_queues:
-                row.delete()
-                removed += 1
-        self.result = removed

@@ -46,6 +46,7 @@ class Poller(SwitchPart):
         self.table_polls = 0                              # slow polls sent (every so many reads the whole table)
         self.late_said = False
         self.heard = 0.0                                  # when the switch last said anything (switch.py)
+
     def start(self, view: SwitchView, now: float) -> None:
         self.heard = now
         if view.active:

@@ -1,5 +1,5 @@
 """controller/adapters/ovsdb.py's BridgeCache: a bridge is read again only when a row it was read from changes."""
-from controller.adapters.ovsdb import BridgeCache
+from controller.adapters.ovsdb_replica import BridgeCache
 from controller.core.bridges import BridgeInfo
 
 # datapath id → (its Bridge row, its Port and Interface rows); rows are their uuids
