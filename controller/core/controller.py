@@ -28,6 +28,7 @@ from controller.core.ha import Authority, Handover
 from controller.core.held import Held
 from controller.core.keeper import PolicyKeeper, from_saved
 from controller.core.policy import Policy, parse_policy
+from controller.core.poller import LatePolls
 from controller.core.switch import BRIDGE_RETRIES, Switch
 from controller.core.telemetry import Decisions, Snapshot
 from controller.core.view import Mode, OvsdbReplica, SwitchView
@@ -54,6 +55,7 @@ class Controller:
         self.decisions = Decisions(wall)                # the last programs, rollbacks and moves, for the status
         self.reported = ev.RemotesChanged({})         # the remotes as the app last reported them
         self.held = Held(self.authority)               # what our switches hold of the policy in force
+        self.late_polls = LatePolls()
         self.out: list[act.Action] = []
         self.handled: dict[int, Switch] = {}           # the switches the event being handled went to
         LOG.info("owner %s, policy %s (%s)", owner, self.keeper.name, self.keeper.mode)
@@ -111,6 +113,9 @@ class Controller:
                 sw, local = self.conns.switches.get(event.conn), True   # None: a connection gone, or on trial
                 if sw is not None:
                     self._to(sw, event, now)
+                    if sw.poller.late is not None:
+                        self.late_polls.add(sw.dp_id, sw.poller.late, now)
+                        sw.poller.late = None
             case ev.GetPolicy():
                 self.out.append(act.Answer(event.token, {"policy": self.keeper.document,
                                                          "revision": self.keeper.revision}))
@@ -151,6 +156,7 @@ class Controller:
             case ev.RemotesChanged():   # every second: switches change hands only in a take-over or a stand-down,
                 local = True            # which go to every switch (or wait for PolicyLoaded, which does)
                 self._remotes_changed(event, now)
+                self.late_polls.say(now)
             case ev.Beaten():   # confirmed again after a lapse: what it could not write meanwhile
                 local = True    # (who may write, not who owns)
                 lapsed = not self.authority.confirmed(now)

@@ -28,6 +28,7 @@ SILENT_SECONDS, SILENT_POLLS = 10.0, 3   # a switch that answers no poll for thi
 # switches a second, a wake-up of the event loop for each cost more than the poll (docs/benchmarks.md). A fast
 # poll (a port near its capacity) is sent on time.
 POLL_SLACK = 0.05
+SAY_EVERY = 10.0   # seconds between the log lines that say which switches' polls ran late
 
 
 class Poller(SwitchPart):
@@ -45,6 +46,7 @@ class Poller(SwitchPart):
         self.receiving: set[int] | None = None            # ... and rx counters
         self.table_polls = 0                              # slow polls sent (every so many reads the whole table)
         self.late_said = False
+        self.late: tuple[float, float, float] | None = None   # its first late poll's interval, lag and duration
         self.heard = 0.0                                  # when the switch last said anything (switch.py)
 
     def start(self, view: SwitchView, now: float) -> None:
@@ -95,9 +97,7 @@ class Poller(SwitchPart):
         self.link.telemetry.poll_lag = lag
         if (self.round is not None or lag > interval) and not self.late_said:
             self.late_said = True
-            LOG.warning("switch %016x: statistics cannot be polled every %g s (the last poll was %.2f s late and "
-                        "took %.2f s); congestion is answered that much later", self.link.dp_id, interval, lag,
-                        now - self.round.sent if self.round else 0.0)
+            self.late = (interval, lag, now - self.round.sent if self.round else 0.0)   # said by LatePolls
         # The whole flow table now and then (and at once when the classified flows differ from what we hold): a
         # flow changed in place is found within WHOLE_TABLE_POLLS polls, or said at once by the flow monitor, whose
         # switch's table is read only as a net for what it does not say (a meter's band changed by hand). A flow
@@ -318,3 +318,27 @@ def _sent(before: PortCounters | None, after: PortCounters) -> bool:
     """Whether a port sent, or failed to send, anything between two readings (unknown: yes)."""
     return before is None or (before.tx_packets, before.tx_dropped, before.tx_errors) != \
         (after.tx_packets, after.tx_dropped, after.tx_errors)
+
+
+class LatePolls:
+    """The switches whose statistics could not be polled every interval, each said once, and together: ovs-vswitchd
+    answers every bridge of its host late while it reconfigures ports (every port of the host for each OVSDB
+    change), so a site's policy put made 100 switches say so within a second. The first is said at once, the
+    others at most every SAY_EVERY seconds in one line, by the slowest of them."""
+
+    def __init__(self) -> None:
+        self.said_at: float | None = None
+        self.unsaid: dict[int, tuple[float, float, float]] = {}   # datapath id → its poll's interval, lag, duration
+
+    def add(self, dp_id: int, late: tuple[float, float, float], now: float) -> None:
+        self.unsaid[dp_id] = late
+        self.say(now)
+
+    def say(self, now: float) -> None:
+        if not self.unsaid or (self.said_at is not None and now - self.said_at < SAY_EVERY):
+            return
+        dp_id, (interval, lag, took) = max(self.unsaid.items(), key=lambda item: item[1][2])
+        more = f" and {len(self.unsaid) - 1} more" if len(self.unsaid) > 1 else ""
+        LOG.warning("switch %016x%s: statistics cannot be polled every %g s (the last poll was %.2f s late and took "
+                    "%.2f s); congestion is answered that much later", dp_id, more, interval, lag, took)
+        self.said_at, self.unsaid = now, {}

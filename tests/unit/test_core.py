@@ -13,6 +13,7 @@ from controller.core.flows import CLASSIFIED, COOKIE
 from controller.core.flowsync import REREAD_SECONDS
 from controller.core.peers import NOT_CONNECTED
 from controller.core.plan import FOREIGN
+from controller.core.poller import SAY_EVERY, LatePolls
 from tests.unit.fakes import S1_FLOWS, S2_FLOWS, TCP, UDP, VOICE, flood, mode, shipped, slow_polls, study_net, up
 
 MARKS = {(family, dscp, cls) for family in ("ipv4", "ipv6") for dscp, cls in ((1, "1:2"), (2, "1:3"), (3, "1:4"))}
@@ -634,10 +635,27 @@ def test_after_the_loop_stalls_each_switch_is_polled_once_and_keeps_its_phase(ne
     for name, times in (("s1", s1), ("s2", s2)):
         assert times[0] == resumed and len(times) == len(set(times)) <= 4, (name, times)   # the late poll, once
         assert {round(t % 1.0, 6) for t in times[1:]} == before[name], (name, times)
+    assert len([m for m in caplog.messages if "cannot be polled" in m]) == 1     # the first switch at once
     net.app.clock += 5.0                             # and again
-    net.app.advance(1.0)
+    net.app.advance(SAY_EVERY)
     late = [m for m in caplog.messages if "statistics cannot be polled every 1 s" in m]
-    assert len(late) == 2 and "switch 0000000000000001: " in late[0] + late[1]   # said once a switch
+    assert sorted(m.split(":")[0] for m in late) == ["switch 0000000000000001", "switch 0000000000000002"]  # once each
+
+
+def test_switches_whose_polls_ran_late_together_are_said_in_one_line_the_first_at_once(caplog):
+    """vswitchd answers every bridge of its host late while it reconfigures ports: 100 switches late within a
+    second are two lines, the first switch at once and the others together, by the slowest."""
+    late = LatePolls()
+    late.add(1, (1.0, 0.05, 0.82), 100.0)
+    for dp in range(2, 101):
+        late.add(dp, (1.0, 0.01 * (dp % 7), 0.8 + dp / 1000), 100.0 + dp / 200)
+    late.say(100.0 + SAY_EVERY - 0.01)
+    assert caplog.messages == ["switch 0000000000000001: statistics cannot be polled every 1 s (the last poll was "
+                               "0.05 s late and took 0.82 s); congestion is answered that much later"]
+    late.say(100.0 + SAY_EVERY)
+    late.say(100.0 + 3 * SAY_EVERY)                  # nothing more to say
+    assert caplog.messages[1:] == ["switch 0000000000000064 and 98 more: statistics cannot be polled every 1 s (the "
+                                   "last poll was 0.02 s late and took 0.90 s); congestion is answered that much later"]
 
 
 def test_a_poll_answered_while_a_change_is_in_flight_is_no_drift(net):
