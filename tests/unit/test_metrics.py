@@ -6,6 +6,7 @@ import threading
 import pytest
 from eventlet import tpool
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.adapters.metrics import MAX_AGE, CachedExposition, ControllerCollector, Snapshot
@@ -192,23 +193,34 @@ def test_each_format_and_encoding_is_cached_apart():
     _, headers, body = scrape(app, encoding="gzip")
     assert headers["Content-Encoding"] == "gzip" and gzip.decompress(body) == text
     _, headers, body = scrape(app, accept="application/openmetrics-text; version=1.0.0")
-    assert headers["Content-Type"].startswith("application/openmetrics-text") and body.endswith(b"# EOF\n")
-    assert scrape(app)[2] == text
+    assert headers["Content-Type"].startswith("application/openmetrics-text")
+    assert body == openmetrics.generate_latest(reg) and body.count(b"# EOF") == 1
+    assert scrape(app)[2] == text == generate_latest(reg)
 
 
-def test_a_render_reads_the_core_here_and_leaves_its_formatting_to_another_thread():
+def test_a_render_reads_the_core_here_and_leaves_its_formatting_to_another_thread_a_family_at_a_time():
     """The families are collected by the caller (the event loop: they read the core); the formatting, nearly
-    all of a render's time, runs where `offload` puts it: by default eventlet's pool of OS threads."""
+    all of a render's time, runs where `offload` puts it: by default eventlet's pool of OS threads. Each family
+    is formatted before the next is collected, so that a scrape holds one family's samples at a time."""
+    collected, made = [], []
+    collector = ControllerCollector(lambda: collected.append(threading.get_ident()) or snapshot())
+
+    class Counted:
+        def collect(self):
+            for family in collector.collect():
+                made.append(family.name)
+                yield family
     reg = CollectorRegistry()
-    collected = []
-    reg.register(ControllerCollector(lambda: collected.append(threading.get_ident()) or snapshot()))
+    reg.register(Counted())
     offloaded = []
 
     def offload(fn, *args):
-        offloaded.append(fn.__name__)
+        offloaded.append((fn.__name__, len(made)))
         return fn(*args)
-    assert scrape(CachedExposition(reg, clock=Clock(), offload=offload))[2] == generate_latest(reg)
-    assert offloaded == ["_format"] and collected[0] == threading.get_ident()
+    body = scrape(CachedExposition(reg, clock=Clock(), offload=offload))[2]
+    families = len(made)
+    assert body == generate_latest(reg) and families > 20 and collected[0] == threading.get_ident()
+    assert offloaded == [("_format", k) for k in range(1, families + 1)] + [("_join", families)]
     formatted = []
     real = CachedExposition(reg, clock=Clock())                   # tpool: a thread of its own
     real._offload = lambda fn, *args: tpool.execute(lambda: formatted.append(threading.get_ident()) or fn(*args))
