@@ -349,7 +349,7 @@ class Controller:
                         ovsdb_connected=dict(self.reported.connected))
         for dp_id, sw in self.switches.items():
             if sw.bridge is not None:
-                snap.switches[dp_id], snap.in_sync[dp_id] = sw.telemetry, sw.in_sync
+                snap.switches[dp_id], snap.in_sync[dp_id] = sw.telemetry.now(), sw.in_sync
         if self.keeper.policy is not None and self.keeper.policy.network is not None:
             snap.fabric = self.forwarding.fabric.figures()     # from 0 on, whether it covers a switch yet or not
         return snap

@@ -227,6 +227,23 @@ def test_a_render_reads_the_core_here_and_leaves_its_formatting_to_another_threa
     assert scrape(real)[2] == generate_latest(reg) and formatted and formatted[0] != threading.get_ident()
 
 
+def test_a_render_shows_one_moment_though_the_switches_are_polled_between_its_families(net):
+    """The event loop runs while a family is formatted in the OS thread: what it changes meanwhile is not in
+    the families collected after (a scrape's counters are of one moment, as a rate over scrapes assumes)."""
+    from tests.unit.fakes import up
+    up(net, "auto")
+    reg = CollectorRegistry()
+    reg.register(ControllerCollector(lambda: net.app.core.snapshot(net.app.clock)))
+    before, polled = generate_latest(reg), []
+
+    def offload(fn, *args):
+        if not polled:
+            polled.append(net.app.poll())                     # a poll's replies, while the first family formats
+        return fn(*args)
+    assert scrape(CachedExposition(reg, clock=Clock(), offload=offload))[2] == before
+    assert polled and generate_latest(reg) != before           # the poll moved the counters
+
+
 def test_a_policy_with_a_network_section_counts_the_fabric_from_0_whether_it_covers_a_switch_or_not(net):
     """The study's `auto` lists both of its switches: nothing is forwarded by the fabric, and its dashboard
     panel shows 0 rather than no data."""
