@@ -51,6 +51,11 @@ class PortJobs(SwitchPart):
             self.check |= set(self.ifindex)
         return retry or bool(self.check)
 
+    def policy_installed(self) -> None:
+        """A new policy is no retry: a port whose job failed under the last one is tried now, not at the next
+        poll (else the switch looked settled and the change was answered before its queues were touched)."""
+        self.failed.clear()
+
     def read(self, bridge: BridgeInfo, actual: dict[int, OvsdbQos | str | None]) -> None:
         """What OVSDB holds against what we put there: another client changed it (put right), or another
         tool's QoS is there (left alone, said once)."""

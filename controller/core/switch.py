@@ -142,6 +142,7 @@ class Switch:
                 if self.jobs.tc_changed(ports):
                     self.reconcile(view)
             case ev.PolicyInstalled():
+                self.jobs.policy_installed()
                 self.find_bridge(0, view, now)   # OVSDB as it is now: the policy may name a port numbered since
                 self._set_state(view)
                 self.reconcile(view)

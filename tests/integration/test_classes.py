@@ -111,5 +111,9 @@ def test_a_linux_hfsc_port_queues_by_class_where_the_kernel_has_hfsc_and_says_so
                 # OVS cannot build the classes; the answer and the status say which port, and why.
                 assert not answer["in_sync"]
                 assert "did not build" in json.dumps(answer["not_in_sync"]), answer
-            client.clear_policy()
+            cleared = client.clear_policy()
+            # Answered once the refused queues are off (not while the port waited for its next retry).
+            assert cleared["in_sync"], cleared
+            assert subprocess.run(["ovs-vsctl", "get", "port", "s1-eth1", "qos"], capture_output=True,
+                                  text=True).stdout.strip() == "[]"
     assert leftovers() == NOTHING_LEFT
