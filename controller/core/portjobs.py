@@ -76,7 +76,7 @@ class PortJobs(SwitchPart):
     def start(self, bridge: BridgeInfo, changes: dict[int, QosSpec | None], specs: dict[int, QosSpec],
               actual: dict[int, OvsdbQos | str | None], tags: tuple[tuple[str, str], ...], epoch: int = 0) -> None:
         """Jobs for the ports whose QoS must change, and checks for those whose device may differ from
-        the queues they have; none for a port already busy or failed until the next poll."""
+        the queues they have; none for a port already busy, or failed until the next poll or policy."""
         waiting = self.busy.keys() | self.failed
         for port_no, wanted in specs.items():   # new to us (a start), or its leaves changed: the device follows
             if self.specs.get(port_no) != wanted:

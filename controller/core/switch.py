@@ -141,8 +141,9 @@ class Switch:
                 ports = {p for p, index in self.jobs.ifindex.items() if event.devices is None or index in event.devices}
                 if self.jobs.tc_changed(ports):
                     self.reconcile(view)
-            case ev.PolicyInstalled():
+            case ev.PolicyInstalled():   # no retry, so not held back to the next poll as one is
                 self.jobs.policy_installed()
+                self.flows.failed = False
                 self.find_bridge(0, view, now)   # OVSDB as it is now: the policy may name a port numbered since
                 self._set_state(view)
                 self.reconcile(view)

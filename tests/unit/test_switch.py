@@ -456,3 +456,24 @@ def test_a_port_whose_queues_failed_is_tried_at_once_under_a_new_policy_and_the_
     replica.qos[job.iface] = None
     sw.handle(ev.JobsDone((JobResult(job),)), 100.6, cleared)
     assert sw.settled and sw.in_sync and sw.errors() == {}
+
+
+def test_a_switch_whose_flows_were_refused_sends_a_new_policys_flows_at_once_and_is_not_settled_meanwhile(
+        replica):
+    """The same for flows: a refused batch is sent again at the next poll, a new policy's at once."""
+    sw = mastered(replica)
+    out = read_tables(sw, replica, asked(sw))
+    adds, (barrier,) = sent(out, act.AddFlow), sent(out, act.Barrier)
+    sw.handle(ev.ErrorReply(7, adds[0].xid, "OFPET_BAD_MATCH/OFPBMC_BAD_FIELD"), 100.0, view(replica, 5))
+    (submit,) = [a for a in out if isinstance(a, act.Submit)]
+    for job in submit.jobs:
+        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
+    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5))
+    out = sw.handle(ev.BarrierReply(7, barrier.xid), 100.0, view(replica, 5))
+    assert not sent(read_tables(sw, replica, out), act.Barrier)       # read again; not sent before the next poll
+    assert sw.settled and not sw.in_sync and "flows" in sw.errors()   # tried again at the next poll
+    document = load_document("policies/auto.yaml")
+    document["switches"]["s1"]["ports"][1]["capacity"] = "8Mbit"
+    out = sw.handle(ev.PolicyInstalled(), 100.5, SwitchView(parse_policy(document), Mode.IN_FORCE, True, True, 5,
+                                                            replica))
+    assert sent(out, act.Barrier) and not sw.settled
