@@ -151,6 +151,12 @@ class Ovsdb:
         return self._idl.changes
 
     @property
+    def _connection(self) -> int:
+        """The session's connection number: a reconnection reloads every row without telling us of each."""
+        seqno: int = private.session(self._idl).get_seqno()
+        return seqno
+
+    @property
     def connected(self) -> bool:
         """Connected and answering: the server has sent what we monitor since this connection was made. A TCP
         connect alone says nothing (a proxy, or a path that drops everything, accepts one and answers nothing)."""
@@ -194,7 +200,7 @@ class Ovsdb:
         switch for each policy (checked, then planned), 2 s of a 10,000-port member's event loop. A change to one
         bridge reads that one again, not every switch's: emptied whole, the cache had a bridge joining a site of
         500 read all 500 again, each after a scan of the whole Bridge table, at every switch's next poll."""
-        session: int = private.session(self._idl).get_seqno()   # a reconnection reloads rows without telling us each
+        session = self._connection
         if session != self._bridges_session:
             self._bridges.clear()
             self._bridges_session, self._by_datapath = session, None
@@ -233,7 +239,7 @@ class Ovsdb:
         ABSENT when OVSDB has no such port. Each port is read again only once a row it was read from (its
         Port, QoS or Queue rows) changed, or a port of its name was made: python-ovs converts every column
         it is asked for, which cost most of a cluster member's CPU while other members wrote their QoS."""
-        session: int = private.session(self._idl).get_seqno()   # a reconnection reloads rows without telling us each
+        session = self._connection
         if session != self._cache_session:
             self._cache, self._depends, self._cache_session = {}, {}, session
             self._idl.touched, self._idl.made = set(), set()
@@ -415,7 +421,7 @@ class Ovsdb:
         removed) since the last time; our own changes remove what they replace, and reading every Port, QoS and
         Queue row after each of them cost a join 0.8 s of CPU beside 5000 ports (docs/benchmarks.md)."""
         # The first sweep over a connection reads every row: what went while we were away, no update told us of.
-        session: int = private.session(self._idl).get_seqno()
+        session = self._connection
         everywhere = everywhere or session != self._swept_session
         try:
             with self._api.transaction(check_error=True, log_errors=False) as txn:
