@@ -273,8 +273,10 @@ class Switch:
         """Plan what differs between the policy and what the switch and OVSDB hold, and start it: the
         flow plan as a batch, the port plan as jobs."""
         flows, meters, bridge = self.flows.flows, self.flows.meters, self.bridge
-        if not self.role.writable(view) or view.mode is Mode.UNSET or bridge is None or flows is None \
-                or meters is None:
+        if not self.role.writable(view) or view.mode is Mode.UNSET or bridge is None:
+            return
+        if flows is None or meters is None:   # being read: planned once they are in, and no change answered before
+            self.settled = False
             return
         self.ovsdb_generation = view.ovsdb.generation
         held = self._held(view, bridge)

@@ -477,3 +477,29 @@ def test_a_switch_whose_flows_were_refused_sends_a_new_policys_flows_at_once_and
     out = sw.handle(ev.PolicyInstalled(), 100.5, SwitchView(parse_policy(document), Mode.IN_FORCE, True, True, 5,
                                                             replica))
     assert sent(out, act.Barrier) and not sw.settled
+
+
+def test_a_switch_whose_tables_are_being_read_again_is_not_settled_when_a_new_policy_comes(replica):
+    """A flow of ours removed by hand has the table read again, and nothing is planned until it is in: a policy
+    installed meanwhile must not be answered from what the switch was before (settled, in sync)."""
+    police = SwitchView(parse_policy(load_document("policies/police.yaml")), Mode.IN_FORCE, True, True, 5, replica)
+    sw = mastered(replica)
+    out: list[act.SwitchAction] = []
+    for req in sent(asked(sw), act.StatsRequest):   # the tables, read under police
+        if req.kind == act.METER_FEATURES:
+            out += sw.handle(ev.MeterFeaturesReply(7, req.xid, None), 100.0, police)
+        elif req.kind == act.METER_CONFIG:
+            out += sw.handle(ev.MeterConfigReply(7, req.xid, {}), 100.0, police)
+        elif req.kind == act.FLOWS:
+            out += sw.handle(ev.FlowStatsReply(7, req.xid, {}, {}), 100.0, police)
+    assert sent(out, act.MeterMod)
+    sw.handle(ev.BarrierReply(7, sent(out, act.Barrier)[0].xid), 100.0, police)
+    for submit in [a for a in out if isinstance(a, act.Submit)]:
+        for job in submit.jobs:
+            replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
+        sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, police)
+    assert sw.settled and sw.in_sync
+    sw.handle(ev.FlowRemoved(7, next(iter(sw.flows.flows or {}))), 101.0, police)
+    sw.handle(ev.TableDue(7), 101.5, police)                    # the meters and flows asked again
+    sw.handle(ev.PolicyInstalled(), 101.6, view(replica, 5))     # auto, before they are in
+    assert not sw.settled
