@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 from controller.core.actions import Decided
@@ -40,10 +40,9 @@ class SwitchTelemetry:
 
     def now(self) -> SwitchTelemetry:
         """Its figures as they are now: a render of the metrics reads them over many turns of the event loop."""
-        return replace(self, ports=dict(self.ports), queues=dict(self.queues), meters=dict(self.meters),
-                       capacity_bps=dict(self.capacity_bps), congested=dict(self.congested),
-                       programmed=dict(self.programmed), events=dict(self.events),
-                       openflow_errors=dict(self.openflow_errors), drift_repairs=dict(self.drift_repairs))
+        figures = {f.name: getattr(self, f.name) for f in fields(self)}
+        copies: dict[str, Any] = {name: dict(value) for name, value in figures.items() if isinstance(value, dict)}
+        return replace(self, **copies)
 
 
 @dataclass
