@@ -86,10 +86,12 @@ def asked(sw: Switch) -> list[act.SwitchAction]:
     return [act.Send(7, tuple(act.StatsRequest(xid, kind) for xid, (_, kind) in sw.link.requests.items()))]
 
 
-def read_tables(sw: Switch, replica: Replica, out: list[act.SwitchAction], epoch: int = 0) -> list[act.SwitchAction]:
-    """Answer the requests for meters and flows in `out` as a switch with nothing of ours would."""
+def read_tables(sw: Switch, replica: Replica, out: list[act.SwitchAction], epoch: int = 0,
+                seen: SwitchView | None = None) -> list[act.SwitchAction]:
+    """Answer the requests for meters and flows in `out` as a switch with nothing of ours would (under `seen`,
+    by default auto's view with generation id 5)."""
     actions: list[act.SwitchAction] = []
-    seen = view(replica, 5, epoch=epoch)
+    seen = seen or view(replica, 5, epoch=epoch)
     for req in sent(out, act.StatsRequest):
         if req.kind == act.METER_FEATURES:
             actions += sw.handle(ev.MeterFeaturesReply(7, req.xid, None), 100.0, seen)
@@ -98,6 +100,13 @@ def read_tables(sw: Switch, replica: Replica, out: list[act.SwitchAction], epoch
         elif req.kind == act.FLOWS:
             actions += sw.handle(ev.FlowStatsReply(7, req.xid, {}, {}), 100.0, seen)
     return actions
+
+
+def jobs_done(sw: Switch, replica: Replica, jobs: tuple[Any, ...], seen: SwitchView, error: str | None = None) -> None:
+    """OVSDB holds what the jobs put, and their results (each failed with `error`, if given) come back."""
+    for job in jobs:
+        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
+    sw.handle(ev.JobsDone(tuple(JobResult(job, error) for job in jobs)), 100.0, seen)
 
 
 def test_a_switch_that_connects_is_asked_its_role_and_tables_before_anything_is_written(replica):
@@ -148,9 +157,7 @@ def test_a_mastered_switch_gets_the_plan_as_one_batch_and_its_ports_as_jobs(repl
     assert submit.remote == REMOTE and [(j.port_no, j.qos) for j in submit.jobs] == [(1, True)]   # the auto port
     assert not sw.in_sync
     sw.handle(ev.BarrierReply(7, barriers[0].xid), 100.0, view(replica, 5))
-    for job in submit.jobs:                          # OVSDB holds what the jobs put
-        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
-    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5))
+    jobs_done(sw, replica, submit.jobs, view(replica, 5))
     assert sw.in_sync and sw.settled
 
 
@@ -182,9 +189,7 @@ def test_a_cluster_member_raises_the_switchs_epoch_before_its_first_write_and_ca
     assert submit.epochs == ((1, 42),) and [j.epoch for j in submit.jobs] == [42]
     (barrier,) = sent(out, act.Barrier)
     sw.handle(ev.BarrierReply(7, barrier.xid), 100.0, view(replica, 5, epoch=42))
-    for job in submit.jobs:
-        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
-    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5, epoch=42))
+    jobs_done(sw, replica, submit.jobs, view(replica, 5, epoch=42))
     # Compared again with nothing to change (as when its lease is confirmed after a lapse): raised once, so no
     # OVSDB write. (A poll after OVSDB moved elsewhere would not reconcile at all: it holds what it held.)
     out = sw.handle(ev.Reconcile(), 101.0, view(replica, 5, epoch=42))
@@ -315,9 +320,7 @@ def test_ovsdb_changed_by_our_own_job_in_flight_is_no_drift(replica):
     out = read_tables(sw, replica, asked(sw))
     (submit,) = [a for a in out if isinstance(a, act.Submit)]
     sw.handle(ev.BarrierReply(7, sent(out, act.Barrier)[0].xid), 100.0, view(replica, 5))
-    for job in submit.jobs:
-        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
-    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5))
+    jobs_done(sw, replica, submit.jobs, view(replica, 5))
     document = load_document("policies/auto.yaml")
     document["switches"]["s1"]["ports"][1]["capacity"] = "8Mbit"
     faster = SwitchView(parse_policy(document), Mode.IN_FORCE, True, True, 5, replica)
@@ -358,9 +361,7 @@ def synced(replica: Replica) -> Switch:
     out = read_tables(sw, replica, asked(sw))
     (submit,) = [a for a in out if isinstance(a, act.Submit)]
     sw.handle(ev.BarrierReply(7, sent(out, act.Barrier)[0].xid), 100.0, view(replica, 5))
-    for job in submit.jobs:
-        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
-    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5))
+    jobs_done(sw, replica, submit.jobs, view(replica, 5))
     assert sw.in_sync
     return sw
 
@@ -442,10 +443,7 @@ def test_a_port_whose_queues_failed_is_tried_at_once_under_a_new_policy_and_the_
     out = read_tables(sw, replica, asked(sw))
     (submit,) = [a for a in out if isinstance(a, act.Submit)]
     sw.handle(ev.BarrierReply(7, sent(out, act.Barrier)[0].xid), 100.0, view(replica, 5))
-    for job in submit.jobs:   # OVSDB took the rows; vswitchd could not build the classes
-        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
-    sw.handle(ev.JobsDone(tuple(JobResult(job, "vswitchd did not build the classes") for job in submit.jobs)),
-              100.0, view(replica, 5))
+    jobs_done(sw, replica, submit.jobs, view(replica, 5), "vswitchd did not build the classes")   # rows, no classes
     assert sw.settled and not sw.in_sync        # failed, and shown as such: a PUT is answered so
     cleared = SwitchView(None, Mode.CLEARED, True, True, 5, replica)
     out = sw.handle(ev.PolicyInstalled(), 100.5, cleared)
@@ -466,9 +464,7 @@ def test_a_switch_whose_flows_were_refused_sends_a_new_policys_flows_at_once_and
     adds, (barrier,) = sent(out, act.AddFlow), sent(out, act.Barrier)
     sw.handle(ev.ErrorReply(7, adds[0].xid, "OFPET_BAD_MATCH/OFPBMC_BAD_FIELD"), 100.0, view(replica, 5))
     (submit,) = [a for a in out if isinstance(a, act.Submit)]
-    for job in submit.jobs:
-        replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
-    sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, view(replica, 5))
+    jobs_done(sw, replica, submit.jobs, view(replica, 5))
     out = sw.handle(ev.BarrierReply(7, barrier.xid), 100.0, view(replica, 5))
     assert not sent(read_tables(sw, replica, out), act.Barrier)       # read again; not sent before the next poll
     assert sw.settled and not sw.in_sync and "flows" in sw.errors()   # tried again at the next poll
@@ -484,20 +480,11 @@ def test_a_switch_whose_tables_are_being_read_again_is_not_settled_when_a_new_po
     installed meanwhile must not be answered from what the switch was before (settled, in sync)."""
     police = SwitchView(parse_policy(load_document("policies/police.yaml")), Mode.IN_FORCE, True, True, 5, replica)
     sw = mastered(replica)
-    out: list[act.SwitchAction] = []
-    for req in sent(asked(sw), act.StatsRequest):   # the tables, read under police
-        if req.kind == act.METER_FEATURES:
-            out += sw.handle(ev.MeterFeaturesReply(7, req.xid, None), 100.0, police)
-        elif req.kind == act.METER_CONFIG:
-            out += sw.handle(ev.MeterConfigReply(7, req.xid, {}), 100.0, police)
-        elif req.kind == act.FLOWS:
-            out += sw.handle(ev.FlowStatsReply(7, req.xid, {}, {}), 100.0, police)
+    out = read_tables(sw, replica, asked(sw), seen=police)
     assert sent(out, act.MeterMod)
     sw.handle(ev.BarrierReply(7, sent(out, act.Barrier)[0].xid), 100.0, police)
     for submit in [a for a in out if isinstance(a, act.Submit)]:
-        for job in submit.jobs:
-            replica.qos[job.iface] = job.spec.ovsdb if job.spec else None
-        sw.handle(ev.JobsDone(tuple(JobResult(job) for job in submit.jobs)), 100.0, police)
+        jobs_done(sw, replica, submit.jobs, police)
     assert sw.settled and sw.in_sync
     sw.handle(ev.FlowRemoved(7, next(iter(sw.flows.flows or {}))), 101.0, police)
     sw.handle(ev.TableDue(7), 101.5, police)                    # the meters and flows asked again
